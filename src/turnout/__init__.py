@@ -1,0 +1,97 @@
+"""Turnout: one reliable front over many LLM providers.
+
+Route by profile or hint, retry with backoff, honour Retry-After, cool down rate-limited profiles,
+rotate keys, fall back across models and profiles, guard streams against truncation, never replay a
+request after the user has seen output, and record which backend served each answer and what every
+attempt cost.
+"""
+
+from turnout.config import Config, ConfigWarning, load_config_dict, load_config_file, load_config_toml
+from turnout.errors import (
+    AllProvidersFailed,
+    ConfigError,
+    ContextWindowExceeded,
+    EmptyCompletion,
+    ErrorClass,
+    ProtocolError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RefusalError,
+    StreamingUnsupported,
+    StreamInterruptedAfterOutput,
+    StreamTruncated,
+    TurnCancelled,
+    TurnoutError,
+)
+from turnout.provider import Provider
+from turnout.types import (
+    AnthropicTools,
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Final,
+    GeminiTools,
+    ImagePart,
+    Message,
+    OpenAITools,
+    PromptGuidedTools,
+    ProviderToolEvent,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallEvent,
+    ToolSpec,
+    ToolsPayload,
+    Usage,
+    UsageEvent,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllProvidersFailed",
+    "AnthropicTools",
+    "Capabilities",
+    "ChatRequest",
+    "ChatResponse",
+    "Config",
+    "ConfigError",
+    "ConfigWarning",
+    "ContextWindowExceeded",
+    "EmptyCompletion",
+    "ErrorClass",
+    "Final",
+    "GeminiTools",
+    "ImagePart",
+    "Message",
+    "OpenAITools",
+    "PromptGuidedTools",
+    "ProtocolError",
+    "Provider",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeout",
+    "ProviderToolEvent",
+    "ReasoningDelta",
+    "RefusalError",
+    "StreamEvent",
+    "StreamInterruptedAfterOutput",
+    "StreamTruncated",
+    "StreamingUnsupported",
+    "TextDelta",
+    "TextPart",
+    "ToolCall",
+    "ToolCallEvent",
+    "ToolSpec",
+    "ToolsPayload",
+    "TurnCancelled",
+    "TurnoutError",
+    "Usage",
+    "UsageEvent",
+    "load_config_dict",
+    "load_config_file",
+    "load_config_toml",
+]

@@ -1,0 +1,5 @@
+"""``python -m turnout``: the command line."""
+
+from turnout.cli import main
+
+main()

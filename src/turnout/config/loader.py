@@ -1,0 +1,285 @@
+"""Loading ``turnout.toml``: from a file, a TOML string or a mapping, with errors that name the key path.
+
+Everything that can be checked without building providers is checked here, when the config loads,
+not on the first request.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from turnout.config.schema import Config
+from turnout.config.secrets import Secret
+from turnout.errors import ConfigError
+from turnout.providers.registry import family_for
+
+
+def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
+    """``("providers", "models", "openai", "main", "fallback", 1)`` → ``providers.models.openai.main.fallback[1]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def find_config_path(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """The config file: ``explicit``, else ``$TURNOUT_CONFIG``, else ``./turnout.toml``."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get("TURNOUT_CONFIG"):
+        return Path(env["TURNOUT_CONFIG"])
+    return Path("turnout.toml")
+
+
+def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """Load and validate a TOML file.
+
+    Raises:
+        ConfigError: The file is missing, is not valid TOML, or does not validate.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} not found", code="file_not_found") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}", code="file_unreadable") from exc
+    return load_config_toml(text, env=env, source=str(p))
+
+
+def load_config_toml(text: str, env: Mapping[str, str] | None = None, *, source: str = "<string>") -> Config:
+    """Load and validate TOML text.
+
+    Raises:
+        ConfigError: The text is not valid TOML or does not validate.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source} is not valid TOML: {exc}", code="toml_syntax") from exc
+    return load_config_dict(data, env=env)
+
+
+def load_config_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """Validate a mapping shaped like ``turnout.toml``.
+
+    Raises:
+        ConfigError: A key is unknown, a value is invalid, or a reference does not resolve.
+    """
+    env = os.environ if env is None else env
+    if not isinstance(data, Mapping):
+        raise ConfigError("the configuration must be a table/mapping", code="invalid_type")
+    check_keys(data, Config, ())
+    try:
+        config = Config.model_validate(dict(data), context={"env": env})
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    _check_semantics(config, env)
+    return config
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    err = exc.errors()[0]
+    # union and validator tags ("function-before[...]") are not keys
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "(" in p)))
+    msg = err["msg"]
+    if err.get("input") is not None and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
+        shown = err["input"]
+        if not isinstance(shown, Secret):
+            msg = f"{msg} (got {shown!r})"
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more error{'s' if more > 1 else ''})"
+    return ConfigError(msg, path=format_path(loc), code="invalid_value" if err["type"] != "missing" else "missing_key")
+
+
+# --- unknown keys, with a suggestion --------------------------------------------------------------
+
+
+def check_keys(raw: Any, model: type[BaseModel], loc: tuple[int | str, ...]) -> None:
+    """Raise :class:`ConfigError` for the first key ``model`` does not know, suggesting the closest one."""
+    if not isinstance(raw, Mapping):
+        return
+    fields = model.model_fields
+    for key, value in raw.items():
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"unknown key {key!r}{hint}", path=format_path((*loc, key)), code="unknown_key")
+        _check_value(value, fields[key].annotation, (*loc, key))
+
+
+def _check_value(value: Any, annotation: Any, loc: tuple[int | str, ...]) -> None:
+    for model in _models_in(annotation):
+        check_keys(value, model, loc)
+        return
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        for arg in args:
+            if arg is not type(None):
+                _check_value(value, arg, loc)
+        return
+    if origin is dict and isinstance(value, Mapping) and len(args) == 2:
+        for k, v in value.items():
+            _check_value(v, args[1], (*loc, k))
+    elif origin is list and isinstance(value, list) and args:
+        for i, v in enumerate(value):
+            _check_value(v, args[0], (*loc, i))
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+# --- checks across keys ---------------------------------------------------------------------------
+
+
+def resolve_profile_ref(config: Config, raw: str) -> str | None:
+    """Resolve ``family.alias``, or a bare alias unique across families, to ``family.alias``."""
+    ref = raw.strip()
+    models = config.providers.models
+    if "." in ref:
+        fam, _, alias = ref.partition(".")
+        return ref if alias in models.get(fam, {}) else None
+    hits = [f"{fam}.{ref}" for fam, aliases in models.items() if ref in aliases]
+    return hits[0] if len(hits) == 1 else None
+
+
+def default_profile(config: Config) -> str:
+    """The active profile when the caller names none.
+
+    Raises:
+        ConfigError: ``default_provider`` is unset and there is not exactly one profile.
+    """
+    if config.default_provider:
+        resolved = resolve_profile_ref(config, config.default_provider)
+        if resolved is None:
+            raise ConfigError(
+                f"default_provider {config.default_provider!r} does not name a configured profile",
+                path="default_provider",
+                code="unknown_profile",
+            )
+        return resolved
+    names = list(config.profiles())
+    if len(names) == 1:
+        return names[0]
+    raise ConfigError(
+        "set default_provider to one of: " + ", ".join(names) if names else "no provider profiles are configured",
+        path="default_provider",
+        code="missing_default",
+    )
+
+
+def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
+    for name, profile in config.profiles().items():
+        fam, _, alias = name.partition(".")
+        path = f"providers.models.{fam}.{alias}"
+        try:
+            family = family_for(fam, profile.kind)
+        except KeyError:
+            raise ConfigError(
+                f'unknown provider family {fam!r}; set kind (e.g. kind = "openai-compatible") and uri',
+                path=f"{path}.kind",
+                code="unknown_family",
+            ) from None
+        if family.vendor == "azure":
+            if not profile.uri and not (profile.resource and profile.deployment):
+                raise ConfigError(
+                    "an Azure OpenAI profile needs uri, or resource and deployment",
+                    path=f"{path}.uri",
+                    code="missing_uri",
+                )
+        elif not profile.uri and not family.base_url:
+            raise ConfigError(
+                f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"
+            )
+        if profile.uri and not profile.uri.startswith(("http://", "https://")):
+            raise ConfigError("uri must start with http:// or https://", path=f"{path}.uri", code="invalid_value")
+        if profile.api_keys and (profile.api_key is not None or profile.api_key_env):
+            raise ConfigError(
+                "set either api_keys (a rotation pool) or api_key/api_key_env, not both",
+                path=f"{path}.api_keys",
+                code="conflicting_keys",
+            )
+        if profile.api_key is not None and profile.api_key_env:
+            raise ConfigError(
+                "set either api_key or api_key_env, not both",
+                path=f"{path}.api_key_env",
+                code="conflicting_keys",
+            )
+        for i, m in enumerate(profile.fallback_models):
+            if not isinstance(m, str):
+                raise ConfigError("must be a model name", path=f"{path}.fallback_models[{i}]")
+        if profile.tls_ca_cert_path and not Path(profile.tls_ca_cert_path).is_file():
+            raise ConfigError(
+                f"CA bundle {profile.tls_ca_cert_path!r} not found",
+                path=f"{path}.tls_ca_cert_path",
+                code="file_not_found",
+            )
+    if config.profiles():
+        default_profile(config)
+    _check_routes(config)
+    for sid, sender in config.senders.items():
+        if sender.provider is not None and resolve_profile_ref(config, sender.provider) is None:
+            raise ConfigError(
+                f"provider {sender.provider!r} does not name a configured profile",
+                path=f"senders.{sid}.provider",
+                code="unknown_profile",
+            )
+    if config.state.backend == "redis" and not config.state.url:
+        raise ConfigError('backend = "redis" needs url = "redis://host:port/db"', path="state.url", code="missing_key")
+    if config.gateway.api_keys_env and config.gateway.api_keys_env not in env:
+        raise ConfigError(
+            f"environment variable {config.gateway.api_keys_env} is not set",
+            path="gateway.api_keys_env",
+            code="missing_env",
+        )
+
+
+def _check_routes(config: Config) -> None:
+    seen: dict[str, int] = {}
+    for i, route in enumerate(config.model_routes):
+        path = f"model_routes[{i}]"
+        if not route.hint.strip():
+            raise ConfigError("hint must not be blank", path=f"{path}.hint", code="blank_hint")
+        if route.hint in seen:
+            raise ConfigError(
+                f"duplicate hint {route.hint!r} (also model_routes[{seen[route.hint]}]); each hint must be unique",
+                path=f"{path}.hint",
+                code="duplicate_hint",
+            )
+        seen[route.hint] = i
+        target = route.model_provider.strip()
+        if not target:
+            raise ConfigError("model_provider must not be blank", path=f"{path}.model_provider", code="invalid_route")
+        fam, dot, alias = target.partition(".")
+        if not dot or not fam or not alias:
+            raise ConfigError(
+                f"model_provider {target!r} must be written <family>.<alias>",
+                path=f"{path}.model_provider",
+                code="invalid_route",
+            )
+        if resolve_profile_ref(config, target) is None:
+            raise ConfigError(
+                f"model_provider {target!r} does not name a configured profile",
+                path=f"{path}.model_provider",
+                code="unknown_route_target",
+            )
+        if not route.model.strip():
+            raise ConfigError("model must not be blank", path=f"{path}.model", code="invalid_route")

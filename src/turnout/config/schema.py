@@ -1,0 +1,229 @@
+"""The ``turnout.toml`` schema (pydantic v2).
+
+Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``, ``fallback``,
+``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
+ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
+``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from turnout.config.secrets import Secret
+
+
+def _to_secret(value: Any, info: ValidationInfo) -> Any:
+    if isinstance(value, Secret) or value is None:
+        return value
+    if isinstance(value, str):
+        env = (info.context or {}).get("env", {})
+        return Secret.parse(value, env)
+    return value
+
+
+SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
+    UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
+
+
+class Pricing(_Section):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+
+class Profile(_Section):
+    """One configured endpoint: ``[providers.models.<family>.<alias>]``."""
+
+    UNSUPPORTED: ClassVar[frozenset[str]] = frozenset(
+        {
+            "requires_openai_auth",
+            "replay_assistant_reasoning",
+            "live_pricing",
+            "auth_mode",
+            "endpoint",
+            "temperature_override",
+        }
+    )
+
+    kind: str | None = None
+    uri: str | None = None
+    api_key: SecretValue | None = None
+    api_key_env: str | None = None
+    api_keys: list[SecretValue] = Field(default_factory=list)
+    model: str | None = None
+    fallback_models: list[str] = Field(default_factory=list)
+    fallback: list[str] = Field(default_factory=list)
+    extra_headers: dict[str, SecretValue] = Field(default_factory=dict)
+    timeout_secs: float = Field(default=120.0, gt=0)
+    connect_timeout_secs: float = Field(default=10.0, gt=0)
+    first_token_timeout_secs: float = Field(default=60.0, gt=0)
+    idle_timeout_secs: float = Field(default=60.0, gt=0)
+    context_window: int | None = Field(default=None, gt=0)
+    native_tools: bool | None = None
+    vision: bool | None = None
+    streaming: bool | None = None
+    refusal_fallback: bool = False
+    pricing: Pricing | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    wire_api: Literal["responses", "chat_completions"] | None = None
+    provider_extra: dict[str, Any] = Field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] | None = None
+    merge_system_into_user: bool = False
+    tls_ca_cert_path: str | None = None
+    max_response_bytes: int = Field(default=32 * 1024 * 1024, gt=1024)
+    # Azure OpenAI
+    resource: str | None = None
+    deployment: str | None = None
+    api_version: str | None = None
+    # Ollama
+    think: bool | None = None
+    num_ctx: int | None = Field(default=None, gt=0)
+    num_predict: int | None = None
+    # accepted with a warning (see UNSUPPORTED)
+    requires_openai_auth: Any = None
+    replay_assistant_reasoning: Any = None
+    live_pricing: Any = None
+    auth_mode: Any = None
+    endpoint: Any = None
+    temperature_override: Any = None
+
+    _env_key: Secret | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _resolve_key_env(self, info: ValidationInfo) -> Profile:
+        if self.api_key_env:
+            self._env_key = Secret.from_env(self.api_key_env, (info.context or {}).get("env", {}))
+        return self
+
+    @property
+    def env_key(self) -> Secret | None:
+        """The key read from ``api_key_env`` when the config loaded (None without ``api_key_env``)."""
+        return self._env_key
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str | None) -> str | None:
+        from turnout.providers.registry import KINDS
+
+        if v is not None and v not in KINDS:
+            raise ValueError(f"unknown kind {v!r}; expected one of {', '.join(sorted(KINDS))}")
+        return v
+
+
+class ProvidersSection(_Section):
+    """``[providers]``: profiles under ``models.<family>.<alias>``."""
+
+    models: dict[str, dict[str, Profile]] = Field(default_factory=dict)
+
+
+class ModelRoute(_Section):
+    """One ``[[model_routes]]`` item: ``hint:<hint>`` → ``model_provider`` + ``model``."""
+
+    hint: str
+    model_provider: str
+    model: str
+    api_key: SecretValue | None = None
+
+
+class Reliability(_Section):
+    """``[reliability]``: retries, backoff and the shared key pool."""
+
+    UNSUPPORTED: ClassVar[frozenset[str]] = frozenset(
+        {
+            "channel_initial_backoff_secs",
+            "channel_max_backoff_secs",
+            "scheduler_poll_secs",
+            "scheduler_retries",
+            "fallback_providers",
+            "model_fallbacks",
+        }
+    )
+
+    provider_retries: int = Field(default=2, ge=0, le=20)
+    provider_backoff_ms: int = Field(default=500, ge=0)
+    api_keys: list[SecretValue] = Field(default_factory=list)
+    channel_initial_backoff_secs: Any = None
+    channel_max_backoff_secs: Any = None
+    scheduler_poll_secs: Any = None
+    scheduler_retries: Any = None
+    fallback_providers: Any = None
+    model_fallbacks: Any = None
+
+
+class Sender(_Section):
+    """``[senders.<id>]``: a per-sender override of the profile and/or model."""
+
+    provider: str | None = None
+    model: str | None = None
+
+
+class Notices(_Section):
+    """``[notices]``: which fallbacks are announced."""
+
+    intra_family: bool = False
+
+
+class Ledger(_Section):
+    """``[ledger]``: where attempts are persisted."""
+
+    enabled: bool = True
+    path: str = "turnout-ledger.sqlite3"
+
+
+class Gateway(_Section):
+    """``[gateway]``: the HTTP gateway's clients and limits."""
+
+    api_keys: list[SecretValue] = Field(default_factory=list)
+    api_keys_env: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+
+
+class State(_Section):
+    """``[state]``: where cooldown and key state lives."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    url: str | None = None
+    key_prefix: str = "turnout:"
+
+
+class Config(_Section):
+    """The whole ``turnout.toml``."""
+
+    default_provider: str | None = None
+    default_model: str | None = None
+    providers: ProvidersSection = Field(default_factory=ProvidersSection)
+    model_routes: list[ModelRoute] = Field(default_factory=list)
+    reliability: Reliability = Field(default_factory=Reliability)
+    senders: dict[str, Sender] = Field(default_factory=dict)
+    notices: Notices = Field(default_factory=Notices)
+    ledger: Ledger = Field(default_factory=Ledger)
+    gateway: Gateway = Field(default_factory=Gateway)
+    state: State = Field(default_factory=State)
+
+    def profiles(self) -> dict[str, Profile]:
+        """Every profile by its ``family.alias`` name, in file order."""
+        return {f"{fam}.{alias}": p for fam, aliases in self.providers.models.items() for alias, p in aliases.items()}

@@ -1,0 +1,475 @@
+"""Core value types: messages, tools, usage, requests, responses and stream events.
+
+Everything here is a frozen, slotted dataclass: cheap to build, safe to share between tasks, and
+never mutated after a provider hands it over. Messages given as OpenAI-style dicts are accepted
+wherever a message list is (see :func:`coerce_messages`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import orjson
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+_ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
+
+#: Unified finish reasons. Providers' own values are mapped onto these by the adapters.
+FINISH_STOP = "stop"
+FINISH_TOOL_CALLS = "tool_calls"
+FINISH_LENGTH = "length"
+FINISH_CONTENT_FILTER = "content_filter"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """A piece of text inside a message."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image inside a user message: an ``https://`` URL or a ``data:<mime>;base64,...`` URL."""
+
+    url: str
+    detail: str | None = None
+    type: Literal["image"] = "image"
+
+    @property
+    def is_data_url(self) -> bool:
+        """True when the image is inlined as a ``data:`` URL."""
+        return self.url.startswith("data:")
+
+    @property
+    def media_type(self) -> str | None:
+        """The MIME type of an inlined image (``image/png``), None for a remote URL."""
+        if not self.is_data_url:
+            return None
+        head = self.url[5:].split(",", 1)[0]
+        return head.split(";", 1)[0] or None
+
+    @property
+    def data(self) -> str | None:
+        """The base64 payload of an inlined image, None for a remote URL."""
+        if not self.is_data_url:
+            return None
+        parts = self.url.split(",", 1)
+        return parts[1] if len(parts) == 2 else ""
+
+
+ContentPart: TypeAlias = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call requested by the model.
+
+    Attributes:
+        id: The provider's call id (generated when the protocol has none).
+        name: The tool name.
+        arguments: The arguments as JSON text (``"{}"`` when the tool takes none).
+        extra: Opaque provider round-trip data, such as Gemini's ``thoughtSignature``.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    extra: Mapping[str, Any] | None = None
+
+    def parsed_arguments(self) -> Any:
+        """Decode :attr:`arguments`; raises ``ValueError`` when they are not valid JSON."""
+        return orjson.loads(self.arguments or "{}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One chat message.
+
+    ``content`` is a string or a tuple of parts (text and images). An assistant message may carry
+    ``tool_calls``; a ``tool`` message carries the result of one call in ``content`` with
+    ``tool_call_id`` (and optionally the tool ``name``).
+    """
+
+    role: Role
+    content: str | tuple[ContentPart, ...] = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The message's text, its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """The image parts of the message."""
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p for p in self.content if isinstance(p, ImagePart))
+
+    @property
+    def parts(self) -> tuple[ContentPart, ...]:
+        """The content as parts (a string becomes one text part; an empty string none)."""
+        if isinstance(self.content, str):
+            return (TextPart(text=self.content),) if self.content else ()
+        return self.content
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        """A system message."""
+        return cls(role="system", content=text)
+
+    @classmethod
+    def user(cls, content: str | Sequence[ContentPart]) -> Message:
+        """A user message with text or parts."""
+        return cls(role="user", content=content if isinstance(content, str) else tuple(content))
+
+    @classmethod
+    def assistant(cls, text: str = "", *, tool_calls: Sequence[ToolCall] = ()) -> Message:
+        """An assistant message, optionally with tool calls."""
+        return cls(role="assistant", content=text, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> Message:
+        """The result of one tool call."""
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool the model may call: a name, a description and a JSON Schema for its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token usage of one call.
+
+    ``input_tokens`` is the whole prompt, cached part included; ``cached_input_tokens`` is the part
+    read from the provider's prompt cache and ``cache_write_tokens`` the part written to it.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """What the caller asks for, independent of any provider's wire format.
+
+    Attributes:
+        messages: The conversation, oldest first.
+        tools: Tools the model may call.
+        max_tokens: Upper bound on output tokens (None: the profile's or the adapter's default).
+        tool_choice: ``"auto"``, ``"none"``, ``"required"`` or a tool name; None leaves it to the provider.
+        stop: Stop sequences.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+    tool_choice: str | None = None
+    stop: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        messages: Iterable[Message | Mapping[str, Any]] | str,
+        *,
+        tools: Iterable[ToolSpec | Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        tool_choice: str | None = None,
+        stop: Sequence[str] = (),
+    ) -> ChatRequest:
+        """Build a request from messages (or a single user prompt) and tools in any accepted form."""
+        return cls(
+            messages=coerce_messages(messages),
+            tools=coerce_tools(tools or ()),
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            stop=tuple(stop),
+        )
+
+    @property
+    def last_is_assistant_prefill(self) -> bool:
+        """True when the last message is an assistant message the model should continue."""
+        return bool(self.messages) and self.messages[-1].role == "assistant"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatResponse:
+    """One provider's complete answer.
+
+    Attributes:
+        text: The answer text ("" when the model only called tools).
+        tool_calls: Tool calls requested by the model.
+        usage: Token usage, when the provider reported it.
+        reasoning: Reasoning/thinking text, when the provider exposed it.
+        finish_reason: Unified finish reason (``stop``, ``tool_calls``, ``length``, ``content_filter``).
+        model: The model the provider says answered.
+        request_id: The provider's request id, when given.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    request_id: str | None = None
+
+    @property
+    def is_semantically_empty(self) -> bool:
+        """No text once ``<think>`` spans are removed, and no tool calls: not an answer."""
+        return not self.tool_calls and not strip_think_tags(self.text)
+
+
+# --- stream events ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of answer text."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta:
+    """A piece of reasoning/thinking text."""
+
+    text: str
+    type: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallEvent:
+    """A complete tool call, emitted once its arguments are assembled."""
+
+    call: ToolCall
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderToolEvent:
+    """A tool the provider executed itself (web search, code interpreter): observability only.
+
+    Attributes:
+        name: The tool's name.
+        phase: ``"call"`` or ``"result"``.
+        payload: Arguments (for a call) or output (for a result), as text.
+    """
+
+    name: str
+    phase: Literal["call", "result"]
+    payload: str = ""
+    type: Literal["provider_tool"] = "provider_tool"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageEvent:
+    """Token usage for the whole stream so far (cumulative; the last one wins)."""
+
+    usage: Usage
+    type: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Final:
+    """The stream completed: the protocol's completion signal was seen."""
+
+    finish_reason: str | None = None
+    model: str | None = None
+    type: Literal["final"] = "final"
+
+
+StreamEvent: TypeAlias = TextDelta | ReasoningDelta | ToolCallEvent | ProviderToolEvent | UsageEvent | Final
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What a provider can do for a given model."""
+
+    native_tools: bool = False
+    vision: bool = False
+    streaming: bool = False
+    streaming_tool_events: bool = False
+    prompt_caching: bool = False
+    extended_thinking: bool = False
+
+
+# --- ToolsPayload: how a provider wants tools on the wire ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenAITools:
+    """OpenAI Chat Completions ``tools`` array."""
+
+    tools: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnthropicTools:
+    """Anthropic Messages ``tools`` array."""
+
+    tools: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeminiTools:
+    """Gemini ``functionDeclarations``."""
+
+    function_declarations: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptGuidedTools:
+    """Instructions appended to the system prompt for models without native tool calling."""
+
+    instructions: str
+
+
+ToolsPayload: TypeAlias = OpenAITools | AnthropicTools | GeminiTools | PromptGuidedTools
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def strip_think_tags(text: str) -> str:
+    """Remove ``<think>…</think>`` spans; an unclosed ``<think>`` hides the rest. Result is trimmed."""
+    if "<think>" not in text:
+        return text.strip()
+    out = _THINK_RE.sub("", text)
+    cut = out.find("<think>")
+    if cut >= 0:
+        out = out[:cut]
+    return out.strip()
+
+
+def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
+    """Accept :class:`Message` objects, OpenAI-style dicts or a single prompt string.
+
+    Raises:
+        TypeError: A message has an unknown role or shape.
+    """
+    if isinstance(messages, str):
+        return (Message(role="user", content=messages),)
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, Message):
+            out.append(m)
+        elif isinstance(m, Mapping):
+            out.append(_message_from_dict(m, i))
+        else:
+            raise TypeError(f"messages[{i}] must be a Message or a dict, not {type(m).__name__}")
+    return tuple(out)
+
+
+def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
+    role = d.get("role")
+    if role == "developer":
+        role = "system"
+    if role not in _ROLES:
+        raise TypeError(f"messages[{i}].role must be one of system/user/assistant/tool, got {role!r}")
+    raw = d.get("content")
+    content: str | tuple[ContentPart, ...]
+    if raw is None:
+        content = ""
+    elif isinstance(raw, str):
+        content = raw
+    elif isinstance(raw, list):
+        content = tuple(_part_from_dict(p, i, j) for j, p in enumerate(raw))
+    else:
+        raise TypeError(f"messages[{i}].content must be a string or a list of parts")
+    calls = tuple(_tool_call_from_dict(c, i, j) for j, c in enumerate(d.get("tool_calls") or ()))
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=calls,
+        tool_call_id=d.get("tool_call_id"),
+        name=d.get("name"),
+        reasoning=d.get("reasoning") or d.get("reasoning_content"),
+    )
+
+
+def _part_from_dict(p: Any, i: int, j: int) -> ContentPart:
+    if isinstance(p, str):
+        return TextPart(text=p)
+    if not isinstance(p, Mapping):
+        raise TypeError(f"messages[{i}].content[{j}] must be a dict")
+    kind = p.get("type")
+    if kind in ("text", "input_text"):
+        return TextPart(text=str(p.get("text", "")))
+    if kind == "image_url":
+        img = p.get("image_url")
+        if isinstance(img, Mapping):
+            return ImagePart(url=str(img.get("url", "")), detail=img.get("detail"))
+        return ImagePart(url=str(img))
+    if kind == "image":
+        if "url" in p:
+            return ImagePart(url=str(p["url"]), detail=p.get("detail"))
+        src = p.get("source")
+        if isinstance(src, Mapping) and src.get("type") == "base64":
+            return ImagePart(url=f"data:{src.get('media_type')};base64,{src.get('data')}")
+        if isinstance(src, Mapping) and src.get("type") == "url":
+            return ImagePart(url=str(src.get("url")))
+    raise TypeError(f"messages[{i}].content[{j}] has unsupported part type {kind!r}")
+
+
+def _tool_call_from_dict(c: Any, i: int, j: int) -> ToolCall:
+    if isinstance(c, ToolCall):
+        return c
+    if not isinstance(c, Mapping):
+        raise TypeError(f"messages[{i}].tool_calls[{j}] must be a dict")
+    fn = c.get("function") or {}
+    args = fn.get("arguments", "{}")
+    if not isinstance(args, str):
+        args = orjson.dumps(args).decode()
+    return ToolCall(id=str(c.get("id", "")), name=str(fn.get("name", "")), arguments=args or "{}")
+
+
+def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
+    """Accept :class:`ToolSpec` objects or OpenAI-style tool dicts (``{"type": "function", ...}``)."""
+    out: list[ToolSpec] = []
+    for i, t in enumerate(tools):
+        if isinstance(t, ToolSpec):
+            out.append(t)
+            continue
+        if not isinstance(t, Mapping):
+            raise TypeError(f"tools[{i}] must be a ToolSpec or a dict")
+        fn = t.get("function", t)
+        if not isinstance(fn, Mapping) or not fn.get("name"):
+            raise TypeError(f"tools[{i}] has no name")
+        params = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
+        out.append(ToolSpec(name=str(fn["name"]), description=str(fn.get("description") or ""), parameters=params))
+    return tuple(out)

@@ -1,0 +1,141 @@
+"""`turnout check`: warnings with paths, the pruned order, exit codes, JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from turnout.cli import app
+
+runner = CliRunner()
+
+MESSY = """
+default_provider = "openai.p0"
+[providers.models.openai.p0]
+api_key = "sk-0"
+model = "m0"
+fallback_models = ["", "m0", "m0-mini"]
+fallback = ["openai.p1", "ghost.one", "openai.p0"]
+[providers.models.openai.p1]
+api_key = "sk-1"
+fallback = ["openai.p2"]
+[providers.models.openai.p2]
+api_key = "sk-2"
+fallback = ["openai.p3"]
+[providers.models.openai.p3]
+api_key = "sk-3"
+fallback = ["openai.p4"]
+[providers.models.openai.p4]
+api_key = "sk-4"
+[[model_routes]]
+hint = "fast"
+model_provider = "openai.p4"
+model = "tiny"
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    f = tmp_path / "turnout.toml"
+    f.write_text(text)
+    return str(f)
+
+
+def test_check_prints_all_five_codes_and_pruned_order(tmp_path: Path) -> None:
+    """Every warning code appears with its exact path, then the pruned attempt order; exit 0."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, MESSY)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for code, path in [
+        ("empty_fallback_model", "providers.models.openai.p0.fallback_models[0]"),
+        ("fallback_model_duplicates_primary", "providers.models.openai.p0.fallback_models[1]"),
+        ("dangling_fallback_ref", "providers.models.openai.p0.fallback[1]"),
+        ("fallback_cycle", "providers.models.openai.p0.fallback[2]"),
+        ("max_fallback_depth_exceeded", "providers.models.openai.p3.fallback"),
+    ]:
+        assert f"{code}  {path}" in out
+    assert "1. openai.p0/m0  pinned  3 tries" in out
+    assert "2. openai.p0/m0-mini  pinned  3 tries" in out
+    assert "5. openai.p3/<requested model>  unpinned  3 tries" in out
+    default_section = out.split("hint:fast")[0]
+    assert "openai.p4" not in default_section.split("default: openai.p0")[1]  # pruned: deeper than 3
+    assert "hint:fast -> openai.p4 (route model tiny)" in out
+
+
+def test_check_json(tmp_path: Path) -> None:
+    """--json prints warnings and orders as JSON."""
+    result = runner.invoke(app, ["check", "--json", "--config", write(tmp_path, MESSY)])
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["ok"] is True
+    assert len(data["warnings"]) == 5
+    assert [e["profile"] for e in data["default"]["entries"]] == [
+        "openai.p0",
+        "openai.p0",
+        "openai.p1",
+        "openai.p2",
+        "openai.p3",
+    ]
+    assert data["routes"][0]["hint"] == "fast"
+
+
+def test_check_fallback_without_credential_exits_1(tmp_path: Path) -> None:
+    """A reachable fallback without a key exits 1 naming both profiles."""
+    text = MESSY.replace('api_key = "sk-2"\n', "")
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, text)])
+    assert result.exit_code == 1
+    assert "openai.p2" in result.output and "openai.p1" in result.output
+
+
+def test_check_unknown_key_exits_1_with_path(tmp_path: Path) -> None:
+    """An unknown key exits 1 with its path and a suggestion."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, MESSY + "[reliability]\nretries = 1\n")])
+    assert result.exit_code == 1
+    assert "reliability.retries" in result.output
+
+
+def test_check_unknown_key_json(tmp_path: Path) -> None:
+    """With --json a fatal error is JSON too."""
+    result = runner.invoke(app, ["check", "--json", "--config", write(tmp_path, "bogus = 1\n" + MESSY)])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["error"]["path"] == "bogus"
+
+
+def test_check_usage_error_exits_2() -> None:
+    """A usage error exits 2."""
+    assert runner.invoke(app, ["check", "--no-such-flag"]).exit_code == 2
+
+
+def test_check_missing_file_exits_1(tmp_path: Path) -> None:
+    """A missing config file exits 1."""
+    assert runner.invoke(app, ["check", "--config", str(tmp_path / "nope.toml")]).exit_code == 1
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "turnout.toml"
+EXAMPLE_ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-example",
+    "OPENAI_API_KEY": "sk-example-1",
+    "OPENAI_API_KEY_2": "sk-example-2",
+    "DEEPSEEK_API_KEY": "sk-ds-example",
+    "GEMINI_API_KEY": "AIza-example",
+    "TURNOUT_GATEWAY_KEY": "gw-example",
+}
+
+
+def test_example_config_checks_clean() -> None:
+    """examples/turnout.toml loads with no warnings and the documented order."""
+    result = runner.invoke(app, ["check", "--config", str(EXAMPLE)], env=EXAMPLE_ENV)
+    assert result.exit_code == 0, result.output
+    assert "No warnings." in result.output
+    for line in [
+        "1. anthropic.prod/claude-sonnet-4-5  pinned  3 tries",
+        "2. anthropic.prod/claude-haiku-4-5  pinned  3 tries",
+        "3. openai.backup/gpt-4.1  pinned  3 tries",
+        "4. gemini.flash/gemini-2.5-flash  pinned  3 tries",
+        "5. ollama.local/llama3.2  pinned  3 tries",
+        "hint:reasoning -> deepseek.reasoner (route model deepseek-reasoner)",
+        "hint:fast -> openai.responses (route model gpt-4.1-mini)",
+    ]:
+        assert line in result.output
+    assert "sk-" not in result.output
