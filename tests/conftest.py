@@ -15,3 +15,8 @@ def fixtures() -> Path:
     """The recorded provider payloads shipped beside the repository."""
     assert FIXTURES.is_dir(), f"recorded fixtures not found at {FIXTURES}"
     return FIXTURES
+
+import sys  # noqa: E402
+
+# Test helpers (tests/fakes.py) are importable from every test directory.
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -77,6 +77,7 @@ class ProviderError(TurnoutError):
         error_code: The provider's error ``code``, when given.
         retry_after: A retry hint in seconds, from headers or the body, when given.
         request_id: The provider's request id, when given.
+        auth_failure: The credential itself was rejected (the key is dead for this process).
     """
 
     default_class: ErrorClass = ErrorClass.RETRYABLE
@@ -93,9 +94,11 @@ class ProviderError(TurnoutError):
         error_code: str | None = None,
         retry_after: float | None = None,
         request_id: str | None = None,
+        auth_failure: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.auth_failure = auth_failure
         self.error_class = error_class if error_class is not None else self.default_class
         self.provider = provider
         self.model = model

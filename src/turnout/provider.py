@@ -117,15 +117,22 @@ class Provider(ABC):
         ``<tool_call>`` blocks in the answer are parsed into tool calls.
         """
         request = ChatRequest(messages=coerce_messages(messages), tools=coerce_tools(tools))
-        if self.capabilities(model).native_tools or not request.tools:
-            return await self.chat(request, model, temperature)
-        payload = self.convert_tools(request.tools)
-        guided = payload if isinstance(payload, PromptGuidedTools) else prompt_guided_tools(request.tools)
-        response = await self.chat(with_tool_instructions(request, guided.instructions), model, temperature)
-        text, calls = parse_prompt_guided_calls(response.text)
-        if not calls:
-            return response
-        return replace(response, text=text, tool_calls=response.tool_calls + calls)
+        return await chat_using_tools(self, request, model, temperature)
+
+
+async def chat_using_tools(
+    provider: Provider, request: ChatRequest, model: str, temperature: float | None = None
+) -> ChatResponse:
+    """``provider.chat``, describing tools in the prompt when the model has no native tool calling."""
+    if not request.tools or provider.capabilities(model).native_tools:
+        return await provider.chat(request, model, temperature)
+    payload = provider.convert_tools(request.tools)
+    guided = payload if isinstance(payload, PromptGuidedTools) else prompt_guided_tools(request.tools)
+    response = await provider.chat(with_tool_instructions(request, guided.instructions), model, temperature)
+    text, calls = parse_prompt_guided_calls(response.text)
+    if not calls:
+        return response
+    return replace(response, text=text, tool_calls=response.tool_calls + calls)
 
 
 def with_tool_instructions(request: ChatRequest, instructions: str) -> ChatRequest:

@@ -1,0 +1,186 @@
+"""Attempt records, requested-versus-served routes, fallback notices, and the dispatch scope.
+
+Every provider call runs inside a :class:`DispatchScope` (a context variable, so concurrent calls in
+different tasks never mix their records). The reliable walk appends one :class:`Attempt` per physical
+call or cooldown skip and notes the route that answered; the caller commits the served route only once
+it accepts the answer, so a rejected answer never leaves a stale fallback notice.
+
+No record here holds prompt, response or provider error text, or a key: keys are named by key id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from turnout.types import Usage
+
+Outcome: TypeAlias = Literal[
+    "ok",
+    "retryable",
+    "rate_limited",
+    "rate_limited_non_retryable",
+    "non_retryable",
+    "context_window",
+    "refusal",
+    "timeout",
+    "empty",
+    "cooldown_skip",
+    "stream_interrupted",
+    "cancelled",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One physical provider call, or one cooldown skip.
+
+    Attributes:
+        provider: The profile, ``family.alias``.
+        model: The model sent (the pin for a pinned entry).
+        outcome: ``ok`` or the failure's class (``cooldown_skip`` for a skipped entry).
+        status: HTTP status when the provider answered.
+        key_id: First 8 hex digits of the SHA-256 of the key used.
+        usage: Usage reported by this attempt (rejected attempts keep theirs here).
+        cost_usd: Cost of this attempt; None when the price is unknown.
+        started_at: Wall-clock start (Unix seconds).
+        duration_ms: How long the attempt took.
+        ttft_ms: Time to the first streamed token (streams), when known.
+        retry_after: The provider's retry hint, or the remaining cooldown for a skip, in seconds.
+        entry: Index of the entry in the walk.
+        try_number: 1-based try on this entry (0 for a cooldown skip).
+        stream: Whether the attempt streamed.
+        detail: A content-free tag (``timeout:idle``, ``stream_truncated``, ``key_cooldown`` ...).
+    """
+
+    provider: str
+    model: str
+    outcome: Outcome
+    status: int | None = None
+    key_id: str | None = None
+    usage: Usage | None = None
+    cost_usd: float | None = None
+    started_at: float = 0.0
+    duration_ms: float = 0.0
+    ttft_ms: float | None = None
+    retry_after: float | None = None
+    entry: int = 0
+    try_number: int = 1
+    stream: bool = False
+    detail: str | None = None
+
+    @property
+    def family(self) -> str:
+        """The family part of :attr:`provider`."""
+        return self.provider.partition(".")[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteRef:
+    """A (profile, model) pair: what was requested, or what served."""
+
+    provider: str
+    model: str
+
+    @property
+    def family(self) -> str:
+        """The family part of :attr:`provider`."""
+        return self.provider.partition(".")[0]
+
+
+NOTICE_TEMPLATE = "⚡ {requested_model} ({requested_provider}) was unavailable; this reply was served by {served_model} ({served_provider})."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FallbackNotice:
+    """Tells the user that another backend answered.
+
+    Attributes:
+        requested: What the caller asked for.
+        served: What produced the accepted answer.
+        text: The notice, ``⚡ … was unavailable; this reply was served by ….``
+        cross_family: The families differ.
+        shown: Whether channel-style surfaces should show it (always across families; within one family
+            only with ``[notices] intra_family = true``).
+    """
+
+    requested: RouteRef
+    served: RouteRef
+    text: str
+    cross_family: bool
+    shown: bool
+
+
+def fallback_notice(requested: RouteRef, served: RouteRef, *, intra_family: bool = False) -> FallbackNotice:
+    """The notice for a fallback from ``requested`` to ``served``."""
+    cross = requested.family != served.family
+    return FallbackNotice(
+        requested=requested,
+        served=served,
+        text=NOTICE_TEMPLATE.format(
+            requested_model=requested.model,
+            requested_provider=requested.provider,
+            served_model=served.model,
+            served_provider=served.provider,
+        ),
+        cross_family=cross,
+        shown=cross or intra_family,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovery:
+    """A non-streaming recovery after a failed stream: which entry of which walk, and how many tries it gets.
+
+    ``tries`` is 0 to skip the entry whose stream failed, or 1 for one recovery attempt on it (a single-entry
+    walk, or a semantically empty stream with ``provider_retries > 0``).
+    """
+
+    walk: int
+    entry: int
+    tries: int
+
+
+@dataclass(slots=True)
+class DispatchScope:
+    """The records of one logical call (a chat, a stream, a turn).
+
+    Attributes:
+        attempts: Every attempt, in order.
+        served: The route of the last successful attempt (provisional until the caller accepts it).
+        served_entry: ``(walk id, entry index)`` of that attempt.
+        recovery: Set by the runtime before a non-streaming recovery of a failed stream.
+        walk_entries: Number of entries in the walk that last ran (used to size recoveries).
+    """
+
+    attempts: list[Attempt] = field(default_factory=list)
+    served: RouteRef | None = None
+    served_entry: tuple[int, int] | None = None
+    recovery: Recovery | None = None
+    walk_entries: int = 0
+
+    def add(self, attempt: Attempt) -> None:
+        """Record one attempt."""
+        self.attempts.append(attempt)
+
+
+_SCOPE: ContextVar[DispatchScope | None] = ContextVar("turnout_dispatch_scope", default=None)
+
+
+def current_scope() -> DispatchScope | None:
+    """The dispatch scope of the running call, if one is open."""
+    return _SCOPE.get()
+
+
+@contextmanager
+def dispatch_scope(scope: DispatchScope | None = None) -> Iterator[DispatchScope]:
+    """Open a dispatch scope for the duration of a call (restores the previous one afterwards)."""
+    scope = scope if scope is not None else DispatchScope()
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)

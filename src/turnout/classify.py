@@ -1,0 +1,363 @@
+"""What a failure means: its error class and its retry hint.
+
+The one owner of that decision. Adapters extract :class:`ErrorFacts` from their protocol (HTTP status,
+the provider's error ``type``/``code``, Gemini details, headers) and call :func:`provider_error`; the
+reliable walk reads the resulting :class:`~turnout.errors.ProviderError`'s ``error_class`` and
+``retry_after``.
+
+Typed facts decide first (status, error type and code, exception class). Message text is consulted only
+as the last resort, with phrase lists, and never by scanning it for numbers: ZeroClaw's number scan reads
+``:443`` in a URL as an HTTP 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from turnout.config.secrets import scrub
+from turnout.errors import ErrorClass, ProviderError, RefusalError
+
+# --- the seed's phrase lists (ZeroClaw reliable.rs), lowercased ------------------------------------
+
+AUTH_HINTS = (
+    "invalid api key",
+    "incorrect api key",
+    "missing api key",
+    "api key not set",
+    "authentication failed",
+    "auth failed",
+    "unauthorized",
+    "forbidden",
+    "permission denied",
+    "access denied",
+    "invalid token",
+)
+MODEL_NOT_FOUND_WORDS = ("not found", "unknown", "unsupported", "does not exist", "invalid")
+CONTEXT_WINDOW_HINTS = (
+    "exceeds the context window",
+    "exceeds the available context size",
+    "context window of this model",
+    "maximum context length",
+    "context length exceeded",
+    "too many tokens",
+    "token limit exceeded",
+    "prompt is too long",
+    "input is too long",
+    "prompt exceeds max length",
+    "exceeds the maximum number of tokens",
+    "input tokens exceed the configured limit",
+)
+BUSINESS_RATE_LIMIT_HINTS = (
+    "plan does not include",
+    "doesn't include",
+    "not include",
+    "insufficient balance",
+    "insufficient_balance",
+    "insufficient quota",
+    "insufficient_quota",
+    "quota exhausted",
+    "out of credits",
+    "no available package",
+    "package not active",
+    "purchase package",
+    "model not available for your plan",
+    "credit balance is too low",
+)
+BUSINESS_ERROR_CODES = frozenset({"1113", "1311", "insufficient_quota", "insufficient_balance", "billing_error"})
+TOOL_SCHEMA_HINTS = ("tool call validation failed", "was not in request", "not found in tool list", "invalid_tool_call")
+
+REFUSAL_CODES = frozenset({"content_filter", "content_policy_violation", "responsibleaipolicyviolation"})
+RETRYABLE_TYPES = frozenset(
+    {
+        "overloaded_error",
+        "api_error",
+        "server_error",
+        "timeout_error",
+        "internal_error",
+        "unavailable",
+        "internal",
+        "deadline_exceeded",
+        "aborted",
+        "service_unavailable",
+        "malformed_function_call",
+    }
+)
+RATE_LIMIT_TYPES = frozenset({"rate_limit_error", "rate_limit_exceeded", "resource_exhausted", "tokens", "requests"})
+NON_RETRYABLE_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "invalid_argument",
+        "permission_denied",
+        "unauthenticated",
+        "not_found",
+        "failed_precondition",
+        "request_too_large",
+    }
+)
+AUTH_TYPES = frozenset(
+    {"authentication_error", "permission_error", "invalid_api_key", "unauthenticated", "permission_denied"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorFacts:
+    """What an adapter knows about one failure, before it is classified.
+
+    Attributes:
+        status: HTTP status (None for an in-band stream error or a transport failure).
+        error_type: The provider's error ``type`` (Gemini: ``status`` such as ``RESOURCE_EXHAUSTED``).
+        error_code: The provider's error ``code`` as text (``context_length_exceeded``, ``insufficient_quota``).
+        message: The provider's message (scrubbed of secrets before it is kept).
+        headers: Response headers with lowercased names.
+        retry_delay: Gemini ``RetryInfo.retryDelay`` (``"37s"``).
+        quota_ids: Gemini ``QuotaFailure`` quota ids (``...PerMinute...``, ``...PerDay...``).
+        reason: Gemini ``ErrorInfo.reason`` (``API_KEY_INVALID``).
+        in_band: The error arrived inside a 200 stream.
+    """
+
+    status: int | None = None
+    error_type: str | None = None
+    error_code: str | None = None
+    message: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    retry_delay: str | None = None
+    quota_ids: tuple[str, ...] = ()
+    reason: str | None = None
+    in_band: bool = False
+
+
+def _low(s: str | None) -> str:
+    return s.lower() if s else ""
+
+
+def _has(text: str, phrases: Iterable[str]) -> bool:
+    return any(p in text for p in phrases)
+
+
+def is_context_window(facts: ErrorFacts) -> bool:
+    """The request is larger than the model's context window."""
+    if _low(facts.error_code) == "context_length_exceeded":
+        return True
+    if facts.status == 429:
+        return False
+    if facts.status is not None and not 400 <= facts.status < 500:
+        return False
+    return _has(_low(facts.message), CONTEXT_WINDOW_HINTS)
+
+
+def is_refusal(facts: ErrorFacts) -> bool:
+    """A content-policy rejection (Azure ``content_filter``, OpenAI ``content_policy_violation``)."""
+    return _low(facts.error_code) in REFUSAL_CODES or _low(facts.reason) in REFUSAL_CODES
+
+
+def is_auth_failure(facts: ErrorFacts) -> bool:
+    """The credential itself was rejected: the key is dead for this process."""
+    if facts.status in (401, 403):
+        return True
+    if _low(facts.reason) in ("api_key_invalid", "api_key_expired"):
+        return True
+    return _low(facts.error_type) in AUTH_TYPES or _low(facts.error_code) in AUTH_TYPES
+
+
+def _has_retry_hint(facts: ErrorFacts) -> bool:
+    h = facts.headers
+    return bool(facts.retry_delay) or "retry-after" in h or "retry-after-ms" in h
+
+
+def _timed_quota(facts: ErrorFacts) -> bool:
+    return any(("perminute" in q.lower() or "perday" in q.lower()) for q in facts.quota_ids)
+
+
+def classify(facts: ErrorFacts) -> ErrorClass:
+    """The error class of a failure described by ``facts`` (SPEC section 5)."""
+    code = _low(facts.error_code)
+    etype = _low(facts.error_type)
+    text = _low(facts.message)
+    status = facts.status
+    if is_refusal(facts):
+        return ErrorClass.REFUSAL
+    if is_context_window(facts):
+        return ErrorClass.CONTEXT_WINDOW
+    if status == 402:
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+    if status == 429 or etype in RATE_LIMIT_TYPES or code in ("rate_limit_exceeded", "resource_exhausted"):
+        if code in BUSINESS_ERROR_CODES or etype in ("insufficient_quota", "billing_error"):
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+        if text.startswith("request too large"):
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+        if _has_retry_hint(facts) or _timed_quota(facts):
+            return ErrorClass.RATE_LIMITED
+        if _has(text, BUSINESS_RATE_LIMIT_HINTS) or "quota" in text:
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+        return ErrorClass.RATE_LIMITED
+    if code in BUSINESS_ERROR_CODES or etype == "billing_error":
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+    if status is not None:
+        if status >= 500 or status in (408, 409):
+            return ErrorClass.RETRYABLE
+        if 400 <= status < 500:
+            if _has(text, TOOL_SCHEMA_HINTS):
+                return ErrorClass.RETRYABLE
+            return ErrorClass.NON_RETRYABLE
+        return ErrorClass.RETRYABLE
+    # No status: an in-band stream error, or something else without HTTP facts.
+    if etype in RETRYABLE_TYPES or code in RETRYABLE_TYPES:
+        return ErrorClass.RETRYABLE
+    if etype in NON_RETRYABLE_TYPES or code in NON_RETRYABLE_TYPES or code == "model_not_found":
+        return ErrorClass.NON_RETRYABLE
+    return classify_text(text)
+
+
+def classify_text(text: str) -> ErrorClass:
+    """Last resort: classify a bare message by the seed's phrase lists (never by numbers in it)."""
+    low = text.lower()
+    if _has(low, CONTEXT_WINDOW_HINTS):
+        return ErrorClass.CONTEXT_WINDOW
+    if _has(low, BUSINESS_RATE_LIMIT_HINTS):
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+    if "rate limit" in low or "too many requests" in low:
+        return ErrorClass.RATE_LIMITED
+    if _has(low, AUTH_HINTS):
+        return ErrorClass.NON_RETRYABLE
+    if "model" in low and _has(low, MODEL_NOT_FOUND_WORDS):
+        return ErrorClass.NON_RETRYABLE
+    return ErrorClass.RETRYABLE
+
+
+# --- retry hints --------------------------------------------------------------------------------
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_TEXT_HINTS = (
+    re.compile(r"retry[-_]after[:\s]\s*(\d+(?:\.\d+)?)", re.IGNORECASE),
+    re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)\b", re.IGNORECASE),
+    re.compile(r"retry after (\d+(?:\.\d+)?) seconds?", re.IGNORECASE),
+)
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a Go/protobuf duration (``"6m0s"``, ``"1h2m3s"``, ``"12ms"``, ``"37s"``, ``"0.84s"``)."""
+    text = text.strip()
+    if not text:
+        return None
+    total = 0.0
+    pos = 0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        return None
+    return total
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) and v >= 0 else None
+
+
+def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time) -> float | None:
+    """The provider's retry hint in seconds, read in order from: ``retry-after-ms``, ``Retry-After``
+    (seconds or HTTP date), Gemini ``RetryInfo.retryDelay``, OpenAI ``x-ratelimit-reset-*``, and finally
+    phrases in the message (``retry-after: 5``, ``try again in 3.89s``).
+    """
+    h = facts.headers
+    raw = h.get("retry-after-ms")
+    if raw is not None:
+        try:
+            v = _finite(float(raw) / 1000.0)
+            if v is not None:
+                return v
+        except ValueError:
+            pass
+    raw = h.get("retry-after")
+    if raw is not None:
+        try:
+            v = _finite(float(raw))
+            if v is not None:
+                return v
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(raw)
+                return max(0.0, when.timestamp() - now())
+            except (TypeError, ValueError, IndexError):
+                pass
+    if facts.retry_delay:
+        v = _finite(parse_duration(facts.retry_delay))
+        if v is not None:
+            return v
+    resets = []
+    for kind in ("tokens", "requests"):
+        reset = h.get(f"x-ratelimit-reset-{kind}")
+        if reset is None:
+            continue
+        v = _finite(parse_duration(reset))
+        if v is None:
+            continue
+        if h.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+            return v
+        resets.append(v)
+    if resets and facts.status == 429:
+        return min(resets)
+    if facts.message:
+        for pattern in _TEXT_HINTS:
+            m = pattern.search(facts.message)
+            if m:
+                scale = 1e-3 if (m.lastindex or 0) >= 2 and m.group(2).lower() == "ms" else 1.0
+                return _finite(float(m.group(1)) * scale)
+    return None
+
+
+# --- building the typed error -------------------------------------------------------------------
+
+
+def provider_error(
+    facts: ErrorFacts,
+    *,
+    provider: str | None,
+    model: str | None,
+    request_id: str | None = None,
+    secrets: Iterable[str] = (),
+    fallback_message: str = "provider error",
+) -> ProviderError:
+    """A typed, classified error for ``facts``, its message scrubbed of every secret."""
+    message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
+    error_class = classify(facts)
+    kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
+    return kind(
+        message,
+        error_class=error_class,
+        provider=provider,
+        model=model,
+        status=facts.status,
+        error_type=facts.error_type,
+        error_code=facts.error_code,
+        retry_after=retry_after_seconds(facts),
+        request_id=request_id or facts.headers.get("x-request-id") or facts.headers.get("request-id"),
+        auth_failure=is_auth_failure(facts),
+    )
+
+
+def error_class_of(exc: BaseException) -> ErrorClass:
+    """The error class of any exception raised during an attempt."""
+    if isinstance(exc, ProviderError):
+        return exc.error_class
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return ErrorClass.TIMEOUT
+    if isinstance(exc, ConnectionError | OSError):
+        return ErrorClass.RETRYABLE
+    return classify_text(str(exc))
+
+
+def is_dead_key_error(exc: BaseException) -> bool:
+    """The failure means the credential used is invalid (401/403, Gemini ``API_KEY_INVALID``)."""
+    return isinstance(exc, ProviderError) and (exc.auth_failure or exc.status in (401, 403))

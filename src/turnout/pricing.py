@@ -1,0 +1,156 @@
+"""Prices and context windows: the profile's own settings first, else the ``genai-prices`` catalogue.
+
+Catalogue lookups are slow (Decimal arithmetic, model matching), so each (family, model) is resolved once
+into float rates (with their long-context tiers) and cached; pricing an attempt is then a few
+multiplications.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from turnout.config.schema import Pricing
+from turnout.types import Usage
+
+#: genai-prices provider ids per family (None: not in the catalogue).
+FAMILY_CATALOGUE_IDS: dict[str, str | None] = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "google",
+    "google": "google",
+    "groq": "groq",
+    "mistral": "mistral",
+    "deepseek": "deepseek",
+    "xai": "x-ai",
+    "together": "together",
+    "openrouter": "openrouter",
+    "azure": "azure",
+    "ollama": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rate:
+    """USD per million tokens, possibly tiered by total input tokens (the whole count pays the tier rate)."""
+
+    base: float
+    tiers: tuple[tuple[int, float], ...] = ()
+
+    def at(self, total_input: int) -> float:
+        for start, price in reversed(self.tiers):
+            if total_input > start:
+                return price
+        return self.base
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """A model's rates, USD per million tokens."""
+
+    input: _Rate
+    output: _Rate
+    cached_input: _Rate | None = None
+    cache_write: _Rate | None = None
+
+    def cost(self, usage: Usage) -> float:
+        """The cost of ``usage``; cached and cache-write tokens are priced apart from plain input."""
+        total_in = usage.input_tokens
+        cached = usage.cached_input_tokens if self.cached_input is not None else 0
+        written = usage.cache_write_tokens if self.cache_write is not None else 0
+        plain = max(total_in - cached - written, 0)
+        cost = plain * self.input.at(total_in) + usage.output_tokens * self.output.at(total_in)
+        if self.cached_input is not None:
+            cost += cached * self.cached_input.at(total_in)
+        if self.cache_write is not None:
+            cost += written * self.cache_write.at(total_in)
+        return cost / 1_000_000
+
+
+def rates_from_pricing(p: Pricing) -> Rates:
+    """Rates from a profile's ``pricing`` table."""
+    return Rates(
+        input=_Rate(p.input),
+        output=_Rate(p.output),
+        cached_input=_Rate(p.cached_input) if p.cached_input is not None else None,
+        cache_write=_Rate(p.cache_write) if p.cache_write is not None else None,
+    )
+
+
+def _rate(value: Any) -> _Rate | None:
+    if value is None:
+        return None
+    tiers = getattr(value, "tiers", None)
+    if tiers is not None:
+        return _Rate(float(value.base), tuple((int(t.start), float(t.price)) for t in tiers))
+    return _Rate(float(value))
+
+
+class Catalogue:
+    """Cached lookups of model prices and context windows in ``genai-prices`` (loaded on first use)."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str], tuple[Rates | None, int | None]] = {}
+        self._lock = threading.Lock()
+
+    def _lookup(self, family: str, model: str) -> tuple[Rates | None, int | None]:
+        key = (family, model)
+        hit = self._models.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            found = self._models.get(key) or self._resolve(family, model)
+            self._models[key] = found
+            return found
+
+    @staticmethod
+    def _resolve(family: str, model: str) -> tuple[Rates | None, int | None]:
+        try:
+            from genai_prices.data_snapshot import get_snapshot
+        except ImportError:  # pragma: no cover - genai-prices is a dependency
+            return None, None
+        snapshot = get_snapshot()
+        provider_id = FAMILY_CATALOGUE_IDS.get(family, family)
+        info = None
+        for pid in (provider_id, None) if provider_id else (None,):
+            try:
+                _, info = snapshot.find_provider_model(model, None, pid, None)
+                break
+            except LookupError:
+                continue
+        if info is None:
+            return None, None
+        window = getattr(info, "context_window", None)
+        try:
+            price = info.get_prices(datetime.now(UTC))
+        except (LookupError, ValueError, AttributeError):
+            return None, window
+        inp = _rate(getattr(price, "input_mtok", None))
+        out = _rate(getattr(price, "output_mtok", None))
+        if inp is None or out is None:
+            return None, window
+        rates = Rates(
+            input=inp,
+            output=out,
+            cached_input=_rate(getattr(price, "cache_read_mtok", None)),
+            cache_write=_rate(getattr(price, "cache_write_mtok", None)),
+        )
+        return rates, window
+
+    def rates(self, family: str, model: str) -> Rates | None:
+        """The catalogue's rates for a model, or None when it is not listed."""
+        return self._lookup(family, model)[0]
+
+    def context_window(self, family: str, model: str) -> int | None:
+        """The catalogue's context window for a model, or None when unknown."""
+        return self._lookup(family, model)[1]
+
+
+_DEFAULT = Catalogue()
+
+
+def default_catalogue() -> Catalogue:
+    """The process-wide catalogue."""
+    return _DEFAULT

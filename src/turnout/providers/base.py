@@ -1,0 +1,307 @@
+"""What every HTTP adapter shares: settings from the profile, the request cycle, error translation.
+
+An adapter subclasses :class:`HTTPAdapter` and supplies its protocol: the URL, auth headers, the request
+body, the response parser, the error-body parser and a :class:`StreamDecoder`. The request cycle,
+timeouts, size bounds, error classification and stream completion checks live here once.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Self
+
+import orjson
+
+from turnout.classify import ErrorFacts, provider_error
+from turnout.config.schema import Profile
+from turnout.errors import ProtocolError, ProviderError
+from turnout.provider import Provider
+from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.registry import Family, family_for
+from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
+
+AZURE_DEFAULT_API_VERSION = "2024-10-21"
+
+#: Parse failures that mean "the provider sent something malformed", never a crash.
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterSettings:
+    """Everything an adapter needs from its profile, resolved once at construction."""
+
+    profile: str
+    family: Family
+    base_url: str
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+    max_response_bytes: int = 32 * 1024 * 1024
+    temperature: float | None = None
+    max_tokens: int | None = None
+    provider_extra: Mapping[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    merge_system_into_user: bool = False
+    ssl_ca: str | None = None
+    native_tools: bool | None = None
+    vision: bool | None = None
+    streaming: bool | None = None
+    api_version: str = AZURE_DEFAULT_API_VERSION
+    deployment: str | None = None
+    think: bool | None = None
+    num_ctx: int | None = None
+    num_predict: int | None = None
+
+    @classmethod
+    def from_profile(cls, name: str, profile: Profile) -> AdapterSettings:
+        """Resolve a profile's endpoint, timeouts and options."""
+        fam_name = name.partition(".")[0]
+        family = family_for(fam_name, profile.kind)
+        base = profile.uri or family.base_url
+        if family.vendor == "azure" and not profile.uri:
+            base = f"https://{profile.resource}.openai.azure.com/openai/deployments/{profile.deployment}"
+        return cls(
+            profile=name,
+            family=family,
+            base_url=base.rstrip("/"),
+            timeouts=Timeouts(
+                connect=profile.connect_timeout_secs,
+                first_token=profile.first_token_timeout_secs,
+                idle=profile.idle_timeout_secs,
+                total=profile.timeout_secs,
+            ),
+            extra_headers={k: v.reveal() for k, v in profile.extra_headers.items()},
+            max_response_bytes=profile.max_response_bytes,
+            temperature=profile.temperature,
+            max_tokens=profile.max_tokens,
+            provider_extra=dict(profile.provider_extra),
+            chat_template_kwargs=profile.chat_template_kwargs,
+            merge_system_into_user=profile.merge_system_into_user,
+            ssl_ca=profile.tls_ca_cert_path,
+            native_tools=profile.native_tools,
+            vision=profile.vision,
+            streaming=profile.streaming,
+            api_version=profile.api_version or AZURE_DEFAULT_API_VERSION,
+            deployment=profile.deployment,
+            think=profile.think,
+            num_ctx=profile.num_ctx,
+            num_predict=profile.num_predict,
+        )
+
+
+class StreamDecoder(ABC):
+    """Turns one protocol's stream body into events and owns its completion signal.
+
+    :meth:`feed` raises a classified :class:`~turnout.errors.ProviderError` for an in-band error and a
+    :class:`~turnout.errors.ProtocolError` for a malformed event. :meth:`finish` runs at end of body and
+    raises :class:`~turnout.errors.StreamTruncated` when the completion signal was never seen.
+    """
+
+    #: Set when the protocol's terminal marker was read; the adapter stops reading.
+    done: bool = False
+
+    @abstractmethod
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        """Consume body bytes; return the events they completed."""
+
+    @abstractmethod
+    def finish(self) -> list[StreamEvent]:
+        """End of body: the remaining events (ending with ``Final``), or ``StreamTruncated``."""
+
+
+_TAG = re.compile(rb"<[^>]*>")
+_SPACE = re.compile(rb"\s+")
+
+
+def body_excerpt(body: bytes, limit: int = 200) -> str:
+    """A short, readable excerpt of a non-JSON error body (HTML tags and runs of space removed)."""
+    text = _SPACE.sub(b" ", _TAG.sub(b" ", body[:4096])).strip()
+    return text[:limit].decode("utf-8", "replace")
+
+
+def loads(body: bytes, *, provider: str, model: str | None, what: str = "response") -> Any:
+    """Decode JSON or raise a retryable :class:`ProtocolError` naming what was malformed."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"malformed {what}: invalid JSON", provider=provider, model=model) from exc
+
+
+class HTTPAdapter(Provider):
+    """Base of every wire-protocol adapter. One instance is bound to one credential.
+
+    Subclasses set :attr:`protocol` and implement the hooks below; :meth:`with_key` makes a sibling bound to
+    another key of the same profile (sharing the session), so a key pool costs nothing per call.
+    """
+
+    protocol: ClassVar[str]
+    default_capabilities: ClassVar[Capabilities] = Capabilities(
+        native_tools=True, vision=True, streaming=True, streaming_tool_events=True
+    )
+
+    def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
+        self.settings = settings
+        self.http = http
+        self.api_key = api_key or None
+        secrets = [api_key, *settings.extra_headers.values()]
+        self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
+        self._headers: dict[str, str] = {"Content-Type": "application/json", **settings.extra_headers}
+        self._headers.update(self.auth_headers(self.api_key))
+        self._ssl = http.ssl_context(settings.ssl_ca)
+        self._caps = self._capabilities()
+
+    def with_key(self, api_key: str | None) -> Self:
+        """The same adapter bound to another credential."""
+        return type(self)(self.settings, self.http, api_key)
+
+    @property
+    def profile(self) -> str:
+        """The profile this adapter serves (``family.alias``)."""
+        return self.settings.profile
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Headers carrying the credential (empty without one)."""
+
+    @abstractmethod
+    def url(self, model: str, stream: bool) -> str:
+        """The endpoint for a call."""
+
+    @abstractmethod
+    def build_body(
+        self, request: ChatRequest, model: str, temperature: float | None, stream: bool
+    ) -> dict[str, Any]:
+        """The request body."""
+
+    @abstractmethod
+    def parse_response(self, data: Any, model: str) -> ChatResponse:
+        """A decoded non-streaming response body → the answer (may raise ``RefusalError``)."""
+
+    @abstractmethod
+    def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
+        """What an error response says (status, type, code, message, retry hints)."""
+
+    @abstractmethod
+    def decoder(self, model: str) -> StreamDecoder:
+        """A fresh decoder for one stream."""
+
+    # --- shared -----------------------------------------------------------------------------
+
+    def _capabilities(self) -> Capabilities:
+        base = self.default_capabilities
+        s = self.settings
+        streaming = base.streaming if s.streaming is None else s.streaming
+        native = base.native_tools if s.native_tools is None else s.native_tools
+        return replace(
+            base,
+            native_tools=native,
+            vision=base.vision if s.vision is None else s.vision,
+            streaming=streaming,
+            streaming_tool_events=base.streaming_tool_events and streaming and native,
+        )
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        """Protocol defaults with the profile's ``native_tools``/``vision``/``streaming`` overrides."""
+        return self._caps
+
+    def target(self, model: str | None) -> Target:
+        """Identity and secrets for errors raised while calling ``model``."""
+        return Target(provider=self.settings.profile, model=model, secrets=self._secrets)
+
+    def temperature(self, temperature: float | None) -> float | None:
+        """The caller's temperature, else the profile's default (None: left out of the request)."""
+        return temperature if temperature is not None else self.settings.temperature
+
+    def max_tokens(self, request: ChatRequest, default: int | None = None) -> int | None:
+        """The caller's max tokens, else the profile's, else ``default``."""
+        return request.max_tokens or self.settings.max_tokens or default
+
+    def error(self, status: int, headers: Mapping[str, str], body: bytes, model: str | None) -> ProviderError:
+        """A classified error for an HTTP error response."""
+        lowered = {k.lower(): v for k, v in headers.items()}
+        try:
+            facts = self.error_facts(status, lowered, body)
+        except MALFORMED:
+            facts = ErrorFacts(status=status, headers=lowered, message=body_excerpt(body))
+        if not facts.message:
+            facts = replace(facts, message=body_excerpt(body) or f"HTTP {status}")
+        return provider_error(facts, provider=self.settings.profile, model=model, secrets=self._secrets)
+
+    def in_band_error(self, facts: ErrorFacts, model: str | None) -> ProviderError:
+        """A classified error for an error event inside a 200 stream."""
+        return provider_error(replace(facts, in_band=True), provider=self.settings.profile, model=model,
+                              secrets=self._secrets)
+
+    def with_merged_extras(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``provider_extra`` and ``chat_template_kwargs`` merged into a body."""
+        if self.settings.provider_extra:
+            body.update(self.settings.provider_extra)
+        if self.settings.chat_template_kwargs is not None:
+            body["chat_template_kwargs"] = dict(self.settings.chat_template_kwargs)
+        return body
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        """One non-streaming call."""
+        body = orjson.dumps(self.build_body(request, model, temperature, False))
+        target = self.target(model)
+        resp = await self.http.post(
+            self.url(model, False),
+            headers=self._headers,
+            body=body,
+            timeouts=self.settings.timeouts,
+            target=target,
+            max_bytes=self.settings.max_response_bytes,
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        data = loads(resp.body, provider=self.settings.profile, model=model)
+        try:
+            parsed = self.parse_response(data, model)
+        except MALFORMED as exc:
+            raise ProtocolError(
+                f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
+            ) from exc
+        request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+        return replace(parsed, request_id=parsed.request_id or request_id)
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """One streaming call; ends with ``Final`` only when the protocol's completion signal arrived."""
+        body = orjson.dumps(self.build_body(request, model, temperature, True))
+        decoder = self.decoder(model)
+        async with self.http.stream(
+            self.url(model, True),
+            headers=self._headers,
+            body=body,
+            timeouts=self.settings.timeouts,
+            target=self.target(model),
+            ssl_context=self._ssl,
+        ) as resp:
+            if resp.status >= 400:
+                raw = await resp.read_body(min(self.settings.max_response_bytes, 1024 * 1024))
+                raise self.error(resp.status, resp.headers, raw, model)
+            async for chunk in resp.chunks():
+                try:
+                    events = decoder.feed(chunk)
+                except MALFORMED as exc:
+                    raise ProtocolError(
+                        f"malformed stream event: {type(exc).__name__}", provider=self.settings.profile, model=model
+                    ) from exc
+                for event in events:
+                    yield event
+                if decoder.done:
+                    break
+            try:
+                tail = decoder.finish()
+            except MALFORMED as exc:
+                raise ProtocolError(
+                    f"malformed stream event: {type(exc).__name__}", provider=self.settings.profile, model=model
+                ) from exc
+            for event in tail:
+                yield event

@@ -1,0 +1,150 @@
+"""Incremental byte-level framing for Server-Sent Events and NDJSON.
+
+Both parsers take bytes as they arrive (split anywhere, even inside a CRLF pair or a UTF-8 sequence) and
+return complete events. They never re-scan or copy what they already consumed: only the unfinished last
+line is carried over between reads. Lines and events are bounded; exceeding the bound raises
+:class:`~turnout.errors.ProtocolError` so a hostile upstream cannot exhaust memory.
+
+SSE follows the WHATWG rules: ``\\n``, ``\\r\\n`` and ``\\r`` end lines; a blank line ends an event;
+several ``data:`` lines join with ``\\n``; lines starting with ``:`` are comments; one space after the
+colon is dropped; an event with no data is not dispatched.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from turnout.errors import ProtocolError
+
+DEFAULT_MAX_LINE = 8 * 1024 * 1024
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event: its ``event:`` name ("" when absent) and its data as bytes."""
+
+    event: str
+    data: bytes
+
+
+class SSEParser:
+    """Incremental SSE parser.
+
+    Call :meth:`feed` with each chunk, then :meth:`finish` at end of body. Lines that are not SSE
+    fields (for example a raw JSON error body a proxy appended) are kept in :attr:`stray` so an adapter
+    can inspect them at EOF.
+    """
+
+    __slots__ = ("_cr", "_data", "_event", "_has_data", "_max", "_tail", "comments", "stray")
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._tail = b""
+        self._cr = False  # the previous chunk ended with \r (maybe half of \r\n)
+        self._event = ""
+        self._data: list[bytes] = []
+        self._has_data = False
+        self._max = max_line
+        self.comments = 0
+        self.stray: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Consume a chunk; return the events it completed."""
+        if self._cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._cr = False
+        if not chunk:
+            return []
+        if b"\r" in chunk:
+            self._cr = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        data = self._tail + chunk if self._tail else chunk
+        out: list[SSEEvent] = []
+        pos = 0
+        find = data.find
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                break
+            self._line(data[pos:nl], out)
+            pos = nl + 1
+        self._tail = data[pos:] if pos < len(data) else b""
+        if len(self._tail) > self._max:
+            raise ProtocolError(f"stream line longer than {self._max} bytes")
+        return out
+
+    def _line(self, line: bytes, out: list[SSEEvent]) -> None:
+        if not line:
+            if self._has_data:
+                out.append(SSEEvent(self._event, b"\n".join(self._data) if len(self._data) > 1 else self._data[0]))
+            self._event = ""
+            self._data = []
+            self._has_data = False
+            return
+        if line[0] == 58:  # ':' comment / keep-alive
+            self.comments += 1
+            return
+        colon = line.find(b":")
+        if colon < 0:
+            field, value = line, b""
+        else:
+            field = line[:colon]
+            value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
+        if field == b"data":
+            self._data.append(value)
+            self._has_data = True
+            if len(self._data) > 1 and sum(map(len, self._data)) > self._max:
+                raise ProtocolError(f"stream event larger than {self._max} bytes")
+        elif field == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif field in (b"id", b"retry"):
+            pass
+        elif len(self.stray) < 64:
+            self.stray.append(line)
+
+    def finish(self) -> list[SSEEvent]:
+        """End of body: dispatch an event whose lines were complete but lacked the closing blank line.
+
+        An unfinished last line (no line break) is a cut in the middle of a line: it is dropped, and
+        kept in :attr:`stray` for inspection.
+        """
+        out: list[SSEEvent] = []
+        if self._tail:
+            self.stray.append(self._tail)
+            self._tail = b""
+        self._line(b"", out)
+        return out
+
+
+class NDJSONParser:
+    """Incremental newline-delimited JSON framing: returns complete, non-blank lines as bytes."""
+
+    __slots__ = ("_max", "_tail")
+
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._tail = b""
+        self._max = max_line
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Consume a chunk; return the complete lines it finished (``\\r`` before ``\\n`` removed)."""
+        data = self._tail + chunk if self._tail else chunk
+        out: list[bytes] = []
+        pos = 0
+        find = data.find
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                break
+            end = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
+            if end > pos:
+                line = data[pos:end]
+                if not line.isspace():
+                    out.append(line)
+            pos = nl + 1
+        self._tail = data[pos:] if pos < len(data) else b""
+        if len(self._tail) > self._max:
+            raise ProtocolError(f"stream line longer than {self._max} bytes")
+        return out
+
+    def finish(self) -> bytes:
+        """End of body: the unterminated last line ("" when the body ended with a line break)."""
+        tail, self._tail = self._tail.strip(), b""
+        return tail

@@ -1,0 +1,169 @@
+"""Fakes for unit tests: scripted providers, a fake clock, and walk builders."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnout.classify import ErrorFacts, provider_error
+from turnout.errors import ProviderError
+from turnout.keys import KeyPool
+from turnout.pricing import Catalogue, Rates, _Rate
+from turnout.provider import Provider
+from turnout.reliable import Entry, ReliableProvider
+from turnout.state import MemoryStore, StateStore
+from turnout.types import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Final,
+    StreamEvent,
+    TextDelta,
+    Usage,
+    UsageEvent,
+)
+
+FULL = Capabilities(native_tools=True, vision=True, streaming=True, streaming_tool_events=True)
+
+Step = Any  # a ChatResponse, a str (answer text), an exception, or a list of stream events
+
+
+class Scripted(Provider):
+    """Answers call N with step N (the last step repeats). Records the model of every call."""
+
+    def __init__(self, *steps: Step, caps: Capabilities = FULL, name: str = "") -> None:
+        self.steps = list(steps) or ["ok"]
+        self.calls: list[str] = []
+        self.requests: list[ChatRequest] = []
+        self.stream_calls: list[str] = []
+        self.caps = caps
+        self.name = name
+        self.closed_streams = 0
+
+    def _next(self) -> Step:
+        return self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        self.calls.append(model)
+        self.requests.append(request)
+        step = self._next()
+        if isinstance(step, BaseException):
+            raise step
+        if isinstance(step, str):
+            return ChatResponse(text=step, model=model, usage=Usage(input_tokens=10, output_tokens=5))
+        if isinstance(step, list):
+            raise AssertionError("a stream step was used for chat")
+        assert isinstance(step, ChatResponse)
+        return step
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        self.stream_calls.append(model)
+        step = self._next()
+        try:
+            if isinstance(step, BaseException):
+                raise step
+            if isinstance(step, str):
+                step = [TextDelta(text=step), UsageEvent(usage=Usage(input_tokens=10, output_tokens=5)), Final()]
+            for item in step:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        except GeneratorExit:
+            self.closed_streams += 1
+            raise
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        return self.caps
+
+
+def err(status: int | None = 500, message: str = "upstream failure", **facts: Any) -> ProviderError:
+    """A classified provider error as an adapter would raise it."""
+    headers = {k.lower(): str(v) for k, v in facts.pop("headers", {}).items()}
+    return provider_error(
+        ErrorFacts(status=status, message=message, headers=headers, **facts), provider="x.y", model="m"
+    )
+
+
+@dataclass
+class FakeClock:
+    """A wall clock that only moves when someone sleeps (or when told)."""
+
+    now: float = 1_000_000.0
+    sleeps: list[float] = field(default_factory=list)
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class NoCatalogue(Catalogue):
+    """A catalogue that knows nothing (tests set windows and prices explicitly)."""
+
+    def rates(self, family: str, model: str) -> Rates | None:
+        return None
+
+    def context_window(self, family: str, model: str) -> int | None:
+        return None
+
+
+@dataclass
+class E:
+    """An entry spec for :func:`walk`: profile, pinned model, providers (one per key), options."""
+
+    profile: str
+    model: str | None
+    providers: Sequence[Provider]
+    keys: Sequence[str] = ()
+    refusal_fallback: bool = False
+    context_window: int | None = None
+    price: tuple[float, float] | None = None
+
+
+def walk(
+    *specs: E,
+    retries: int = 2,
+    backoff_ms: int = 500,
+    clock: FakeClock | None = None,
+    store: StateStore | None = None,
+    jitter: float = 1.0,
+) -> ReliableProvider:
+    """A reliable provider over the given entries; entries of one profile share one key pool."""
+    store = store if store is not None else MemoryStore()
+    clock = clock if clock is not None else FakeClock()
+    pools: dict[str, KeyPool] = {}
+    entries = []
+    for s in specs:
+        pool = pools.setdefault(s.profile, KeyPool(s.profile, list(s.keys), store))
+        rates = Rates(input=_Rate(s.price[0]), output=_Rate(s.price[1])) if s.price else None
+        entries.append(
+            Entry(
+                profile=s.profile,
+                model=s.model,
+                providers=tuple(s.providers),
+                keys=pool,
+                refusal_fallback=s.refusal_fallback,
+                context_window=s.context_window,
+                rates=rates,
+            )
+        )
+    return ReliableProvider(
+        entries,
+        provider_retries=retries,
+        provider_backoff_ms=backoff_ms,
+        store=store,
+        catalogue=NoCatalogue(),
+        clock=clock,
+        sleep=clock.sleep,
+        jitter=lambda: jitter,
+    )
+
+
+def req(text: str = "hello") -> ChatRequest:
+    """A one-message request."""
+    return ChatRequest.of(text)
