@@ -167,3 +167,20 @@ def walk(
 def req(text: str = "hello") -> ChatRequest:
     """A one-message request."""
     return ChatRequest.of(text)
+
+
+class Fleet:
+    """An adapter builder handing out one :class:`Scripted` per (profile, key), scripted by profile."""
+
+    def __init__(self, **scripts: Sequence[Step]) -> None:
+        self.scripts = {name.replace("__", "."): list(steps) for name, steps in scripts.items()}
+        self.built: dict[tuple[str, str | None], Scripted] = {}
+
+    def __call__(self, name: str, profile: Any, key: str | None) -> Scripted:
+        provider = Scripted(*self.scripts.get(name, ["ok from " + name]), name=name)
+        self.built[(name, key)] = provider
+        return provider
+
+    def calls(self, name: str) -> list[str]:
+        """Every model sent to profile ``name`` (all keys)."""
+        return [m for (n, _), p in self.built.items() if n == name for m in p.calls]

@@ -6,6 +6,8 @@ request after the user has seen output, and record which backend served each ans
 attempt cost.
 """
 
+from turnout.attribution import Attempt, FallbackNotice, RouteRef
+from turnout.client import Client
 from turnout.config import Config, ConfigWarning, load_config_dict, load_config_file, load_config_toml
 from turnout.errors import (
     AllProvidersFailed,
@@ -25,6 +27,9 @@ from turnout.errors import (
     TurnoutError,
 )
 from turnout.provider import Provider
+from turnout.reliable import ReliableProvider
+from turnout.reply import Reply
+from turnout.router import Router
 from turnout.types import (
     AnthropicTools,
     Capabilities,
@@ -54,15 +59,18 @@ __version__ = "0.1.0"
 __all__ = [
     "AllProvidersFailed",
     "AnthropicTools",
+    "Attempt",
     "Capabilities",
     "ChatRequest",
     "ChatResponse",
+    "Client",
     "Config",
     "ConfigError",
     "ConfigWarning",
     "ContextWindowExceeded",
     "EmptyCompletion",
     "ErrorClass",
+    "FallbackNotice",
     "Final",
     "GeminiTools",
     "ImagePart",
@@ -77,6 +85,10 @@ __all__ = [
     "ProviderToolEvent",
     "ReasoningDelta",
     "RefusalError",
+    "ReliableProvider",
+    "Reply",
+    "RouteRef",
+    "Router",
     "StreamEvent",
     "StreamInterruptedAfterOutput",
     "StreamTruncated",

@@ -1,0 +1,305 @@
+"""The public entry point: :class:`Client`.
+
+::
+
+    async with Client.from_file("turnout.toml") as client:
+        reply = await client.chat([{"role": "user", "content": "hi"}], model="hint:fast")
+        print(reply.text, reply.served, reply.notice)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from turnout.attribution import DispatchScope, RouteRef, dispatch_scope, fallback_notice
+from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
+from turnout.errors import (
+    AllProvidersFailed,
+    ConfigError,
+    ContextWindowExceeded,
+    RefusalError,
+    StreamInterruptedAfterOutput,
+    TurnCancelled,
+)
+from turnout.factory import AdapterBuilder, Factory, missing_model_error
+from turnout.ledger import CallRecord, Ledger
+from turnout.pricing import Catalogue
+from turnout.providers.http import HttpClient
+from turnout.reply import Reply
+from turnout.router import Router, Target
+from turnout.state import MemoryStore, StateStore
+from turnout.types import ChatRequest, ChatResponse, Message, ToolSpec
+
+MessagesArg = Iterable[Message | Mapping[str, Any]] | str
+ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
+
+
+def _state_store(config: Config) -> StateStore:
+    if config.state.backend == "redis":
+        from turnout.state.redis import RedisStore
+
+        assert config.state.url is not None  # checked when the config loaded
+        return RedisStore(config.state.url, prefix=config.state.key_prefix)
+    return MemoryStore()
+
+
+def error_outcome(exc: BaseException) -> str:
+    """The ledger outcome of a failed call."""
+    if isinstance(exc, AllProvidersFailed):
+        return "all_failed"
+    if isinstance(exc, RefusalError):
+        return "refusal"
+    if isinstance(exc, ContextWindowExceeded):
+        return "context_window"
+    if isinstance(exc, StreamInterruptedAfterOutput):
+        return "stream_interrupted"
+    if isinstance(exc, TurnCancelled | asyncio.CancelledError):
+        return "cancelled"
+    return type(exc).__name__
+
+
+class Call:
+    """One logical call in flight: its target, requested route and dispatch scope.
+
+    Used by :class:`Client` and the streaming runtime to turn an accepted response into a :class:`Reply`
+    (and a ledger record), or to record a failure.
+    """
+
+    __slots__ = ("call_id", "client", "requested", "scope", "started", "stream", "target")
+
+    def __init__(self, client: Client, target: Target, *, stream: bool) -> None:
+        self.client = client
+        self.target = target
+        self.stream = stream
+        first = target.walk.entries[0]
+        self.requested = RouteRef(provider=first.profile, model=first.served_model(target.model))
+        self.scope = DispatchScope()
+        self.call_id = uuid.uuid4().hex
+        self.started = time.time()
+
+    def accept(self, response: ChatResponse) -> Reply:
+        """Commit the served route of an accepted answer and record the call."""
+        scope = self.scope
+        served = scope.served or self.requested
+        later = scope.served_entry is not None and scope.served_entry[1] > 0
+        is_fallback = later or served != self.requested
+        notice = (
+            fallback_notice(self.requested, served, intra_family=self.client.config.notices.intra_family)
+            if is_fallback
+            else None
+        )
+        attempts = tuple(scope.attempts)
+        accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
+        self.client.record(
+            CallRecord(
+                call_id=self.call_id,
+                ts=self.started,
+                surface=self.client.surface,
+                stream=self.stream,
+                requested=self.requested,
+                served=served,
+                fallback=is_fallback,
+                outcome="ok",
+                attempts=attempts,
+                accepted_index=accepted,
+            )
+        )
+        return Reply.of(
+            response, requested=self.requested, served=served, fallback=notice, attempts=attempts,
+            call_id=self.call_id,
+        )
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a failed call (its attempts stay in the ledger; no served route is committed)."""
+        self.client.record(
+            CallRecord(
+                call_id=self.call_id,
+                ts=self.started,
+                surface=self.client.surface,
+                stream=self.stream,
+                requested=self.requested,
+                served=None,
+                fallback=False,
+                outcome=error_outcome(exc),
+                attempts=tuple(self.scope.attempts),
+            )
+        )
+
+
+class Client:
+    """One reliable front over the providers of a configuration.
+
+    Build it with :meth:`from_file`, :meth:`from_toml` or :meth:`from_dict`; use it as an async context
+    manager (or call :meth:`aclose`). Construction validates everything and materialises the default
+    route, so a bad configuration fails here, not on the first request.
+
+    Args:
+        config: A loaded configuration.
+        ledger: True to follow ``[ledger]``; False to keep no ledger; or a :class:`Ledger` to use.
+        store: Cooldown/key state (default: ``[state]`` from the config).
+        http: A shared HTTP client (default: a new one).
+        catalogue: Prices and context windows (default: the ``genai-prices`` catalogue).
+        adapter_builder: Replaces HTTP adapters (for tests).
+        clock / sleep / jitter: Time and randomness of the walk (for tests).
+        surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        ledger: bool | Ledger = True,
+        store: StateStore | None = None,
+        http: HttpClient | None = None,
+        catalogue: Catalogue | None = None,
+        adapter_builder: AdapterBuilder | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+        surface: str = "library",
+    ) -> None:
+        self.config = config
+        self.surface = surface
+        self.factory = Factory(
+            config,
+            http=http,
+            store=store if store is not None else _state_store(config),
+            catalogue=catalogue,
+            adapter_builder=adapter_builder,
+            clock=clock,
+            sleep=sleep,
+            jitter=jitter,
+        )
+        self.router = self.factory.router()
+        if isinstance(ledger, Ledger):
+            self.ledger: Ledger | None = ledger
+        elif ledger and config.ledger.enabled:
+            self.ledger = Ledger(config.ledger.path)
+        else:
+            self.ledger = None
+
+    # --- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Client:
+        """A client for the TOML file at ``path``."""
+        return cls(load_config_file(Path(path)), **options)
+
+    @classmethod
+    def from_toml(cls, text: str, **options: Any) -> Client:
+        """A client for TOML text."""
+        return cls(load_config_toml(text), **options)
+
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any], **options: Any) -> Client:
+        """A client for a mapping shaped like ``turnout.toml``."""
+        return cls(load_config_dict(mapping), **options)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close connections and flush the ledger."""
+        await self.factory.aclose()
+        if self.ledger is not None:
+            await self.ledger.aclose()
+
+    # --- routing -----------------------------------------------------------------------------
+
+    def route(self, *, model: str | None = None, provider: str | None = None, sender: str | None = None) -> Target:
+        """Where a call with these options goes: the walk and the model to send.
+
+        ``sender`` applies ``[senders.<id>]`` (call arguments win); ``provider`` makes another profile the
+        active one; ``model`` is a hint (``hint:fast``) or a plain model pinned on the active profile.
+
+        Raises:
+            ConfigError: An unknown profile, or a profile without a model and no model given.
+        """
+        if sender is not None and sender in self.config.senders:
+            override = self.config.senders[sender]
+            provider = provider if provider is not None else override.provider
+            model = model if model is not None else override.model
+        active: str | None = None
+        if provider is not None:
+            active = resolve_profile_ref(self.config, provider)
+            if active is None:
+                raise ConfigError(f"provider {provider!r} does not name a configured profile", code="unknown_profile")
+        is_hint = model is not None and model.startswith("hint:")
+        router: Router = self.router if active is None and (model is None or is_hint) else self.factory.router(
+            active, None if is_hint else model
+        )
+        target = router.resolve(model)
+        if not target.model and not target.walk.entries[0].pinned:
+            raise missing_model_error(target.walk.entries[0].profile)
+        return target
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def record(self, call: CallRecord) -> None:
+        """Send a finished call to the ledger (no-op without one)."""
+        if self.ledger is not None:
+            self.ledger.record(call)
+
+    async def chat(
+        self,
+        messages: MessagesArg,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        sender: str | None = None,
+        tools: ToolsArg = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        tool_choice: str | None = None,
+    ) -> Reply:
+        """Ask for one complete answer through the reliable walk.
+
+        Args:
+            messages: The conversation (``Message`` objects or OpenAI-style dicts), or one prompt string.
+            model: ``hint:<name>``, a plain model for the active profile, or None for its default.
+            provider: Another profile to make active for this call (``family.alias``).
+            sender: A sender id whose ``[senders.<id>]`` override applies.
+            tools: Tools the model may call (``ToolSpec`` or OpenAI-style dicts).
+            temperature: Sampling temperature (None: left out of the request).
+            max_tokens: Upper bound on output tokens.
+            tool_choice: ``auto``, ``none``, ``required`` or a tool name.
+
+        Raises:
+            AllProvidersFailed: Every entry failed (``.attempts`` says how).
+            RefusalError: The model refused.
+            ContextWindowExceeded: The request is too large for every remaining model.
+            ConfigError: The options name an unknown profile, or no model is known.
+        """
+        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
+        target = self.route(model=model, provider=provider, sender=sender)
+        call = Call(self, target, stream=False)
+        with dispatch_scope(call.scope):
+            try:
+                response = await target.walk.chat(request, target.model, temperature)
+            except BaseException as exc:
+                call.fail(exc)
+                raise
+        return call.accept(response)
+
+    def status(self) -> dict[str, Any]:
+        """Current cooldowns (seconds remaining) and dead key ids, for ``turnout status`` and the gateway."""
+        now = self.factory.clock()
+        store = self.factory.store
+        return {
+            "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
+            "dead_keys": sorted(store.dead_keys()),
+            "profiles": sorted(self.config.profiles()),
+        }

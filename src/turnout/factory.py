@@ -1,0 +1,172 @@
+"""Building providers from a loaded configuration.
+
+One adapter per (profile, key), shared by every entry and route that uses it, all on one HTTP session;
+one key pool per (profile, credentials); one reliable walk per materialised route; one router per
+active profile and model. Everything here happens once, at construction, never per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from turnout.config.graph import EntrySpec, Plan, Route, build_plan, profile_credentials
+from turnout.config.schema import Config, Profile
+from turnout.config.secrets import Secret
+from turnout.errors import ConfigError
+from turnout.keys import KeyPool
+from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
+from turnout.provider import Provider
+from turnout.providers import build_adapter
+from turnout.providers.http import HttpClient
+from turnout.reliable import Entry, ReliableProvider
+from turnout.router import Router
+from turnout.state import MemoryStore, StateStore
+
+#: Builds the provider for one profile and credential (the test seam: unit tests inject fakes).
+AdapterBuilder = Callable[[str, Profile, str | None], Provider]
+
+
+class Factory:
+    """Turns a :class:`~turnout.config.Config` into routers, walks and adapters, caching each piece.
+
+    Args:
+        config: The loaded configuration.
+        http: The shared HTTP client (created when not given).
+        store: Cooldown and key state (in memory when not given).
+        catalogue: Prices and context windows.
+        adapter_builder: Replaces the HTTP adapters (tests).
+        clock / sleep / jitter: Passed to every walk (tests inject fakes).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        http: HttpClient | None = None,
+        store: StateStore | None = None,
+        catalogue: Catalogue | None = None,
+        adapter_builder: AdapterBuilder | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.config = config
+        self.http = http if http is not None else HttpClient()
+        self.store = store if store is not None else MemoryStore()
+        self.catalogue = catalogue if catalogue is not None else default_catalogue()
+        self._build = adapter_builder or (lambda name, profile, key: build_adapter(name, profile, self.http, key))
+        self.clock = clock
+        self.sleep = sleep
+        self.jitter = jitter
+        self._adapters: dict[tuple[str, str | None], Provider] = {}
+        self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
+        self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
+        self._routers: dict[tuple[str | None, str | None], Router] = {}
+
+    def adapter(self, profile: str, key: str | None) -> Provider:
+        """The adapter for ``profile`` bound to ``key`` (built once)."""
+        cache_key = (profile, key)
+        adapter = self._adapters.get(cache_key)
+        if adapter is None:
+            adapter = self._build(profile, self.config.profiles()[profile], key)
+            self._adapters[cache_key] = adapter
+        return adapter
+
+    def pool(self, profile: str, keys: Sequence[str]) -> KeyPool:
+        """The key pool of ``profile`` with these credentials (shared by all its entries)."""
+        cache_key = (profile, tuple(keys))
+        pool = self._pools.get(cache_key)
+        if pool is None:
+            pool = KeyPool(profile, keys, self.store)
+            self._pools[cache_key] = pool
+        return pool
+
+    def entries(self, specs: Sequence[EntrySpec], root: str, root_key: Secret | None = None) -> list[Entry]:
+        """Bind each entry to its profile's adapters and key pool.
+
+        ``root_key`` (a route's ``api_key``) replaces the credentials of the root profile only.
+        """
+        out = []
+        profiles = self.config.profiles()
+        for spec in specs:
+            profile = profiles[spec.profile]
+            if root_key is not None and spec.profile == root:
+                keys = [root_key.reveal()]
+            else:
+                keys = [k.reveal() for k in profile_credentials(self.config, spec.profile)]
+            adapters = tuple(self.adapter(spec.profile, k) for k in keys) or (self.adapter(spec.profile, None),)
+            out.append(
+                Entry(
+                    profile=spec.profile,
+                    model=spec.model,
+                    providers=adapters,
+                    keys=self.pool(spec.profile, keys),
+                    refusal_fallback=profile.refusal_fallback,
+                    context_window=profile.context_window,
+                    rates=rates_from_pricing(profile.pricing) if profile.pricing is not None else None,
+                )
+            )
+        return out
+
+    def walk(self, route: Route) -> ReliableProvider:
+        """The reliable walk over a route's entries (one per distinct entry list and credential)."""
+        cache_key = (
+            ("", route.credential.id if route.credential else None),
+            *((e.profile, e.model) for e in route.entries),
+        )
+        walk = self._walks.get(cache_key)
+        if walk is None:
+            rel = self.config.reliability
+            walk = ReliableProvider(
+                self.entries(route.entries, route.profile, route.credential),
+                provider_retries=rel.provider_retries,
+                provider_backoff_ms=rel.provider_backoff_ms,
+                store=self.store,
+                catalogue=self.catalogue,
+                clock=self.clock,
+                sleep=self.sleep,
+                jitter=self.jitter,
+                name=route.hint or route.profile,
+            )
+            self._walks[cache_key] = walk
+        return walk
+
+    def router_for_plan(self, plan: Plan) -> Router:
+        """A router over a materialised plan; routes sharing a target share one walk."""
+        default = self.walk(plan.default)
+        routes = {}
+        for r in plan.routes:
+            walk = default if r.entries is plan.default.entries else self.walk(r)
+            routes[r.hint or ""] = (walk, r.model or "")
+        return Router(default, plan.default.model, routes)
+
+    def router(self, profile: str | None = None, model: str | None = None) -> Router:
+        """The router with ``profile`` active and pinned to ``model`` (defaults from the config).
+
+        Raises:
+            ConfigError: The profile is unknown, or a profile it reaches has no credential.
+        """
+        cache_key = (profile, model)
+        router = self._routers.get(cache_key)
+        if router is None:
+            if len(self._routers) >= 256:  # overrides are few in practice; bound the cache anyway
+                self._routers.pop(next(iter(self._routers)))
+            router = self.router_for_plan(build_plan(self.config, profile=profile, model=model))
+            self._routers[cache_key] = router
+        return router
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP session and the state store."""
+        await self.http.aclose()
+        await self.store.aclose()
+
+
+def missing_model_error(profile: str) -> ConfigError:
+    """The error for a call to an unpinned profile without a model."""
+    return ConfigError(
+        f"profile {profile} has no model; pass model=... or set model on [providers.models.{profile}]",
+        code="missing_model",
+    )

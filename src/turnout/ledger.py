@@ -1,0 +1,327 @@
+"""The attempt ledger: every attempt of every call, persisted to SQLite, and its summaries.
+
+Writes never block the event loop: records go onto a queue that a background thread drains into SQLite
+in batches. The ledger holds no prompt, response or provider error text, and no keys (keys appear only
+as key ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnout.attribution import Attempt, RouteRef
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT PRIMARY KEY,
+    ts REAL NOT NULL,
+    surface TEXT NOT NULL,
+    stream INTEGER NOT NULL,
+    requested_provider TEXT,
+    requested_model TEXT,
+    served_provider TEXT,
+    served_model TEXT,
+    fallback INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    cost_usd REAL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    call_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    status INTEGER,
+    key_id TEXT,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    cached_input_tokens INTEGER,
+    cache_write_tokens INTEGER,
+    cost_usd REAL,
+    duration_ms REAL,
+    ttft_ms REAL,
+    retry_after REAL,
+    entry INTEGER,
+    try_number INTEGER,
+    stream INTEGER NOT NULL,
+    detail TEXT,
+    accepted INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
+CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRecord:
+    """One logical call (a chat, a stream, a turn) and its attempts, ready to persist.
+
+    Attributes:
+        call_id: A unique id.
+        outcome: ``ok``, or the error's kind (``all_failed``, ``refusal``, ``context_window``, ...).
+        accepted_index: Index in ``attempts`` of the attempt whose answer was accepted.
+    """
+
+    call_id: str
+    ts: float
+    surface: str
+    stream: bool
+    requested: RouteRef | None
+    served: RouteRef | None
+    fallback: bool
+    outcome: str
+    attempts: tuple[Attempt, ...]
+    accepted_index: int | None = None
+
+
+_STOP = object()
+
+
+class Ledger:
+    """Persists :class:`CallRecord` values on a background thread.
+
+    Args:
+        path: The SQLite file (created with its tables when missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.errors = 0
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="turnout-ledger", daemon=True)
+                    self._thread.start()
+
+    def record(self, call: CallRecord) -> None:
+        """Queue a call for writing (returns at once)."""
+        self._ensure_thread()
+        self._queue.put(call)
+
+    def _run(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path)
+        try:
+            db.executescript(SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            while True:
+                item = self._queue.get()
+                batch = [item]
+                while True:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(x is _STOP for x in batch)
+                calls = [x for x in batch if isinstance(x, CallRecord)]
+                try:
+                    _write(db, calls)
+                except sqlite3.Error:
+                    self.errors += 1
+                for x in batch:
+                    if isinstance(x, threading.Event):
+                        x.set()
+                if stop:
+                    return
+        finally:
+            db.close()
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is written."""
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        await asyncio.to_thread(done.wait)
+
+    async def aclose(self) -> None:
+        """Write what is queued and stop the writer thread."""
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+
+def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
+    if not calls:
+        return
+    call_rows = []
+    attempt_rows = []
+    for c in calls:
+        cost = _sum_cost(c.attempts)
+        call_rows.append(
+            (
+                c.call_id,
+                c.ts,
+                c.surface,
+                int(c.stream),
+                c.requested.provider if c.requested else None,
+                c.requested.model if c.requested else None,
+                c.served.provider if c.served else None,
+                c.served.model if c.served else None,
+                int(c.fallback),
+                c.outcome,
+                len(c.attempts),
+                cost,
+            )
+        )
+        for seq, a in enumerate(c.attempts):
+            u = a.usage
+            attempt_rows.append(
+                (
+                    c.call_id,
+                    seq,
+                    a.started_at,
+                    a.provider,
+                    a.model,
+                    a.outcome,
+                    a.status,
+                    a.key_id,
+                    u.input_tokens if u else None,
+                    u.output_tokens if u else None,
+                    u.cached_input_tokens if u else None,
+                    u.cache_write_tokens if u else None,
+                    a.cost_usd,
+                    a.duration_ms,
+                    a.ttft_ms,
+                    a.retry_after,
+                    a.entry,
+                    a.try_number,
+                    int(a.stream),
+                    a.detail,
+                    int(seq == c.accepted_index),
+                )
+            )
+    with db:
+        db.executemany("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", call_rows)
+        db.executemany(
+            "INSERT INTO attempts (call_id, seq, ts, provider, model, outcome, status, key_id, input_tokens, "
+            "output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, duration_ms, ttft_ms, retry_after, "
+            "entry, try_number, stream, detail, accepted) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            attempt_rows,
+        )
+
+
+def _sum_cost(attempts: Sequence[Attempt]) -> float | None:
+    costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
+    return sum(costs) if costs else None
+
+
+# --- summaries (``turnout ledger``) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteSummary:
+    """Totals for one profile and model."""
+
+    provider: str
+    model: str
+    attempts: int
+    outcomes: dict[str, int]
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    avg_duration_ms: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerSummary:
+    """What ``turnout ledger`` prints."""
+
+    calls: int
+    failed_calls: int
+    fallbacks: int
+    attempts: int
+    failure_classes: dict[str, int]
+    cost_usd: float | None
+    routes: list[RouteSummary]
+
+
+def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
+    """Totals per profile and model, failure classes, fallbacks and cost since ``since`` (Unix seconds)."""
+    p = Path(path)
+    if not p.exists():
+        return LedgerSummary(calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None,
+                             routes=[])
+    db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    try:
+        cutoff = since if since is not None else 0.0
+        calls, failed, fallbacks = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(outcome != 'ok'), 0), COALESCE(SUM(fallback), 0) FROM calls WHERE ts >= ?",
+            (cutoff,),
+        ).fetchone()
+        classes = dict(
+            db.execute(
+                "SELECT outcome, COUNT(*) FROM attempts WHERE ts >= ? AND outcome != 'ok' GROUP BY outcome "
+                "ORDER BY COUNT(*) DESC",
+                (cutoff,),
+            ).fetchall()
+        )
+        rows = db.execute(
+            "SELECT provider, model, outcome, COUNT(*), COALESCE(SUM(input_tokens), 0), "
+            "COALESCE(SUM(output_tokens), 0), SUM(cost_usd), AVG(duration_ms) FROM attempts WHERE ts >= ? "
+            "GROUP BY provider, model, outcome ORDER BY provider, model",
+            (cutoff,),
+        ).fetchall()
+    finally:
+        db.close()
+    routes: dict[tuple[str, str], dict[str, Any]] = {}
+    for provider, model, outcome, n, tin, tout, cost, avg in rows:
+        r = routes.setdefault(
+            (provider, model),
+            {"attempts": 0, "outcomes": {}, "in": 0, "out": 0, "cost": None, "dur": 0.0, "dur_n": 0},
+        )
+        r["attempts"] += n
+        r["outcomes"][outcome] = n
+        r["in"] += tin
+        r["out"] += tout
+        if cost is not None:
+            r["cost"] = (r["cost"] or 0.0) + cost
+        if avg is not None and outcome != "cooldown_skip":
+            r["dur"] += avg * n
+            r["dur_n"] += n
+    summaries = [
+        RouteSummary(
+            provider=prov,
+            model=model,
+            attempts=r["attempts"],
+            outcomes=r["outcomes"],
+            input_tokens=r["in"],
+            output_tokens=r["out"],
+            cost_usd=r["cost"],
+            avg_duration_ms=(r["dur"] / r["dur_n"]) if r["dur_n"] else None,
+        )
+        for (prov, model), r in routes.items()
+    ]
+    total_cost = [s.cost_usd for s in summaries if s.cost_usd is not None]
+    return LedgerSummary(
+        calls=calls,
+        failed_calls=failed,
+        fallbacks=fallbacks,
+        attempts=sum(s.attempts for s in summaries),
+        failure_classes=classes,
+        cost_usd=sum(total_cost) if total_cost else None,
+        routes=summaries,
+    )
+
+
+def now() -> float:
+    """Wall-clock seconds (the ledger's time base)."""
+    return time.time()

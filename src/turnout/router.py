@@ -1,0 +1,98 @@
+"""Hint routing: ``hint:<name>`` selects a reliability domain before its policy runs.
+
+The router holds the default target (the active profile's walk) and one walk per unique route target.
+A recognised hint picks its target and the model to send; anything else stays on the default target.
+An unknown hint logs a warning and keeps the literal ``hint:<name>`` as the requested model (a pinned
+default serves its pin; an unpinned default forwards the literal). Routing never bypasses reliability:
+every target is itself a :class:`~turnout.reliable.ReliableProvider`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
+
+from turnout.provider import Provider
+from turnout.reliable import ReliableProvider
+from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
+
+log = logging.getLogger("turnout.router")
+
+HINT_PREFIX = "hint:"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a request goes: the walk, the model to send, and the hint that chose it (None: default)."""
+
+    walk: ReliableProvider
+    model: str
+    hint: str | None = None
+
+
+class Router(Provider):
+    """Dispatches ``hint:<name>`` models to their route targets, everything else to the default target.
+
+    Args:
+        default: The active profile's walk.
+        default_model: The model sent to the default target when the caller names none.
+        routes: hint name → (walk, route model). Routes sharing a target share one walk.
+    """
+
+    def __init__(
+        self,
+        default: ReliableProvider,
+        default_model: str | None,
+        routes: Mapping[str, tuple[ReliableProvider, str]] | None = None,
+    ) -> None:
+        self.default = default
+        self.default_model = default_model
+        self.routes = dict(routes or {})
+
+    def resolve(self, model: str | None) -> Target:
+        """The target for ``model``: a recognised hint's route, else the default target.
+
+        The model sent to the default target is the caller's model, else :attr:`default_model`; a pinned
+        entry replaces it with its pin anyway.
+        """
+        if model is not None and model.startswith(HINT_PREFIX):
+            name = model[len(HINT_PREFIX) :]
+            route = self.routes.get(name)
+            if route is not None:
+                return Target(route[0], route[1], name)
+            log.warning("unknown route hint %r; staying on the default target", name)
+            return Target(self.default, model, None)
+        chosen = model if model is not None else self.default_model
+        return Target(self.default, chosen if chosen is not None else "", None)
+
+    def targets(self) -> list[ReliableProvider]:
+        """Every distinct walk: the default one first, then route targets in route order."""
+        out = [self.default]
+        for walk, _ in self.routes.values():
+            if all(walk is not w for w in out):
+                out.append(walk)
+        return out
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        """The capabilities of the target ``model`` resolves to (the default target for plain models)."""
+        target = self.resolve(model)
+        return target.walk.capabilities(target.model)
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        """Resolve the target, then run its reliable walk."""
+        target = self.resolve(model)
+        return await target.walk.chat(request, target.model, temperature)
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Resolve the target, then open its reliable stream."""
+        target = self.resolve(model)
+        async for event in target.walk.stream(request, target.model, temperature):
+            yield event
+
+    async def aclose(self) -> None:
+        """Close every target's adapters."""
+        for walk in self.targets():
+            await walk.aclose()
