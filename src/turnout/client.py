@@ -15,6 +15,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,7 @@ from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
 from turnout.router import Router, Target
+from turnout.runtime import ReplyStream, Session, Sink, TurnState, call_sink, turn_outputs
 from turnout.state import MemoryStore, StateStore
 from turnout.types import ChatRequest, ChatResponse, Message, ToolSpec
 
@@ -73,7 +75,7 @@ class Call:
     (and a ledger record), or to record a failure.
     """
 
-    __slots__ = ("call_id", "client", "requested", "scope", "started", "stream", "target")
+    __slots__ = ("call_id", "client", "reply", "requested", "scope", "started", "stream", "target")
 
     def __init__(self, client: Client, target: Target, *, stream: bool) -> None:
         self.client = client
@@ -84,6 +86,7 @@ class Call:
         self.scope = DispatchScope()
         self.call_id = uuid.uuid4().hex
         self.started = time.time()
+        self.reply: Reply | None = None
 
     def accept(self, response: ChatResponse) -> Reply:
         """Commit the served route of an accepted answer and record the call."""
@@ -293,6 +296,72 @@ class Client:
                 call.fail(exc)
                 raise
         return call.accept(response)
+
+    def stream(
+        self,
+        messages: MessagesArg,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        sender: str | None = None,
+        tools: ToolsArg = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        tool_choice: str | None = None,
+    ) -> ReplyStream:
+        """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
+
+        Every yielded event is output the caller may show at once: a failure before the first event
+        is recovered through the non-streaming walk, a failure after it raises
+        :class:`~turnout.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
+        as :meth:`chat`.
+        """
+        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
+        target = self.route(model=model, provider=provider, sender=sender)
+        return ReplyStream(Call(self, target, stream=True), request, temperature)
+
+    async def turn(
+        self,
+        messages: MessagesArg,
+        *,
+        draft: Sink | None = None,
+        events: Sink | None = None,
+        cancel: asyncio.Event | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        sender: str | None = None,
+        tools: ToolsArg = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        tool_choice: str | None = None,
+    ) -> Reply:
+        """Run one streamed turn through two sinks and return the accepted reply.
+
+        Args:
+            messages: The conversation.
+            draft: Called with the whole current draft text each time it changes (sync or async). A
+                recovery before visible output simply starts sending the new answer's text.
+            events: Called with each immutable event (text, reasoning, provider tools, tool calls, usage,
+                final); an event sent here is never retracted or duplicated.
+            cancel: Set it to stop the turn: :class:`~turnout.errors.TurnCancelled` with the text shown.
+            model / provider / sender / tools / temperature / max_tokens / tool_choice: as for :meth:`chat`.
+        """
+        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
+        target = self.route(model=model, provider=provider, sender=sender)
+        call = Call(self, target, stream=True)
+        state = TurnState()
+        outputs_gen = turn_outputs(call, request, temperature, state, cancel, events_visible=events is not None)
+        async with aclosing(outputs_gen) as outputs:
+            async for kind, value in outputs:
+                await call_sink(events if kind == "event" else draft, value)
+        assert call.reply is not None
+        return call.reply
+
+    def session(
+        self, provider: str | None = None, model: str | None = None, *, system: str | None = None
+    ) -> Session:
+        """A conversation that keeps its history and its own profile/model overrides."""
+        return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
         """Current cooldowns (seconds remaining) and dead key ids, for ``turnout status`` and the gateway."""

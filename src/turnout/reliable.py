@@ -411,14 +411,22 @@ class ReliableProvider(Provider):
             return "next_entry"
         return "retry"
 
-    async def stream(
+    def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
-        """Stream from the first entry able to (see :mod:`turnout.runtime`); implemented in ``reliable_stream``."""
+        """Open one stream on the first eligible entry (SPEC 7.1), recorded in the current dispatch scope.
+
+        Failures are not retried here: :mod:`turnout.runtime` decides whether they may be recovered.
+        """
+        return self.stream_in_scope(request, model, temperature, current_scope())
+
+    def stream_in_scope(
+        self, request: ChatRequest, model: str, temperature: float | None, scope: DispatchScope | None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """:meth:`stream`, recording its attempt in ``scope`` (the runtime passes its call's scope)."""
         from turnout.reliable_stream import stream_first_eligible
 
-        async for event in stream_first_eligible(self, request, model, temperature):
-            yield event
+        return stream_first_eligible(self, request, model, temperature, scope)
 
 
 class _Walk:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import aclosing
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
-from turnout.attribution import Outcome, RouteRef, current_scope
+from turnout.attribution import DispatchScope, Outcome, RouteRef
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import ErrorClass, ProviderError, StreamingUnsupported
 from turnout.reliable import outcome_of
@@ -52,9 +53,13 @@ def eligible_entry(owner: ReliableProvider, request: ChatRequest, model: str) ->
 
 
 async def stream_first_eligible(
-    owner: ReliableProvider, request: ChatRequest, model: str, temperature: float | None
+    owner: ReliableProvider,
+    request: ChatRequest,
+    model: str,
+    temperature: float | None,
+    scope: DispatchScope | None = None,
 ) -> AsyncGenerator[StreamEvent, None]:
-    """Open the stream of the first eligible entry and relay its events, recording one attempt.
+    """Open the stream of the first eligible entry and relay its events, recording one attempt in ``scope``.
 
     Raises:
         StreamingUnsupported: No entry can stream this request.
@@ -69,7 +74,6 @@ async def stream_first_eligible(
     choice = entry.keys.pick(owner.clock())
     if choice is None:  # the last key went away since eligibility was checked
         raise StreamingUnsupported("No entry of this route has a usable key right now")
-    scope = current_scope()
     if scope is not None:
         scope.walk_entries = len(owner.entries)
         scope.served = RouteRef(provider=entry.profile, model=served)
@@ -82,14 +86,15 @@ async def stream_first_eligible(
     outcome: Outcome = "cancelled"
     error: BaseException | None = None
     try:
-        async for event in provider.stream(request, served, temperature):
-            if ttft is None and isinstance(event, TextDelta | ReasoningDelta | ToolCallEvent):
-                ttft = (time.perf_counter() - t0) * 1000.0
-            if isinstance(event, UsageEvent):
-                usage = event.usage
-            elif isinstance(event, Final):
-                outcome = "ok"
-            yield event
+        async with aclosing(provider.stream(request, served, temperature)) as upstream:
+            async for event in upstream:
+                if ttft is None and isinstance(event, TextDelta | ReasoningDelta | ToolCallEvent):
+                    ttft = (time.perf_counter() - t0) * 1000.0
+                if isinstance(event, UsageEvent):
+                    usage = event.usage
+                elif isinstance(event, Final):
+                    outcome = "ok"
+                yield event
     except (asyncio.CancelledError, GeneratorExit):
         if outcome != "ok":  # a consumer that stops right after Final still got a complete answer
             outcome = "cancelled"

@@ -1,0 +1,104 @@
+"""Sessions: a conversation with its history and its profile/model overrides.
+
+After an interrupted stream the partial text already shown is kept in the history as
+``"{partial}\\n\\n[stream interrupted]"``; after a cancellation that followed visible text, as
+``"{partial}\\n\\n[interrupted by user]"``. Reasoning-only or tool-only output is not kept as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from turnout.errors import StreamInterruptedAfterOutput, TurnCancelled
+from turnout.reply import Reply
+from turnout.types import Message, ToolSpec, coerce_messages
+
+if TYPE_CHECKING:
+    from turnout.client import Client
+    from turnout.runtime.turn import Sink
+
+INTERRUPTED = "[stream interrupted]"
+CANCELLED = "[interrupted by user]"
+
+
+class Session:
+    """A conversation bound to a client, with its own active profile and model.
+
+    Args:
+        client: The client that runs the turns.
+        provider: The profile to make active (``family.alias``); None keeps the default.
+        model: A hint or plain model; None keeps the profile's.
+        system: An optional system prompt placed first in the history.
+    """
+
+    def __init__(
+        self, client: Client, *, provider: str | None = None, model: str | None = None, system: str | None = None
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.model = model
+        self.history: list[Message] = [Message.system(system)] if system else []
+
+    def switch_model(self, model: str | None = None, provider: str | None = None) -> None:
+        """Change the active model and/or profile for the following turns (the seed's in-turn switch)."""
+        if provider is not None:
+            self.provider = provider
+        if model is not None:
+            self.model = model
+        self.client.route(model=self.model, provider=self.provider)  # validate now, not on the next turn
+
+    def extend(self, messages: Iterable[Message | Mapping[str, Any]]) -> None:
+        """Append messages (for example tool results) to the history."""
+        self.history.extend(coerce_messages(messages))
+
+    async def send(
+        self,
+        text: str,
+        *,
+        stream: bool = False,
+        draft: Sink | None = None,
+        events: Sink | None = None,
+        tools: Iterable[ToolSpec | Mapping[str, Any]] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        """Add a user message, run one turn, and keep the answer (or what was shown of it) in the history.
+
+        With ``stream=True`` (or any sink given) the turn streams through ``draft`` and ``events``.
+        """
+        self.history.append(Message.user(text))
+        options: dict[str, Any] = {
+            "model": self.model,
+            "provider": self.provider,
+            "tools": tools,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        }
+        if not (stream or draft is not None or events is not None):
+            reply = await self.client.chat(list(self.history), **options)
+        else:
+            shown: list[str] = []
+
+            async def capture(event: Any) -> None:
+                if getattr(event, "type", None) == "text":
+                    shown.append(event.text)
+                if events is not None:
+                    from turnout.runtime.turn import call_sink
+
+                    await call_sink(events, event)
+
+            try:
+                reply = await self.client.turn(list(self.history), draft=draft, events=capture, **options)
+            except StreamInterruptedAfterOutput as exc:
+                if exc.partial_text:
+                    self.history.append(Message.assistant(f"{exc.partial_text}\n\n{INTERRUPTED}"))
+                raise
+            except (asyncio.CancelledError, TurnCancelled):
+                partial = "".join(shown)
+                if partial:
+                    self.history.append(Message.assistant(f"{partial}\n\n{CANCELLED}"))
+                raise
+        self.history.append(Message.assistant(reply.text, tool_calls=reply.tool_calls))
+        return reply

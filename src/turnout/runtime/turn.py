@@ -1,0 +1,237 @@
+"""One streamed turn and its replay boundary (SPEC 7.3).
+
+The turn opens the reliable stream and forwards what it produces to two kinds of sink: the *draft*
+(mutable: the whole current text, replaceable) and the *events* (immutable: once sent, the user has
+seen it). Text, reasoning and provider-executed tool events sent as events make output visible; tool
+calls are held back until the stream completes, so they are never sent for an answer that is then
+replaced.
+
+- Failure before visible output: one recovery through the full reliable walk in non-streaming mode,
+  skipping the exact entry whose stream failed (a single-entry walk gets one recovery attempt on it).
+  The draft may be replaced; nothing is duplicated on the event sink.
+- Failure after visible output: :class:`~turnout.errors.StreamInterruptedAfterOutput` with exactly the
+  text already sent; never replayed.
+- Cancellation is never retried.
+- A stream that completes with no text and no tool calls is semantically empty: with
+  ``provider_retries > 0`` one non-streaming recovery on the exact entry that produced it, then the
+  remaining entries. Reasoning already shown is not shown again.
+- A stream that ended after provider-executed tools without a final answer is never replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import replace
+from typing import Any, Literal
+
+from turnout.attribution import Attempt, Outcome, Recovery, dispatch_scope
+from turnout.errors import (
+    EmptyCompletion,
+    ProviderError,
+    RefusalError,
+    StreamingUnsupported,
+    StreamInterruptedAfterOutput,
+    TurnCancelled,
+    TurnoutError,
+)
+from turnout.streams import ResponseBuilder
+from turnout.types import (
+    ChatRequest,
+    ChatResponse,
+    Final,
+    ProviderToolEvent,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallEvent,
+    UsageEvent,
+)
+
+#: A sink: a plain callable, sync or async.
+Sink = Callable[[Any], Any]
+
+#: What the turn produces: ("event", immutable event) or ("draft", whole current draft text).
+Output = tuple[Literal["event"], StreamEvent] | tuple[Literal["draft"], str]
+
+
+async def call_sink(sink: Sink | None, value: Any) -> None:
+    """Call a sync or async sink."""
+    if sink is None:
+        return
+    result = sink(value)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _relabel_stream_attempt(attempts: list[Attempt], outcome: Outcome, usage: Any = None) -> None:
+    for i in range(len(attempts) - 1, -1, -1):
+        if attempts[i].stream:
+            a = attempts[i]
+            attempts[i] = replace(a, outcome=outcome, usage=usage if usage is not None else a.usage)
+            return
+
+
+class TurnState:
+    """What the turn has shown so far."""
+
+    __slots__ = ("forwarded", "provider_tools", "reasoning_shown", "visible")
+
+    def __init__(self) -> None:
+        self.forwarded: list[str] = []
+        self.visible = False
+        self.reasoning_shown = False
+        self.provider_tools = False
+
+    @property
+    def partial_text(self) -> str:
+        """Exactly the text sent as immutable events."""
+        return "".join(self.forwarded)
+
+
+async def turn_outputs(
+    call: Any,
+    request: ChatRequest,
+    temperature: float | None,
+    state: TurnState,
+    cancel: asyncio.Event | None = None,
+    *,
+    events_visible: bool = True,
+) -> AsyncGenerator[Output, None]:
+    """Run one turn, yielding draft updates and immutable events; sets ``call.reply`` when accepted.
+
+    ``call`` is a :class:`turnout.client.Call`. ``events_visible`` says whether the events reach someone
+    (an event sink or an iterator): when they do not, text reaches only the draft, which stays replaceable,
+    so a failure at any point is still recovered. Raises the turn's typed error on failure.
+    """
+    walk = call.target.walk
+    model = call.target.model
+    scope = call.scope
+    builder = ResponseBuilder()
+    held_tools: list[ToolCallEvent] = []
+    usage_event: UsageEvent | None = None
+    completed = False
+    stream_error: BaseException | None = None
+    try:
+        async with aclosing(walk.stream_in_scope(request, model, temperature, scope)) as upstream:
+            async for event in upstream:
+                if cancel is not None and cancel.is_set():
+                    raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
+                builder.add(event)
+                if isinstance(event, TextDelta):
+                    if not event.text:
+                        continue
+                    if events_visible:
+                        state.forwarded.append(event.text)
+                        state.visible = True
+                        yield ("event", event)
+                    yield ("draft", builder.text)
+                elif isinstance(event, ReasoningDelta):
+                    if event.text and events_visible:
+                        state.visible = True
+                        state.reasoning_shown = True
+                        yield ("event", event)
+                elif isinstance(event, ProviderToolEvent):
+                    state.provider_tools = True
+                    if events_visible:
+                        state.visible = True
+                        yield ("event", event)
+                elif isinstance(event, ToolCallEvent):
+                    held_tools.append(event)
+                elif isinstance(event, UsageEvent):
+                    usage_event = event
+                elif isinstance(event, Final):
+                    completed = True
+    except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
+        _relabel_stream_attempt(scope.attempts, "cancelled", builder.usage)
+        call.fail(exc if not isinstance(exc, GeneratorExit) else TurnCancelled(partial_text=state.partial_text))
+        raise
+    except RefusalError as exc:
+        if not _refusal_routable(walk, scope):
+            exc.attempts = tuple(scope.attempts)
+            call.fail(exc)
+            raise
+        stream_error = exc
+    except TurnoutError as exc:
+        stream_error = exc
+    if stream_error is not None and state.visible:
+        _relabel_stream_attempt(scope.attempts, "stream_interrupted", builder.usage)
+        cause = stream_error.error_class if isinstance(stream_error, ProviderError) else None
+        err = StreamInterruptedAfterOutput(
+            f"the stream failed after output was shown ({type(stream_error).__name__}); it is not replayed",
+            partial_text=state.partial_text,
+            usage=builder.usage,
+            attempts=scope.attempts,
+            cause_class=cause,
+        )
+        call.fail(err)
+        raise err from stream_error
+    if completed:
+        response = builder.build()
+        if not response.is_semantically_empty:
+            for tool in held_tools:
+                yield ("event", tool)
+            if usage_event is not None:
+                yield ("event", usage_event)
+            yield ("event", Final(finish_reason=response.finish_reason, model=response.model))
+            call.reply = call.accept(response)
+            return
+        _relabel_stream_attempt(scope.attempts, "empty", builder.usage)
+        if state.provider_tools:
+            err2 = EmptyCompletion("the stream ended after provider-executed tools without a final response")
+            call.fail(err2)
+            raise err2
+        recovery_kind = "semantic_empty"
+    else:
+        recovery_kind = "failure"
+    # Before any visible output (or a semantically empty answer): one non-streaming recovery.
+    scope.recovery = _recovery_for(walk, scope, recovery_kind, stream_error)
+    scope.served = None
+    scope.served_entry = None
+    try:
+        with dispatch_scope(scope):
+            recovered = await walk.chat(request, model, temperature)
+    except BaseException as exc:
+        if hasattr(exc, "attempts"):
+            exc.attempts = tuple(scope.attempts)
+        call.fail(exc)
+        raise
+    async for output in _emit_recovered(recovered, state):
+        yield output
+    call.reply = call.accept(recovered)
+
+
+def _refusal_routable(walk: Any, scope: Any) -> bool:
+    if scope.served_entry is None or scope.served_entry[0] != walk.id:
+        return False
+    return bool(walk.entries[scope.served_entry[1]].refusal_fallback)
+
+
+def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None) -> Recovery | None:
+    if scope.served_entry is None or scope.served_entry[0] != walk.id or isinstance(error, StreamingUnsupported):
+        return None  # no stream was opened: the whole walk runs
+    index = scope.served_entry[1]
+    single = len(walk.entries) == 1
+    if kind == "semantic_empty":  # one recovery on the exact entry when retries are allowed
+        tries = 1 if (walk.retries > 0 or single) else 0
+    else:  # skip the failed entry, unless it is the only one (then one recovery attempt on it)
+        tries = 1 if single else 0
+    return Recovery(walk=walk.id, entry=index, tries=tries)
+
+
+async def _emit_recovered(response: ChatResponse, state: TurnState) -> AsyncGenerator[Output, None]:
+    if response.reasoning and not state.reasoning_shown:
+        yield ("event", ReasoningDelta(text=response.reasoning))
+    if response.text:
+        state.forwarded.append(response.text)
+        state.visible = True
+        yield ("event", TextDelta(text=response.text))
+        yield ("draft", response.text)
+    for call in response.tool_calls:
+        yield ("event", ToolCallEvent(call=call))
+    if response.usage is not None:
+        yield ("event", UsageEvent(usage=response.usage))
+    yield ("event", Final(finish_reason=response.finish_reason, model=response.model))
+
