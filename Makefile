@@ -23,6 +23,7 @@ demo: $(DEV_STAMP)
 	TURNOUT_GATEWAY_KEY=demo $(VENV)/bin/turnout check --config examples/turnout.toml
 
 test: $(DEV_STAMP)
+	@scripts/ensure-redis
 	$(PY) -m pytest -q
 
 lint: $(DEV_STAMP)

@@ -46,8 +46,12 @@ ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
 
 def _state_store(config: Config) -> StateStore:
     if config.state.backend == "redis":
-        from turnout.state.redis import RedisStore
-
+        try:
+            from turnout.state.redis import RedisStore
+        except ImportError as exc:
+            raise ConfigError(
+                'backend = "redis" needs the redis extra: pip install "turnout[redis]"', path="state.backend"
+            ) from exc
         assert config.state.url is not None  # checked when the config loaded
         return RedisStore(config.state.url, prefix=config.state.key_prefix)
     return MemoryStore()

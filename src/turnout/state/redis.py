@@ -1,0 +1,298 @@
+"""Cooldowns and dead keys shared between processes through Redis.
+
+Reads never touch the network: the walk reads a local mirror. Writes update the mirror at once, then
+Redis (a cooldown is a key whose TTL is the cooldown; dead keys are a set) and announce themselves on a
+pub/sub channel; every process applies announcements to its mirror as they arrive and resynchronises the
+whole mirror on (re)connection and every few seconds.
+
+If Redis becomes unreachable, nothing fails: the walk keeps using the local mirror, a warning is logged
+once per outage and :attr:`RedisStore.errors` counts failed operations. When Redis returns, the mirror's
+active cooldowns and dead keys are written back and sharing resumes.
+
+Key rotation positions stay per process (they would otherwise cost a round trip per attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from turnout.state.base import StateStore
+
+log = logging.getLogger("turnout.state")
+
+# Keep the later of two deadlines; set the TTL to the remaining time.
+_SET_LATER = """
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+
+class RedisStore(StateStore):
+    """A :class:`StateStore` shared through Redis, with a local mirror for reads.
+
+    Args:
+        url: ``redis://host:port/db``.
+        prefix: Prefix of every key and of the pub/sub channel.
+        clock: Wall clock (seconds).
+        resync_interval: Seconds between full resynchronisations (a safety net for missed messages).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "turnout:",
+        clock: Callable[[], float] = time.time,
+        resync_interval: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.clock = clock
+        self.resync_interval = resync_interval
+        self.channel = f"{prefix}events"
+        self._cooldowns: dict[str, float] = {}
+        self._dead: set[str] = set()
+        self._redis: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._script: Any = None
+        self.connected = False
+        self.errors = 0
+        self._warned = False
+        self._synced = asyncio.Event() if _has_loop() else None
+        self._changed: asyncio.Condition | None = None
+
+    # --- the StateStore interface ----------------------------------------------------------------
+
+    def cooldown_until(self, key: str, now: float) -> float | None:
+        self._ensure_started()
+        until = self._cooldowns.get(key)
+        if until is None:
+            return None
+        if until <= now:
+            self._cooldowns.pop(key, None)
+            return None
+        return until
+
+    async def set_cooldown(self, key: str, until: float) -> None:
+        self._ensure_started()
+        current = self._cooldowns.get(key)
+        if current is None or until > current:
+            self._cooldowns[key] = until
+        ttl_ms = max(int((until - self.clock()) * 1000), 1)
+        await self._guard(self._write_cooldown(key, until, ttl_ms))
+
+    async def clear_cooldown(self, key: str) -> None:
+        self._ensure_started()
+        self._cooldowns.pop(key, None)
+        await self._guard(self._write_clear(key))
+
+    def cooldowns(self, now: float) -> dict[str, float]:
+        self._ensure_started()
+        for key in [k for k, v in self._cooldowns.items() if v <= now]:
+            del self._cooldowns[key]
+        return dict(self._cooldowns)
+
+    def is_dead(self, key_id: str) -> bool:
+        self._ensure_started()
+        return key_id in self._dead
+
+    async def mark_dead(self, key_id: str) -> None:
+        self._ensure_started()
+        self._dead.add(key_id)
+        await self._guard(self._write_dead(key_id))
+
+    def dead_keys(self) -> frozenset[str]:
+        return frozenset(self._dead)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
+            self._redis = None
+        self.connected = False
+
+    # --- connection management -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and load the shared state (optional: the first use starts it in the background)."""
+        self._ensure_started()
+        if self._synced is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._synced.wait(), timeout=2.0)
+
+    async def sync(self) -> None:
+        """Reload the shared state from Redis now (no-op while Redis is unreachable)."""
+        self._ensure_started()
+        await self._guard(self._resync())
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` holds after a change from Redis arrived (or ``timeout`` passes)."""
+        self._ensure_started()
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+        return predicate()
+
+    async def _notify(self) -> None:
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _ensure_started(self) -> None:
+        if self._task is None and _has_loop():
+            if self._synced is None:
+                self._synced = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="turnout-redis-state")
+
+    def _client(self) -> Any:
+        if self._redis is None:
+            self._redis = aioredis.from_url(
+                self.url, socket_connect_timeout=1.0, socket_timeout=1.0, health_check_interval=5
+            )
+            self._script = self._redis.register_script(_SET_LATER)
+        return self._redis
+
+    def _cd_key(self, key: str) -> str:
+        return f"{self.prefix}cd:{key}"
+
+    async def _guard(self, op: Any) -> None:
+        if not self.connected:
+            op.close()
+            return
+        try:
+            await op
+        except (RedisError, OSError) as exc:
+            self._lost(exc)
+
+    def _lost(self, exc: BaseException) -> None:
+        self.errors += 1
+        if self.connected or not self._warned:
+            log.warning("redis state backend unreachable (%s); using the local view", type(exc).__name__)
+            self._warned = True
+        self.connected = False
+
+    async def _write_cooldown(self, key: str, until: float, ttl_ms: int) -> None:
+        await self._script(keys=[self._cd_key(key)], args=[repr(until), ttl_ms])
+        await self._client().publish(self.channel, f"cd {until!r} {key}")
+
+    async def _write_clear(self, key: str) -> None:
+        await self._client().delete(self._cd_key(key))
+        await self._client().publish(self.channel, f"clear 0 {key}")
+
+    async def _write_dead(self, key_id: str) -> None:
+        await self._client().sadd(f"{self.prefix}dead", key_id)
+        await self._client().publish(self.channel, f"dead 0 {key_id}")
+
+    async def _run(self) -> None:
+        delay = 0.05
+        while True:
+            pubsub = None
+            try:
+                client = self._client()
+                pubsub = client.pubsub()
+                await pubsub.subscribe(self.channel)
+                was_down = self._warned
+                self.connected = True
+                await self._push_local()  # what this process learned while not connected
+                await self._resync()
+                if was_down:
+                    log.warning("redis state backend reachable again; sharing resumed")
+                    self._warned = False
+                if self._synced is not None:
+                    self._synced.set()
+                delay = 0.05
+                next_sync = time.monotonic() + self.resync_interval
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                    if message is not None:
+                        self._apply(message.get("data"))
+                        await self._notify()
+                    if time.monotonic() >= next_sync:
+                        await self._resync()
+                        next_sync = time.monotonic() + self.resync_interval
+            except asyncio.CancelledError:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+                raise
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+                await self._notify()
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+                if self._synced is not None:
+                    self._synced.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _apply(self, data: Any) -> None:
+        if isinstance(data, bytes):
+            data = data.decode()
+        if not isinstance(data, str):
+            return
+        kind, _, rest = data.partition(" ")
+        value, _, key = rest.partition(" ")
+        if kind == "cd":
+            until = float(value)
+            if until > self._cooldowns.get(key, 0.0):
+                self._cooldowns[key] = until
+        elif kind == "clear":
+            self._cooldowns.pop(key, None)
+        elif kind == "dead":
+            self._dead.add(key)
+
+    async def _resync(self) -> None:
+        client = self._client()
+        keys = [k async for k in client.scan_iter(match=f"{self.prefix}cd:*", count=500)]
+        values = await client.mget(keys) if keys else []
+        now = self.clock()
+        fresh: dict[str, float] = {}
+        strip = len(self.prefix) + 3
+        for k, v in zip(keys, values, strict=True):
+            if v is None:
+                continue
+            name = (k.decode() if isinstance(k, bytes) else k)[strip:]
+            until = float(v)
+            if until > now:
+                fresh[name] = until
+        for name, until in self._cooldowns.items():  # a deadline set while this resync ran
+            if until > now and until > fresh.get(name, 0.0):
+                fresh[name] = until
+        self._cooldowns = fresh
+        members = await client.smembers(f"{self.prefix}dead")
+        self._dead |= {m.decode() if isinstance(m, bytes) else m for m in members}
+        await self._notify()
+
+    async def _push_local(self) -> None:
+        now = self.clock()
+        for key, until in list(self._cooldowns.items()):
+            if until > now:
+                await self._write_cooldown(key, until, max(int((until - now) * 1000), 1))
+        for key_id in list(self._dead):
+            await self._write_dead(key_id)
+
+
+def _has_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
