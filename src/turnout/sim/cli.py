@@ -1,0 +1,36 @@
+"""``turnout sim``: run the simulator in the foreground until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+from turnout.sim.simulator import Simulator
+
+
+def run(host: str, port: int, script: str | None) -> None:
+    """Serve on ``host:port`` with an optional script file, print the base URLs, run until Ctrl-C.
+
+    Raises:
+        ConfigError: The script is invalid.
+    """
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(host, port, script))
+
+
+async def _serve(host: str, port: int, script: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    async with Simulator(script, host=host, port=port) as sim:
+        print(f"turnout sim listening on {sim.url}" + (f" (script: {script})" if script else ""))
+        print(f"  openai / openai-compatible  {sim.base_url('openai')}")
+        print(f"  anthropic                   {sim.base_url('anthropic')}")
+        print(f"  gemini                      {sim.base_url('gemini')}")
+        print(f"  ollama                      {sim.base_url('ollama')}")
+        print(f"  azure                       {sim.base_url('azure', deployment='<deployment>')}")
+        print(f"  log: GET {sim.url}/_sim/log   reset: POST {sim.url}/_sim/reset   Ctrl-C to stop", flush=True)
+        await stop.wait()

@@ -1,0 +1,77 @@
+"""Which behaviour a request gets: the script, the model-name grammar and the attempt counters.
+
+Lookup order for a model name: the script's ``models`` table, then the ``sim-`` grammar, then "ok".
+Attempts are counted per model (or per model and API key id when the script says
+``attempts_per = "model_key"``), for every model, scripted or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from turnout.errors import ConfigError
+from turnout.sim.behaviour import Behaviour, ErrorKind, ErrorSpec, Kind
+from turnout.sim.grammar import PREFIX, parse_model_name
+from turnout.sim.script import DEFAULT_PLAN, Plan, Script
+
+_MAX_CACHED_NAMES = 4096
+
+
+class Scenarios:
+    """The script in force, the attempt counters and the start of timed scenarios (flapping)."""
+
+    def __init__(self, script: Script, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._script = script
+        self._counts: dict[object, int] = {}
+        self._names: dict[str, Plan] = {}
+        self.epoch = clock()
+
+    @property
+    def script(self) -> Script:
+        """The script in force."""
+        return self._script
+
+    def restart(self) -> None:
+        """Zero the attempt counters and restart timed scenarios."""
+        self._counts.clear()
+        self.epoch = self._clock()
+
+    def replace(self, script: Script) -> None:
+        """Put ``script`` in force; counters and timed scenarios restart."""
+        self._script = script
+        self._names.clear()
+        self.restart()
+
+    def elapsed(self) -> float:
+        """Seconds since start, reset or the last script change."""
+        return self._clock() - self.epoch
+
+    def select(self, model: str, key_id: str | None) -> tuple[int, Behaviour]:
+        """Count an attempt on ``model`` and return its number and behaviour."""
+        key: object = model if self._script.attempts_per == "model" else (model, key_id)
+        attempt = self._counts.get(key, 0) + 1
+        self._counts[key] = attempt
+        return attempt, self.plan(model).pick(attempt)
+
+    def plan(self, model: str) -> Plan:
+        """The plan for ``model`` (cached for grammar names)."""
+        scripted = self._script.models.get(model)
+        if scripted is not None:
+            return scripted
+        if not model.startswith(PREFIX):
+            return DEFAULT_PLAN
+        plan = self._names.get(model)
+        if plan is None:
+            try:
+                plan = parse_model_name(model)
+            except ConfigError as exc:
+                invalid = Behaviour(
+                    kind=Kind.INVALID,
+                    error=ErrorSpec(kind=ErrorKind.BAD_REQUEST, status=400, message=f"turnout-sim: {exc}"),
+                )
+                plan = Plan((invalid,))
+            if len(self._names) >= _MAX_CACHED_NAMES:
+                self._names.clear()
+            self._names[model] = plan
+        return plan

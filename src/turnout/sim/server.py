@@ -1,0 +1,395 @@
+"""The simulator's aiohttp application: protocol routes, the control routes and the fault driver.
+
+Every protocol route does the same thing: read the body, let the protocol's codec parse it, count
+the attempt and pick the behaviour (:mod:`turnout.sim.scenarios`), log it, then carry the behaviour
+out with the codec's encoders. Handler cancellation is on, so a client that goes away cancels the
+handler and the request is logged as ``client_disconnected``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from turnout.config.secrets import key_id
+from turnout.errors import ConfigError
+from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
+from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
+from turnout.sim.scenarios import Scenarios
+from turnout.sim.script import Script
+from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
+from turnout.sim.wire.base import JSON, Parsed
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+MAX_BODY = 64 * 1024 * 1024
+_KEY_HEADERS = ("x-api-key", "x-goog-api-key", "api-key")
+_MAX_KEY_IDS = 1024
+_REASONS = {529: "Site Overloaded"}
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+# Behaviours that send the whole answer; the others stop after ``after`` units.
+_WHOLE = frozenset({Kind.OK, Kind.SLOW, Kind.FLAPPING, Kind.MISSING_DONE, Kind.EMPTY, Kind.REFUSAL, Kind.THINK_ONLY})
+_OUTCOME = {Kind.SLOW: "ok", Kind.FLAPPING: "ok"}
+
+
+class SimServer:
+    """Routes and handlers; the :class:`~turnout.sim.simulator.Simulator` owns its lifecycle."""
+
+    def __init__(
+        self,
+        scenarios: Scenarios,
+        log: SimLog,
+        *,
+        clock: Callable[[], float],
+        sleep: Sleep,
+    ) -> None:
+        self.scenarios = scenarios
+        self.log = log
+        self.closing = asyncio.Event()
+        self._clock = clock
+        self._sleep = sleep
+        self._key_ids: dict[str, str] = {}
+        self._openai = OpenAIChat()
+        self._responses = OpenAIResponses()
+        self._anthropic = AnthropicMessages()
+        self._gemini = Gemini()
+        self._ollama = Ollama()
+        self._azure = AzureChat()
+
+    def app(self) -> web.Application:
+        """A new aiohttp application with every route."""
+        app = web.Application(client_max_size=MAX_BODY)
+        add_post, add_get = app.router.add_post, app.router.add_get
+        add_post("/v1/chat/completions", self._on_openai)
+        add_post("/v1/responses", self._on_responses)
+        add_post("/v1/messages", self._on_anthropic)
+        add_post("/v1beta/models/{target}", self._on_gemini)
+        add_post("/api/chat", self._on_ollama)
+        add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        add_get("/_sim/log", self._on_log)
+        add_post("/_sim/reset", self._on_reset)
+        add_post("/_sim/script", self._on_script)
+        add_get("/_sim/health", self._on_health)
+        return app
+
+    # --- control ---------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Clear the log and the attempt counters; restart timed scenarios."""
+        self.log.clear()
+        self.scenarios.restart()
+
+    async def _on_log(self, request: web.Request) -> web.Response:
+        return _json([e.to_json() for e in self.log.entries()])
+
+    async def _on_reset(self, request: web.Request) -> web.Response:
+        self.reset()
+        return _json({"status": "ok"})
+
+    async def _on_script(self, request: web.Request) -> web.Response:
+        text = await request.text()
+        try:
+            script = Script.from_text(text)
+        except ConfigError as exc:
+            return _json({"error": str(exc), "path": exc.path}, status=400)
+        self.scenarios.replace(script)
+        return _json({"status": "ok", "models": sorted(script.models)})
+
+    async def _on_health(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    # --- protocol routes -------------------------------------------------------------------------
+
+    async def _on_openai(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._openai)
+
+    async def _on_responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._responses)
+
+    async def _on_anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._anthropic)
+
+    async def _on_ollama(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._ollama)
+
+    async def _on_azure(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._azure, path_model=request.match_info["deployment"])
+
+    async def _on_gemini(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method == "generateContent":
+            return await self._serve(request, self._gemini, path_model=model, stream=False)
+        if method == "streamGenerateContent":
+            return await self._serve(request, self._gemini, path_model=model, stream=True)
+        raise web.HTTPNotFound()
+
+    # --- the driver --------------------------------------------------------------------------------
+
+    def _key_id(self, request: web.Request) -> str | None:
+        headers = request.headers
+        key = headers.get("Authorization")
+        if key is not None:
+            key = key[7:] if key[:7].lower() == "bearer " else key
+        else:
+            for name in _KEY_HEADERS:
+                key = headers.get(name)
+                if key is not None:
+                    break
+            else:
+                key = request.query.get("key") if request.query_string else None
+        if not key:
+            return None
+        kid = self._key_ids.get(key)
+        if kid is None:
+            if len(self._key_ids) >= _MAX_KEY_IDS:
+                self._key_ids.clear()
+            kid = self._key_ids[key] = key_id(key)
+        return kid
+
+    async def _serve(
+        self,
+        request: web.Request,
+        codec: Codec,
+        *,
+        path_model: str | None = None,
+        stream: bool | None = None,
+    ) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            payload = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            payload = None
+        kid = self._key_id(request)
+        if not isinstance(payload, dict):  # not an attempt on any model: logged, not counted
+            req = Parsed(model=path_model or "", stream=False)
+            rec = self._record(request, codec, req, 0, Kind.INVALID, kid)
+            spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message="turnout-sim: the body is not a JSON object")
+            response = self._error(codec, req, spec, rec)
+            rec.duration = 0.0
+            self.log.changed()
+            return response
+        req = codec.parse(payload, path_model)
+        if stream is not None:
+            req.stream = stream
+        attempt, behaviour = self.scenarios.select(req.model, kid)
+        rec = self._record(request, codec, req, attempt, behaviour.kind, kid)
+        try:
+            return await self._run(request, codec, req, behaviour, rec)
+        except asyncio.CancelledError:
+            if rec.outcome == PENDING:
+                rec.outcome = SERVER_CLOSED if self.closing.is_set() else CLIENT_DISCONNECTED
+            raise
+        finally:
+            rec.duration = self._clock() - rec.started
+            self.log.changed()
+
+    def _record(
+        self, request: web.Request, codec: Codec, req: Parsed, attempt: int, kind: Kind, kid: str | None
+    ) -> Record:
+        rec = Record(
+            seq=self.log.next_seq(),
+            time=time.time(),
+            started=self._clock(),
+            protocol=codec.protocol,
+            path=request.path,
+            model=req.model,
+            attempt=attempt,
+            behaviour=kind.value,
+            stream=req.stream,
+            key_id=kid,
+            prefill=req.prefill,
+        )
+        self.log.add(rec)
+        return rec
+
+    async def _run(
+        self, request: web.Request, codec: Codec, req: Parsed, b: Behaviour, rec: Record
+    ) -> web.StreamResponse:
+        kind = b.kind
+        if kind is Kind.SILENCE:
+            await self.closing.wait()
+            rec.outcome = SERVER_CLOSED
+            _abort(request)
+            return web.Response()
+        failing = (
+            kind is Kind.STATUS or kind is Kind.INVALID or (kind is Kind.FLAPPING and self.scenarios.elapsed() < b.down)
+        )
+        # A delay comes before the headers, except for streamed answers: there it precedes the first chunk.
+        if b.delay and (failing or b.content is None or not req.stream):
+            await self._sleep(b.delay)
+        if failing:
+            assert b.error is not None
+            return self._error(codec, req, b.error, rec)
+        if kind is Kind.RESET:
+            rec.outcome = "reset"
+            _abort(request)
+            return web.Response()
+        content = b.content
+        assert content is not None
+        usage = content.usage(req.input_words)
+        if req.stream:
+            return await self._stream(request, codec, req, b, content, usage, rec)
+        return await self._whole(request, codec, req, b, content, usage, rec)
+
+    def _error(self, codec: Codec, req: Parsed, spec: ErrorSpec, rec: Record) -> web.Response:
+        response = _error_response(codec, req, spec)
+        rec.outcome = f"status:{response.status}"
+        return response
+
+    async def _whole(
+        self,
+        request: web.Request,
+        codec: Codec,
+        req: Parsed,
+        b: Behaviour,
+        content: Content,
+        usage: SimUsage,
+        rec: Record,
+    ) -> web.StreamResponse:
+        kind = b.kind
+        if kind is Kind.INBAND_ERROR:  # no stream to break into: the same error as an HTTP status
+            assert b.error is not None
+            return self._error(codec, req, b.error, rec)
+        body = codec.body(req, content, usage)
+        if kind is Kind.CUT or kind is Kind.STALL:
+            # Announce the whole body, send half of it, then drop the connection (or hold it).
+            resp = web.StreamResponse(headers={"Content-Type": JSON})
+            resp.content_length = len(body)
+            await resp.prepare(request)
+            try:
+                await resp.write(body[: len(body) // 2])
+            except ConnectionResetError:
+                rec.outcome = CLIENT_DISCONNECTED
+                return resp
+            if kind is Kind.STALL:
+                await self.closing.wait()
+                rec.outcome = SERVER_CLOSED
+            else:
+                rec.outcome = "cut"
+            _abort(request)
+            return resp
+        if kind is Kind.MALFORMED:
+            rec.outcome = "malformed"
+            return web.Response(body=body[: len(body) // 2], content_type=JSON)
+        rec.outcome = _OUTCOME.get(kind, kind.value)
+        rec.usage = usage
+        return web.Response(body=body, content_type=JSON)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        codec: Codec,
+        req: Parsed,
+        b: Behaviour,
+        content: Content,
+        usage: SimUsage,
+        rec: Record,
+    ) -> web.StreamResponse:
+        kind = b.kind
+        resp = web.StreamResponse(headers={"Content-Type": codec.stream_content_type, "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        try:
+            await self._emit(request, resp, codec, req, b, content, usage, rec)
+        except ConnectionResetError:
+            rec.outcome = CLIENT_DISCONNECTED
+        else:
+            if rec.outcome == PENDING:
+                rec.outcome = _OUTCOME.get(kind, kind.value)
+        return resp
+
+    async def _emit(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        codec: Codec,
+        req: Parsed,
+        b: Behaviour,
+        content: Content,
+        usage: SimUsage,
+        rec: Record,
+    ) -> None:
+        kind = b.kind
+        if b.delay:
+            await self._sleep(b.delay)
+        enc = codec.encoder(req, content, usage)
+        n = len(enc.units)
+        upto = n if kind in _WHOLE else min(b.after, n)
+        pause = 1.0 / b.tps if b.tps else 0.0
+        out = enc.head()
+        for i in range(upto):
+            if pause:
+                if out:
+                    await resp.write(out)
+                await self._sleep(pause)
+                out = b""
+            out += enc.unit(i)
+        if kind is Kind.CUT or kind is Kind.STALL:
+            if out:
+                await resp.write(out)
+            if kind is Kind.STALL:
+                await self.closing.wait()
+                rec.outcome = SERVER_CLOSED
+                _abort(request)
+            elif b.hard:
+                rec.outcome = "cut"
+                _abort(request)
+            else:
+                rec.outcome = "cut"
+                await resp.write_eof()
+            return
+        if kind is Kind.INBAND_ERROR:
+            assert b.error is not None
+            await resp.write(out + enc.error(codec.resolve(b.error)))
+            await resp.write_eof()
+            return
+        if kind is Kind.MALFORMED:
+            out += enc.malformed()
+            for i in range(upto, n):
+                if pause:
+                    await resp.write(out)
+                    await self._sleep(pause)
+                    out = b""
+                out += enc.unit(i)
+        out += enc.tail()
+        if kind is not Kind.MISSING_DONE:
+            out += enc.done()
+        if kind is not Kind.MALFORMED:
+            rec.usage = usage
+        await resp.write(out)
+        await resp.write_eof()
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type=JSON)
+
+
+def _error_response(codec: Codec, req: Parsed, spec: ErrorSpec) -> web.Response:
+    reply = codec.error(req, spec)
+    return web.Response(
+        status=reply.status,
+        reason=_REASONS.get(reply.status),
+        body=reply.body,
+        content_type=reply.content_type,
+        headers=reply.headers,
+    )
+
+
+def _abort(request: web.Request) -> None:
+    """Drop the connection with a TCP reset, before or in the middle of a response."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):  # the socket may already be gone
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    transport.abort()
