@@ -19,8 +19,7 @@ $(BENCH_STAMP): $(DEV_STAMP)
 	@touch $(BENCH_STAMP)
 
 demo: $(DEV_STAMP)
-	ANTHROPIC_API_KEY=demo OPENAI_API_KEY=demo OPENAI_API_KEY_2=demo2 DEEPSEEK_API_KEY=demo GEMINI_API_KEY=demo \
-	TURNOUT_GATEWAY_KEY=demo $(VENV)/bin/turnout check --config examples/turnout.toml
+	$(VENV)/bin/turnout demo
 
 test: $(DEV_STAMP)
 	@scripts/ensure-redis

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeClock, Fleet, err
 
+from fakes import FakeClock, Fleet, err
 from turnout import Client
 from turnout.errors import AllProvidersFailed, ConfigError, TurnoutError
 from turnout.ledger import summarize
@@ -171,11 +171,11 @@ async def test_ledger_persists_attempts_without_secrets_or_content(tmp_path: Pat
     fleet = Fleet(anthropic__prod=[err(500, "PLANTED-ERROR-TEXT")], openai__backup=["PLANTED-RESPONSE"])
     async with client(fleet, tmp_path=tmp_path) as c:
         await c.chat("PLANTED-PROMPT please")
+        fleet.built[("openai.backup", "sk-openai-PLANTED-SECRET-2")].steps = [err(500)]
         with pytest.raises(AllProvidersFailed):
-            fleet.built[("openai.backup", "sk-openai-PLANTED-SECRET-2")].steps = [err(500)]
             await c.chat("again")
     db_path = tmp_path / "ledger.sqlite3"
-    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())  # noqa: ASYNC240 - a test reading its own files
     for planted in (b"PLANTED-SECRET", b"PLANTED-PROMPT", b"PLANTED-RESPONSE", b"PLANTED-ERROR-TEXT", b"sk-"):
         assert planted not in raw
     db = sqlite3.connect(db_path)
@@ -198,5 +198,5 @@ async def test_ledger_persists_attempts_without_secrets_or_content(tmp_path: Pat
 def test_construction_fails_on_missing_credentials() -> None:
     """A fallback without a key fails when the client is built, not on the first request."""
     text = BASE.replace('api_key = "sk-openai-PLANTED-SECRET-2"\n', "")
-    with pytest.raises(ConfigError, match="openai.backup"):
+    with pytest.raises(ConfigError, match=r"openai\.backup"):
         client(Fleet(), text)

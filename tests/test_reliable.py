@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakes import E, FakeClock, Scripted, err, req, walk
 
+from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout.attribution import Recovery, dispatch_scope
 from turnout.errors import (
     AllProvidersFailed,
@@ -220,8 +220,11 @@ async def test_rejected_usage_stays_on_the_rejected_attempt() -> None:
         reply = await walk(E("openai.a", "m", [p], price=(1.0, 2.0))).chat(req(), "m")
     assert reply.usage == Usage(input_tokens=10, output_tokens=5)
     rejected, accepted = scope.attempts
-    assert (rejected.outcome, rejected.usage, accepted.outcome) == ("empty", Usage(input_tokens=10, output_tokens=5),
-                                                                    "ok")
+    assert (rejected.outcome, rejected.usage, accepted.outcome) == (
+        "empty",
+        Usage(input_tokens=10, output_tokens=5),
+        "ok",
+    )
     assert rejected.cost_usd == pytest.approx((10 * 1.0 + 5 * 2.0) / 1e6)
 
 
@@ -281,8 +284,11 @@ async def test_attempts_survive_a_failed_walk() -> None:
 
 async def test_aggregated_error_when_all_fail() -> None:
     """Two failing entries give two numbered, content-free events."""
-    r = walk(E("openai.p1", "m", [Scripted(err(500, "p1 error"))]), E("openai.p2", "m", [Scripted(err(500, "p2 error"))]),
-             retries=0)
+    r = walk(
+        E("openai.p1", "m", [Scripted(err(500, "p1 error"))]),
+        E("openai.p2", "m", [Scripted(err(500, "p2 error"))]),
+        retries=0,
+    )
     with pytest.raises(AllProvidersFailed) as info:
         await r.chat(req(), "m")
     msg = str(info.value)
@@ -332,8 +338,13 @@ async def test_cooldown_is_capped_at_60s_and_defaults_to_10s() -> None:
     """The cooldown is the hint capped at 60 s, or 10 s without a hint."""
     clock = FakeClock()
     store = MemoryStore()
-    r = walk(E("openai.a", "m", [Scripted(err(429, headers={"Retry-After": "600"}))]),
-             E("openai.b", "m", [Scripted(err(429))]), E("openai.c", "m", [Scripted("ok")]), clock=clock, store=store)
+    r = walk(
+        E("openai.a", "m", [Scripted(err(429, headers={"Retry-After": "600"}))]),
+        E("openai.b", "m", [Scripted(err(429))]),
+        E("openai.c", "m", [Scripted("ok")]),
+        clock=clock,
+        store=store,
+    )
     await r.chat(req(), "m")
     assert store.cooldowns(clock.now) == {"openai.a": clock.now + 60, "openai.b": clock.now + 10}
 
@@ -369,8 +380,13 @@ async def test_cooldown_skip_summary_is_content_free() -> None:
     clock = FakeClock()
     await store.set_cooldown("openai.primary", clock.now + 100)
     primary = Scripted("never")
-    r = walk(E("openai.primary", "m", [primary]), E("openai.backup", "m", [Scripted(err(500))]), retries=0,
-             store=store, clock=clock)
+    r = walk(
+        E("openai.primary", "m", [primary]),
+        E("openai.backup", "m", [Scripted(err(500))]),
+        retries=0,
+        store=store,
+        clock=clock,
+    )
     with pytest.raises(AllProvidersFailed) as info:
         await r.chat(req(), "m")
     msg = str(info.value)
@@ -383,8 +399,11 @@ async def test_cooldown_skip_summary_is_content_free() -> None:
 async def test_expired_cooldown_cleans_itself() -> None:
     """A Retry-After of 0 gives a cooldown that is already over."""
     clock = FakeClock()
-    r = walk(E("openai.a", "m", [Scripted(err(429, headers={"Retry-After": "0"}))]),
-             E("openai.b", "m", [Scripted("ok")]), clock=clock)
+    r = walk(
+        E("openai.a", "m", [Scripted(err(429, headers={"Retry-After": "0"}))]),
+        E("openai.b", "m", [Scripted("ok")]),
+        clock=clock,
+    )
     await r.chat(req(), "m")
     assert r.store.cooldown_until("openai.a", clock.now) is None
     assert r.store.cooldowns(clock.now) == {}
@@ -432,8 +451,9 @@ async def test_429_retry_uses_the_next_key_and_cools_only_that_key() -> None:
     """In a key pool the retry after a 429 uses another key at once; the profile stays available."""
     clock = FakeClock()
     key_a, key_b = Scripted(err(429, headers={"Retry-After": "20"})), Scripted("ok")
-    r = walk(E("openai.a", "m", [key_a, key_b], keys=["sk-a", "sk-b"]), E("openai.b", "m", [Scripted("no")]),
-             clock=clock)
+    r = walk(
+        E("openai.a", "m", [key_a, key_b], keys=["sk-a", "sk-b"]), E("openai.b", "m", [Scripted("no")]), clock=clock
+    )
     with dispatch_scope() as scope:
         assert (await r.chat(req(), "m")).text == "ok"
     first, second = scope.attempts
@@ -505,8 +525,9 @@ async def test_context_window_unknown_size_is_tried() -> None:
 async def test_context_window_exceeded_when_no_larger_entry() -> None:
     """With no larger entry the walk fails at once with ContextWindowExceeded naming the limit."""
     a, b = Scripted(err(None, "ctx", error_code="context_length_exceeded")), Scripted("never")
-    r = walk(E("openai.a", "m", [a], context_window=128_000), E("openai.b", "mini", [b], context_window=64_000),
-             retries=4)
+    r = walk(
+        E("openai.a", "m", [a], context_window=128_000), E("openai.b", "mini", [b], context_window=64_000), retries=4
+    )
     with pytest.raises(ContextWindowExceeded) as info:
         await r.chat(req(), "m")
     assert info.value.limit == 128_000
@@ -594,9 +615,10 @@ async def test_single_entry_recovery_gets_one_attempt() -> None:
     """A recovery with tries=1 makes exactly one attempt on the failed entry."""
     p = Scripted(err(500))
     r = walk(E("openai.a", "m", [p]), retries=3)
-    with dispatch_scope() as scope, pytest.raises(AllProvidersFailed):
+    with dispatch_scope() as scope:
         scope.recovery = Recovery(walk=r.id, entry=0, tries=1)
-        await r.chat(req(), "m")
+        with pytest.raises(AllProvidersFailed):
+            await r.chat(req(), "m")
     assert len(p.calls) == 1
 
 

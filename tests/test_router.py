@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from fakes import FakeClock, Fleet, req
 
+from fakes import FakeClock, Fleet, req
 from turnout.config import load_config_toml
 from turnout.factory import Factory
 from turnout.types import ChatRequest, TextDelta, ToolSpec

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from fakes import FakeClock, Fleet, err
 
+from fakes import FakeClock, Fleet, err
 from turnout import Client
 from turnout.errors import (
     AllProvidersFailed,
@@ -153,10 +153,14 @@ async def test_iterator_events_are_immutable_output() -> None:
     fleet = Fleet(openai__primary=[[text("seen"), ProviderTimeout("idle", phase="idle")]])
     async with client(fleet) as c:
         stream = c.stream("hi")
-        got = []
-        with pytest.raises(StreamInterruptedAfterOutput) as info:
+        got: list[Any] = []
+
+        async def consume() -> None:
             async for event in stream:
                 got.append(event)
+
+        with pytest.raises(StreamInterruptedAfterOutput) as info:
+            await consume()
     assert [e.text for e in got] == ["seen"]
     assert info.value.partial_text == "seen"
 
@@ -211,8 +215,15 @@ async def test_single_entry_semantic_empty_recovery() -> None:
 
 async def test_provider_executed_tools_without_answer_are_never_replayed() -> None:
     """Provider-executed tools then an empty end: a typed error and no non-streaming call."""
-    fleet = Fleet(openai__primary=[[ProviderToolEvent(name="web_search", phase="call"),
-                                    ProviderToolEvent(name="web_search", phase="result"), Final()]])
+    fleet = Fleet(
+        openai__primary=[
+            [
+                ProviderToolEvent(name="web_search", phase="call"),
+                ProviderToolEvent(name="web_search", phase="result"),
+                Final(),
+            ]
+        ]
+    )
     async with client(fleet) as c:
         with pytest.raises(EmptyCompletion, match="provider-executed tools"):
             await c.turn("hi", events=Sinks().event)
@@ -221,8 +232,9 @@ async def test_provider_executed_tools_without_answer_are_never_replayed() -> No
 
 async def test_reasoning_is_shown_once() -> None:
     """Reasoning shown before an empty end is not shown again by the recovery."""
-    fleet = Fleet(openai__primary=[[ReasoningDelta(text="thinking"), Final()],
-                                   ChatResponse(text="answer", reasoning="thinking")])
+    fleet = Fleet(
+        openai__primary=[[ReasoningDelta(text="thinking"), Final()], ChatResponse(text="answer", reasoning="thinking")]
+    )
     sinks = Sinks()
     async with client(fleet) as c:
         await c.turn("hi", draft=sinks.draft, events=sinks.event)

@@ -48,8 +48,8 @@ from turnout.types import (
     TextPart,
     ToolCall,
     ToolCallEvent,
-    ToolSpec,
     ToolsPayload,
+    ToolSpec,
     Usage,
     UsageEvent,
 )

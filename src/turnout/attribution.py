@@ -91,7 +91,10 @@ class RouteRef:
         return self.provider.partition(".")[0]
 
 
-NOTICE_TEMPLATE = "⚡ {requested_model} ({requested_provider}) was unavailable; this reply was served by {served_model} ({served_provider})."
+NOTICE_TEMPLATE = (
+    "⚡ {requested_model} ({requested_provider}) was unavailable; "
+    "this reply was served by {served_model} ({served_provider})."
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,6 +37,17 @@ AUTH_HINTS = (
     "permission denied",
     "access denied",
     "invalid token",
+    "token expired",
+)
+#: Phrases that say the credential itself was rejected, for statuses that do not say so (400, none).
+KEY_REJECTED_HINTS = (
+    "invalid api key",
+    "incorrect api key",
+    "api key not valid",
+    "api key expired",
+    "invalid x-api-key",
+    "authentication failed",
+    "token expired",
 )
 MODEL_NOT_FOUND_WORDS = ("not found", "unknown", "unsupported", "does not exist", "invalid")
 CONTEXT_WINDOW_HINTS = (
@@ -52,6 +63,8 @@ CONTEXT_WINDOW_HINTS = (
     "prompt exceeds max length",
     "exceeds the maximum number of tokens",
     "input tokens exceed the configured limit",
+    "exceeds the context length",
+    "longer than the context length",
 )
 BUSINESS_RATE_LIMIT_HINTS = (
     "plan does not include",
@@ -154,18 +167,33 @@ def is_context_window(facts: ErrorFacts) -> bool:
     return _has(_low(facts.message), CONTEXT_WINDOW_HINTS)
 
 
+REFUSAL_HINTS = ("content filtering policy", "content management policy", "content_policy_violation")
+MODERATION_HINTS = ("moderation", "flagged")
+
+
 def is_refusal(facts: ErrorFacts) -> bool:
-    """A content-policy rejection (Azure ``content_filter``, OpenAI ``content_policy_violation``)."""
-    return _low(facts.error_code) in REFUSAL_CODES or _low(facts.reason) in REFUSAL_CODES
+    """A content-policy rejection.
+
+    Azure ``content_filter``, OpenAI ``content_policy_violation``, Anthropic's 400 "Output blocked by
+    content filtering policy".
+    """
+    if _low(facts.error_code) in REFUSAL_CODES or _low(facts.reason) in REFUSAL_CODES:
+        return True
+    return facts.status in (None, 400) and _has(_low(facts.message), REFUSAL_HINTS)
 
 
 def is_auth_failure(facts: ErrorFacts) -> bool:
     """The credential itself was rejected: the key is dead for this process."""
-    if facts.status in (401, 403):
+    if facts.status == 401:
         return True
+    if facts.status == 403:  # a moderation block (OpenRouter) says nothing about the key
+        return not _has(_low(facts.message), MODERATION_HINTS)
     if _low(facts.reason) in ("api_key_invalid", "api_key_expired"):
         return True
-    return _low(facts.error_type) in AUTH_TYPES or _low(facts.error_code) in AUTH_TYPES
+    if _low(facts.error_type) in AUTH_TYPES or _low(facts.error_code) in AUTH_TYPES:
+        return True
+    # Some providers reject a bad key with a plain 400 (or say so in text only): last resort, strong phrases.
+    return facts.status in (None, 400) and _has(_low(facts.message), KEY_REJECTED_HINTS)
 
 
 def _has_retry_hint(facts: ErrorFacts) -> bool:
@@ -266,9 +294,11 @@ def _finite(v: float | None) -> float | None:
 
 
 def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time) -> float | None:
-    """The provider's retry hint in seconds, read in order from: ``retry-after-ms``, ``Retry-After``
-    (seconds or HTTP date), Gemini ``RetryInfo.retryDelay``, OpenAI ``x-ratelimit-reset-*``, and finally
-    phrases in the message (``retry-after: 5``, ``try again in 3.89s``).
+    """The provider's retry hint in seconds, or None.
+
+    Read in order from: ``retry-after-ms``, ``Retry-After`` (seconds or HTTP date), Gemini
+    ``RetryInfo.retryDelay``, OpenAI ``x-ratelimit-reset-*``, and finally phrases in the message
+    (``retry-after: 5``, ``try again in 3.89s``).
     """
     h = facts.headers
     raw = h.get("retry-after-ms")

@@ -6,13 +6,18 @@ the key path where there is one), 2 a usage error.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
+from rich.table import Table
 
+from turnout.attribution import Attempt
 from turnout.config import (
     Config,
     ConfigWarning,
@@ -23,7 +28,8 @@ from turnout.config import (
     find_config_path,
     load_config_file,
 )
-from turnout.errors import ConfigError
+from turnout.errors import ConfigError, TurnoutError
+from turnout.types import Usage
 
 app = typer.Typer(
     name="turnout",
@@ -132,6 +138,280 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
         "default": route(plan.default),
         "routes": [route(r) for r in plan.routes],
     }
+
+
+def _since(value: str | None) -> float | None:
+    if not value:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1] in units and value[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(value[:-1]) * units[value[-1]]
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise typer.BadParameter("use a duration such as 30m, 6h, 7d, or an ISO date") from None
+
+
+@app.command()
+def chat(
+    prompt: Annotated[str, typer.Argument(help="The question.")],
+    config: ConfigOption = None,
+    model: Annotated[str | None, typer.Option(help="hint:<name> or a plain model.")] = None,
+    provider: Annotated[str | None, typer.Option(help="Profile to make active (family.alias).")] = None,
+    system: Annotated[str | None, typer.Option(help="A system prompt.")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Stream the answer.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Ask one question; print the answer, then who served it, every attempt and the cost."""
+    try:
+        cfg = load(config)
+    except ConfigError as exc:
+        raise _fail(exc, as_json) from None
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    code = asyncio.run(_chat(cfg, messages, model, provider, stream, as_json))
+    raise typer.Exit(code)
+
+
+async def _chat(
+    cfg: Config, messages: list[dict[str, str]], model: str | None, provider: str | None, stream: bool, as_json: bool
+) -> int:
+    from turnout.client import Client
+    from turnout.demo import _attempts_table
+
+    out, err = _out(), _err()
+    try:
+        client = Client(cfg, surface="cli")
+    except ConfigError as exc:
+        _fail(exc, as_json)
+        return 1
+    async with client:
+        try:
+            if stream and not as_json:
+                s = client.stream(messages, model=model, provider=provider)
+                async for event in s:
+                    if event.type == "text":
+                        out.print(event.text, end="", markup=False)
+                out.print()
+                reply = s.response
+            else:
+                reply = await client.chat(messages, model=model, provider=provider)
+        except TurnoutError as exc:
+            attempts = getattr(exc, "attempts", ())
+            if as_json:
+                sys.stdout.write(
+                    orjson.dumps(
+                        {
+                            "ok": False,
+                            "error": type(exc).__name__,
+                            "message": str(exc),
+                            "attempts": [_attempt_json(a) for a in attempts],
+                        },
+                        option=orjson.OPT_INDENT_2,
+                    ).decode()
+                    + "\n"
+                )
+            else:
+                err.print(f"error: {type(exc).__name__}: {exc}", markup=False)
+                if attempts:
+                    err.print(_attempts_table(attempts))
+            return 1
+    if as_json:
+        body = {
+            "ok": True,
+            "text": reply.text,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+            "finish_reason": reply.finish_reason,
+            "requested": {"provider": reply.requested.provider, "model": reply.requested.model},
+            "served": {"provider": reply.served.provider, "model": reply.served.model},
+            "fallback": reply.fallback.text if reply.fallback else None,
+            "usage": _usage_json(reply.usage),
+            "cost_usd": reply.cost_usd,
+            "attempts": [_attempt_json(a) for a in reply.attempts],
+        }
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    if not stream:
+        out.print(reply.text, markup=False)
+    out.print()
+    cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
+    out.print(f"served by {reply.served.provider}/{reply.served.model}; cost {cost}", markup=False, style="dim")
+    if reply.notice:
+        out.print(reply.notice, markup=False, style="yellow")
+    out.print(_attempts_table(reply.attempts))
+    return 0
+
+
+def _usage_json(u: Usage | None) -> dict[str, int] | None:
+    if u is None:
+        return None
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cached_input_tokens": u.cached_input_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+    }
+
+
+def _attempt_json(a: Attempt) -> dict[str, Any]:
+    return {
+        "provider": a.provider,
+        "model": a.model,
+        "outcome": a.outcome,
+        "status": a.status,
+        "key_id": a.key_id,
+        "usage": _usage_json(a.usage),
+        "cost_usd": a.cost_usd,
+        "duration_ms": round(a.duration_ms, 3),
+        "ttft_ms": a.ttft_ms,
+        "stream": a.stream,
+        "detail": a.detail,
+    }
+
+
+@app.command()
+def ledger(
+    config: ConfigOption = None,
+    since: Annotated[str | None, typer.Option(help="Only since: a duration (30m, 6h, 7d) or an ISO date.")] = None,
+    path: Annotated[str | None, typer.Option(help="Ledger file (default: [ledger] path of the config).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
+    from turnout.ledger import summarize
+
+    if path is None:
+        try:
+            path = load(config).ledger.path
+        except ConfigError as exc:
+            raise _fail(exc, as_json) from None
+    summary = summarize(path, since=_since(since))
+    if as_json:
+        body = {
+            "calls": summary.calls,
+            "failed_calls": summary.failed_calls,
+            "fallbacks": summary.fallbacks,
+            "attempts": summary.attempts,
+            "failure_classes": summary.failure_classes,
+            "cost_usd": summary.cost_usd,
+            "routes": [
+                {
+                    "provider": r.provider,
+                    "model": r.model,
+                    "attempts": r.attempts,
+                    "outcomes": r.outcomes,
+                    "input_tokens": r.input_tokens,
+                    "output_tokens": r.output_tokens,
+                    "cost_usd": r.cost_usd,
+                    "avg_duration_ms": r.avg_duration_ms,
+                }
+                for r in summary.routes
+            ],
+        }
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    out = _out()
+    total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "unknown"
+    out.print(
+        f"{summary.calls} calls ({summary.failed_calls} failed, {summary.fallbacks} served by a fallback), "
+        f"{summary.attempts} attempts, cost {total}",
+        markup=False,
+    )
+    if summary.failure_classes:
+        out.print("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items()), markup=False)
+    table = Table(box=None, header_style="bold")
+    for col in ("profile", "model", "attempts", "outcomes", "tokens in/out", "cost", "avg ms"):
+        table.add_column(col)
+    for r in summary.routes:
+        table.add_row(
+            r.provider,
+            r.model,
+            str(r.attempts),
+            ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items())),
+            f"{r.input_tokens}/{r.output_tokens}",
+            f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-",
+            f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
+        )
+    out.print(table)
+
+
+@app.command()
+def status(config: ConfigOption = None, as_json: JsonOption = False) -> None:
+    """Show shared cooldowns and dead keys (from Redis when [state] backend = "redis")."""
+    try:
+        cfg = load(config)
+    except ConfigError as exc:
+        raise _fail(exc, as_json) from None
+    body = asyncio.run(_status(cfg))
+    if as_json:
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    out = _out()
+    out.print(f"state backend: {body['backend']}", markup=False)
+    if body["backend"] == "memory":
+        out.print("cooldowns live in each process; ask a running gateway: GET /status", markup=False)
+    for key, secs in body["cooldowns"].items():
+        out.print(f"  cooling  {key}  {secs:.1f}s left", markup=False)
+    for kid in body["dead_keys"]:
+        out.print(f"  dead key {kid}", markup=False)
+
+
+async def _status(cfg: Config) -> dict[str, Any]:
+    if cfg.state.backend != "redis":
+        return {"backend": "memory", "cooldowns": {}, "dead_keys": []}
+    from turnout.state.redis import RedisStore
+
+    assert cfg.state.url is not None
+    store = RedisStore(cfg.state.url, prefix=cfg.state.key_prefix)
+    try:
+        await store.start()
+        now = time.time()
+        return {
+            "backend": "redis",
+            "connected": store.connected,
+            "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
+            "dead_keys": sorted(store.dead_keys()),
+        }
+    finally:
+        await store.aclose()
+
+
+@app.command()
+def sim(
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port (0: a free one).")] = 8900,
+    script: Annotated[str | None, typer.Option(help="A TOML/JSON script mapping models to behaviours.")] = None,
+) -> None:
+    """Run the fault-injecting provider simulator until Ctrl-C."""
+    from turnout.sim.cli import run
+
+    try:
+        run(host, port, script)
+    except ConfigError as exc:
+        raise _fail(exc, False) from None
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default: [gateway] host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default: [gateway] port).")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes sharing the port (SO_REUSEPORT).")] = 1,
+) -> None:
+    """Run the OpenAI- and Anthropic-compatible gateway."""
+    from turnout.gateway.serve import run
+
+    try:
+        run(config, host, port, workers)
+    except ConfigError as exc:
+        raise _fail(exc, False) from None
+
+
+@app.command()
+def demo() -> None:
+    """A guided tour against the in-process simulator (writes nothing outside a temp dir)."""
+    from turnout.demo import main as demo_main
+
+    raise typer.Exit(demo_main())
 
 
 def main() -> None:

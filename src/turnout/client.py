@@ -120,7 +120,11 @@ class Call:
             )
         )
         return Reply.of(
-            response, requested=self.requested, served=served, fallback=notice, attempts=attempts,
+            response,
+            requested=self.requested,
+            served=served,
+            fallback=notice,
+            attempts=attempts,
             call_id=self.call_id,
         )
 
@@ -245,8 +249,10 @@ class Client:
             if active is None:
                 raise ConfigError(f"provider {provider!r} does not name a configured profile", code="unknown_profile")
         is_hint = model is not None and model.startswith("hint:")
-        router: Router = self.router if active is None and (model is None or is_hint) else self.factory.router(
-            active, None if is_hint else model
+        router: Router = (
+            self.router
+            if active is None and (model is None or is_hint)
+            else self.factory.router(active, None if is_hint else model)
         )
         target = router.resolve(model)
         if not target.model and not target.walk.entries[0].pinned:
@@ -348,7 +354,13 @@ class Client:
             events: Called with each immutable event (text, reasoning, provider tools, tool calls, usage,
                 final); an event sent here is never retracted or duplicated.
             cancel: Set it to stop the turn: :class:`~turnout.errors.TurnCancelled` with the text shown.
-            model / provider / sender / tools / temperature / max_tokens / tool_choice: as for :meth:`chat`.
+            model: As for :meth:`chat`.
+            provider: As for :meth:`chat`.
+            sender: As for :meth:`chat`.
+            tools: As for :meth:`chat`.
+            temperature: As for :meth:`chat`.
+            max_tokens: As for :meth:`chat`.
+            tool_choice: As for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
         target = self.route(model=model, provider=provider, sender=sender)
@@ -361,9 +373,7 @@ class Client:
         assert call.reply is not None
         return call.reply
 
-    def session(
-        self, provider: str | None = None, model: str | None = None, *, system: str | None = None
-    ) -> Session:
+    def session(self, provider: str | None = None, model: str | None = None, *, system: str | None = None) -> Session:
         """A conversation that keeps its history and its own profile/model overrides."""
         return Session(self, provider=provider, model=model, system=system)
 

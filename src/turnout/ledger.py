@@ -258,8 +258,9 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
     """Totals per profile and model, failure classes, fallbacks and cost since ``since`` (Unix seconds)."""
     p = Path(path)
     if not p.exists():
-        return LedgerSummary(calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None,
-                             routes=[])
+        return LedgerSummary(
+            calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None, routes=[]
+        )
     db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
     try:
         cutoff = since if since is not None else 0.0

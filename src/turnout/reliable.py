@@ -277,8 +277,9 @@ class ReliableProvider(Provider):
                 until = self.cooling_until(entry, now)
                 if until is not None:
                     walk.record(
-                        self._attempt(entry, i, served, "cooldown_skip", try_number=0, started=now,
-                                      retry_after=until - now)
+                        self._attempt(
+                            entry, i, served, "cooldown_skip", try_number=0, started=now, retry_after=until - now
+                        )
                     )
                     continue
             result = await self._try_entry(walk, i, entry, request, served, temperature, tries)
@@ -315,16 +316,33 @@ class ReliableProvider(Provider):
                 response = await chat_using_tools(provider, request, served, temperature)
             except asyncio.CancelledError:
                 walk.record(
-                    self._attempt(entry, i, served, "cancelled", try_number=t, choice=choice, started=started,
-                                  elapsed=time.perf_counter() - t0)
+                    self._attempt(
+                        entry,
+                        i,
+                        served,
+                        "cancelled",
+                        try_number=t,
+                        choice=choice,
+                        started=started,
+                        elapsed=time.perf_counter() - t0,
+                    )
                 )
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
                 cls = error_class_of(exc)
                 walk.record(
-                    self._attempt(entry, i, served, outcome_of(cls), try_number=t, choice=choice, started=started,
-                                  elapsed=elapsed, error=exc)
+                    self._attempt(
+                        entry,
+                        i,
+                        served,
+                        outcome_of(cls),
+                        try_number=t,
+                        choice=choice,
+                        started=started,
+                        elapsed=elapsed,
+                        error=exc,
+                    )
                 )
                 hint = exc.retry_after if isinstance(exc, ProviderError) else None
                 action = await self._after_failure(walk, entry, choice, exc, cls, hint, last_entry)
@@ -341,16 +359,35 @@ class ReliableProvider(Provider):
             elapsed = time.perf_counter() - t0
             if response.is_semantically_empty:
                 walk.record(
-                    self._attempt(entry, i, served, "empty", try_number=t, choice=choice, started=started,
-                                  elapsed=elapsed, usage=response.usage, detail="empty_response")
+                    self._attempt(
+                        entry,
+                        i,
+                        served,
+                        "empty",
+                        try_number=t,
+                        choice=choice,
+                        started=started,
+                        elapsed=elapsed,
+                        usage=response.usage,
+                        detail="empty_response",
+                    )
                 )
                 if t < tries:
                     await self.sleep(self.backoff_sleep(backoff, None))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             walk.record(
-                self._attempt(entry, i, served, "ok", try_number=t, choice=choice, started=started, elapsed=elapsed,
-                              usage=response.usage)
+                self._attempt(
+                    entry,
+                    i,
+                    served,
+                    "ok",
+                    try_number=t,
+                    choice=choice,
+                    started=started,
+                    elapsed=elapsed,
+                    usage=response.usage,
+                )
             )
             return response
         return None
@@ -361,8 +398,14 @@ class ReliableProvider(Provider):
             return self._attempt(entry, i, served, "non_retryable", try_number=0, started=now, detail="no_live_key")
         free = entry.keys.soonest_key_free(now)
         return self._attempt(
-            entry, i, served, "cooldown_skip", try_number=0, started=now,
-            retry_after=(free - now) if free is not None else None, detail="keys_cooling",
+            entry,
+            i,
+            served,
+            "cooldown_skip",
+            try_number=0,
+            started=now,
+            retry_after=(free - now) if free is not None else None,
+            detail="keys_cooling",
         )
 
     async def _after_failure(
@@ -469,9 +512,7 @@ class _Walk:
 
     def larger_entry_remains(self, failed_index: int, requested: str) -> bool:
         """Whether an entry after ``failed_index`` is not known to be too small."""
-        return any(
-            not self.too_small(e, e.served_model(requested)) for e in self.owner.entries[failed_index + 1 :]
-        )
+        return any(not self.too_small(e, e.served_model(requested)) for e in self.owner.entries[failed_index + 1 :])
 
 
 def outcome_of(cls: ErrorClass) -> Outcome:

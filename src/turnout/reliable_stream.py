@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import aclosing
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 from turnout.attribution import DispatchScope, Outcome, RouteRef

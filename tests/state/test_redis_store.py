@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import RedisServer
 
+from servers import RedisServer
 from turnout.state.redis import RedisStore
 
 pytestmark = pytest.mark.redis
@@ -21,8 +21,8 @@ async def test_two_stores_share_cooldowns_and_dead_keys(redis_url: str) -> None:
         until = time.time() + 30
         await a.set_cooldown("openai.main", until)
         await a.mark_dead("deadbeef")
-        assert await b.wait_until(lambda: b.cooldown_until("openai.main", time.time()) == until, timeout=5)
-        assert await b.wait_until(lambda: b.is_dead("deadbeef"), timeout=5)
+        assert await b.wait_until(lambda: b.cooldown_until("openai.main", time.time()) == until, within=5)
+        assert await b.wait_until(lambda: b.is_dead("deadbeef"), within=5)
         assert b.cooldowns(time.time()) == {"openai.main": until}
     finally:
         await a.aclose()
@@ -74,12 +74,12 @@ async def test_redis_outage_keeps_working_then_resumes(redis_url: str, redis_ser
         await a.set_cooldown("anthropic.prod", until)  # must not raise
         await a.mark_dead("cafebabe")
         assert a.cooldown_until("anthropic.prod", time.time()) == until
-        assert await a.wait_until(lambda: not a.connected, timeout=5)
+        assert await a.wait_until(lambda: not a.connected, within=5)
         assert a.errors >= 1
         redis_server.start()
-        assert await a.wait_until(lambda: a.connected, timeout=10)
+        assert await a.wait_until(lambda: a.connected, within=10)
         await b.start()
-        assert await b.wait_until(lambda: b.cooldown_until("anthropic.prod", time.time()) == until, timeout=5)
+        assert await b.wait_until(lambda: b.cooldown_until("anthropic.prod", time.time()) == until, within=5)
         assert b.is_dead("cafebabe")
     finally:
         await a.aclose()

@@ -172,9 +172,7 @@ class HTTPAdapter(Provider):
         """The endpoint for a call."""
 
     @abstractmethod
-    def build_body(
-        self, request: ChatRequest, model: str, temperature: float | None, stream: bool
-    ) -> dict[str, Any]:
+    def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
         """The request body."""
 
     @abstractmethod
@@ -233,8 +231,9 @@ class HTTPAdapter(Provider):
 
     def in_band_error(self, facts: ErrorFacts, model: str | None) -> ProviderError:
         """A classified error for an error event inside a 200 stream."""
-        return provider_error(replace(facts, in_band=True), provider=self.settings.profile, model=model,
-                              secrets=self._secrets)
+        return provider_error(
+            replace(facts, in_band=True), provider=self.settings.profile, model=model, secrets=self._secrets
+        )
 
     def with_merged_extras(self, body: dict[str, Any]) -> dict[str, Any]:
         """``provider_extra`` and ``chat_template_kwargs`` merged into a body."""

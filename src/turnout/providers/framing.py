@@ -1,4 +1,4 @@
-"""Incremental byte-level framing for Server-Sent Events and NDJSON.
+r"""Incremental byte-level framing for Server-Sent Events and NDJSON.
 
 Both parsers take bytes as they arrive (split anywhere, even inside a CRLF pair or a UTF-8 sequence) and
 return complete events. They never re-scan or copy what they already consumed: only the unfinished last
@@ -34,7 +34,7 @@ class SSEParser:
     can inspect them at EOF.
     """
 
-    __slots__ = ("_cr", "_data", "_event", "_has_data", "_max", "_tail", "comments", "stray")
+    __slots__ = ("_cr", "_data", "_event", "_has_data", "_max", "_size", "_tail", "comments", "stray")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self._tail = b""
@@ -42,12 +42,15 @@ class SSEParser:
         self._event = ""
         self._data: list[bytes] = []
         self._has_data = False
+        self._size = 0  # bytes of the event's data so far, a line break counted per data line
         self._max = max_line
         self.comments = 0
         self.stray: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume a chunk; return the events it completed."""
+        if not chunk:  # an empty read must not forget a pending CR (the LF of its CRLF may come next)
+            return []
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._cr = False
@@ -72,12 +75,15 @@ class SSEParser:
         return out
 
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:
+        if len(line) > self._max:  # also when the whole line arrived in one read
+            raise ProtocolError(f"stream line longer than {self._max} bytes")
         if not line:
             if self._has_data:
                 out.append(SSEEvent(self._event, b"\n".join(self._data) if len(self._data) > 1 else self._data[0]))
             self._event = ""
             self._data = []
             self._has_data = False
+            self._size = 0
             return
         if line[0] == 58:  # ':' comment / keep-alive
             self.comments += 1
@@ -91,7 +97,8 @@ class SSEParser:
         if field == b"data":
             self._data.append(value)
             self._has_data = True
-            if len(self._data) > 1 and sum(map(len, self._data)) > self._max:
+            self._size += len(value) + 1  # a running total: re-summing every line is quadratic
+            if self._size > self._max + 1:
                 raise ProtocolError(f"stream event larger than {self._max} bytes")
         elif field == b"event":
             self._event = value.decode("utf-8", "replace")
@@ -124,7 +131,7 @@ class NDJSONParser:
         self._max = max_line
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """Consume a chunk; return the complete lines it finished (``\\r`` before ``\\n`` removed)."""
+        r"""Consume a chunk; return the complete lines it finished (``\\r`` before ``\\n`` removed)."""
         data = self._tail + chunk if self._tail else chunk
         out: list[bytes] = []
         pos = 0
@@ -134,13 +141,16 @@ class NDJSONParser:
             if nl < 0:
                 break
             end = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
+            if end - pos > self._max:  # also when the whole line arrived in one read
+                raise ProtocolError(f"stream line longer than {self._max} bytes")
             if end > pos:
                 line = data[pos:end]
                 if not line.isspace():
                     out.append(line)
             pos = nl + 1
         self._tail = data[pos:] if pos < len(data) else b""
-        if len(self._tail) > self._max:
+        over = len(self._tail) - self._max
+        if over > 1 or (over == 1 and self._tail[-1] != 13):  # a CR may be the first half of the CRLF
             raise ProtocolError(f"stream line longer than {self._max} bytes")
         return out
 

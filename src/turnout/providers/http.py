@@ -86,14 +86,20 @@ class _Watchdog:
         self._arm(self._last)
 
     def _arm(self, now: float) -> None:
+        # Poll before the first byte too: the idle bound must start as soon as bytes flow, not at the
+        # first-token deadline.
         step = max(self._idle / 4, 0.01)
         if self._seen <= 0:
-            due = min(self._first, self._total)
+            due = min(now + step, self._first, self._total)
         else:
             due = min(now + step, self._last + self._idle, self._total)
         self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
 
     def _check(self) -> None:
+        if self._content.is_eof():
+            # The whole body arrived: a consumer slower than the bounds must still read it.
+            self._handle = None
+            return None
         now = self._loop.time()
         seen = self._content.total_raw_bytes
         if seen != self._seen and seen > 0:

@@ -1,4 +1,4 @@
-"""Sessions: a conversation with its history and its profile/model overrides.
+r"""Sessions: a conversation with its history and its profile/model overrides.
 
 After an interrupted stream the partial text already shown is kept in the history as
 ``"{partial}\\n\\n[stream interrupted]"``; after a cancellation that followed visible text, as

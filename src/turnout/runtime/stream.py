@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
-from types import TracebackType
 from contextlib import aclosing
+from types import TracebackType
 from typing import Any, cast
 
 from turnout.reply import Reply
@@ -45,6 +45,15 @@ class ReplyStream:
             raise RuntimeError("the stream has not completed")
         reply: Reply = self._call.reply
         return reply
+
+    @property
+    def call(self) -> Any:
+        """The call in flight (a :class:`turnout.client.Call`): its ``requested`` route and dispatch ``scope``.
+
+        While events flow, ``call.scope.served`` names the entry producing them (provisional until the reply
+        is accepted); the gateway reads it to send attribution headers with the first event.
+        """
+        return self._call
 
     @property
     def partial_text(self) -> str:

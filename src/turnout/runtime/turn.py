@@ -214,10 +214,10 @@ def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None)
         return None  # no stream was opened: the whole walk runs
     index = scope.served_entry[1]
     single = len(walk.entries) == 1
-    if kind == "semantic_empty":  # one recovery on the exact entry when retries are allowed
-        tries = 1 if (walk.retries > 0 or single) else 0
-    else:  # skip the failed entry, unless it is the only one (then one recovery attempt on it)
-        tries = 1 if single else 0
+    # semantic empty: one recovery on the exact entry when retries are allowed; a failure: skip the failed
+    # entry, unless it is the only one (then one recovery attempt on it, where ZeroClaw makes none)
+    allowed = (walk.retries > 0 or single) if kind == "semantic_empty" else single
+    tries = 1 if allowed else 0
     return Recovery(walk=walk.id, entry=index, tries=tries)
 
 
@@ -234,4 +234,3 @@ async def _emit_recovered(response: ChatResponse, state: TurnState) -> AsyncGene
     if response.usage is not None:
         yield ("event", UsageEvent(usage=response.usage))
     yield ("event", Final(finish_reason=response.finish_reason, model=response.model))
-

@@ -13,6 +13,7 @@ class MemoryStore(StateStore):
         self._dead: set[str] = set()
 
     def cooldown_until(self, key: str, now: float) -> float | None:
+        """See :class:`~turnout.state.base.StateStore`."""
         until = self._cooldowns.get(key)
         if until is None:
             return None
@@ -22,23 +23,29 @@ class MemoryStore(StateStore):
         return until
 
     async def set_cooldown(self, key: str, until: float) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         current = self._cooldowns.get(key)
         if current is None or until > current:
             self._cooldowns[key] = until
 
     async def clear_cooldown(self, key: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._cooldowns.pop(key, None)
 
     def cooldowns(self, now: float) -> dict[str, float]:
+        """See :class:`~turnout.state.base.StateStore`."""
         for key in [k for k, v in self._cooldowns.items() if v <= now]:
             del self._cooldowns[key]
         return dict(self._cooldowns)
 
     def is_dead(self, key_id: str) -> bool:
+        """See :class:`~turnout.state.base.StateStore`."""
         return key_id in self._dead
 
     async def mark_dead(self, key_id: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._dead.add(key_id)
 
     def dead_keys(self) -> frozenset[str]:
+        """See :class:`~turnout.state.base.StateStore`."""
         return frozenset(self._dead)

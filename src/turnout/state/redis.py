@@ -21,6 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
 from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.state")
@@ -32,9 +35,6 @@ if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 
 class RedisStore(StateStore):
@@ -74,6 +74,7 @@ class RedisStore(StateStore):
     # --- the StateStore interface ----------------------------------------------------------------
 
     def cooldown_until(self, key: str, now: float) -> float | None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         until = self._cooldowns.get(key)
         if until is None:
@@ -84,6 +85,7 @@ class RedisStore(StateStore):
         return until
 
     async def set_cooldown(self, key: str, until: float) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         current = self._cooldowns.get(key)
         if current is None or until > current:
@@ -92,29 +94,35 @@ class RedisStore(StateStore):
         await self._guard(self._write_cooldown(key, until, ttl_ms))
 
     async def clear_cooldown(self, key: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         self._cooldowns.pop(key, None)
         await self._guard(self._write_clear(key))
 
     def cooldowns(self, now: float) -> dict[str, float]:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         for key in [k for k, v in self._cooldowns.items() if v <= now]:
             del self._cooldowns[key]
         return dict(self._cooldowns)
 
     def is_dead(self, key_id: str) -> bool:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         return key_id in self._dead
 
     async def mark_dead(self, key_id: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         self._dead.add(key_id)
         await self._guard(self._write_dead(key_id))
 
     def dead_keys(self) -> frozenset[str]:
+        """See :class:`~turnout.state.base.StateStore`."""
         return frozenset(self._dead)
 
     async def aclose(self) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -140,14 +148,14 @@ class RedisStore(StateStore):
         self._ensure_started()
         await self._guard(self._resync())
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``predicate()`` holds after a change from Redis arrived (or ``timeout`` passes)."""
+    async def wait_until(self, predicate: Callable[[], bool], within: float) -> bool:
+        """Wait until ``predicate()`` holds after a change from Redis arrived (at most ``within`` seconds)."""
         self._ensure_started()
         if self._changed is None:
             self._changed = asyncio.Condition()
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+                await asyncio.wait_for(self._changed.wait_for(predicate), within)
         return predicate()
 
     async def _notify(self) -> None:

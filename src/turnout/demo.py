@@ -1,0 +1,257 @@
+"""``turnout demo``: a guided tour of the reliable walk against the simulator, on loopback.
+
+The simulator runs in process; the ledger lives in a temporary directory that is removed afterwards.
+Each step scripts the simulator, makes one call through a real :class:`~turnout.Client` over HTTP, and
+prints the attempts, the served route and the cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from turnout.attribution import Attempt
+from turnout.client import Client
+from turnout.errors import ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.ledger import summarize
+from turnout.reply import Reply
+from turnout.sim import Simulator
+
+DEMO_CONFIG = """
+default_provider = "anthropic.main"
+
+[providers.models.anthropic.main]
+uri = "{anthropic}"
+api_key = "sk-ant-demo-key"
+model = "claude-sonnet-4-5"
+fallback_models = ["claude-haiku-4-5"]
+fallback = ["openai.backup"]
+
+[providers.models.openai.backup]
+uri = "{openai}"
+api_keys = ["sk-demo-key-one", "sk-demo-key-two"]
+model = "gpt-4.1"
+
+[providers.models.openai.solo]
+uri = "{openai}"
+api_key = "sk-demo-solo"
+model = "gpt-4.1-mini"
+
+[providers.models.deepseek.reasoner]
+uri = "{openai}"
+api_key = "sk-demo-deepseek"
+model = "deepseek-reasoner"
+
+[[model_routes]]
+hint = "reasoning"
+model_provider = "deepseek.reasoner"
+model = "deepseek-reasoner"
+
+[reliability]
+provider_retries = 1
+provider_backoff_ms = 100
+
+[ledger]
+path = "{ledger}"
+"""
+
+PROMPT = [{"role": "user", "content": "Summarise the release notes in one sentence."}]
+
+
+@dataclass
+class Step:
+    """One stop of the tour: what it shows, the simulator script, and the call to make."""
+
+    title: str
+    explain: str
+    script: dict[str, Any]
+    run: Callable[[Client], Awaitable[Reply]]
+
+
+def _steps() -> list[Step]:
+    async def chat(c: Client, **kw: Any) -> Reply:
+        return await c.chat(PROMPT, **kw)
+
+    async def cut_stream(c: Client) -> Reply:
+        stream = c.stream(PROMPT)
+        shown = []
+        async for event in stream:
+            if event.type == "text":
+                shown.append(event.text)
+        return stream.response
+
+    return [
+        Step("A clean answer", "The primary profile answers on the first try.", {}, chat),
+        Step(
+            "A 429 with Retry-After, then recovery",
+            "A single-entry profile gets 429 with Retry-After: 1; the walk waits the hinted second and retries.",
+            {"gpt-4.1-mini": {"steps": ["429-ra1", "ok"]}},
+            lambda c: chat(c, provider="openai.solo"),
+        ),
+        Step(
+            "An empty answer is retried",
+            "A 200 with no text is not an answer: it is retried with backoff, and its usage stays on that attempt.",
+            {"claude-sonnet-4-5": {"steps": ["empty", "ok"]}},
+            chat,
+        ),
+        Step(
+            "A hint route",
+            "model='hint:reasoning' selects the deepseek.reasoner route, with its own reliability policy.",
+            {"deepseek-reasoner": {"steps": ["ok-r12-t20"]}},
+            lambda c: chat(c, model="hint:reasoning"),
+        ),
+        Step(
+            "A context-window overflow goes to a larger model",
+            "claude-sonnet-4-5 (200k) rejects the prompt; claude-haiku-4-5 (also 200k) is skipped without a call; "
+            "gpt-4.1 (1M) answers.",
+            {"claude-sonnet-4-5": {"steps": ["context-lim200000"]}},
+            chat,
+        ),
+        Step(
+            "A refusal is not routed around",
+            "The model refuses; Turnout returns the refusal instead of shopping for another model.",
+            {"claude-sonnet-4-5": {"steps": ["refusal"]}},
+            chat,
+        ),
+        Step(
+            "A truncated stream",
+            "The stream ends after 8 words without message_stop. The user saw those words, so nothing is "
+            "replayed: the caller gets exactly the text shown.",
+            {"claude-sonnet-4-5": {"steps": ["cut-a8-t30"]}},
+            cut_stream,
+        ),
+        Step(
+            "A rate-limited profile cools down; another family serves",
+            "anthropic.main answers 429 (Retry-After 30): the profile cools down, its second model is skipped, and "
+            "openai.backup serves with a notice.",
+            {"claude-sonnet-4-5": {"steps": ["429-ra30"]}},
+            chat,
+        ),
+        Step(
+            "While it cools down, the profile is skipped without a call",
+            "The next call skips both anthropic.main entries (cooldown_skip) and goes straight to the fallback.",
+            {"claude-sonnet-4-5": {"steps": ["429-ra30"]}},
+            chat,
+        ),
+    ]
+
+
+def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for name, justify in [
+        ("#", "right"),
+        ("profile", "left"),
+        ("model", "left"),
+        ("outcome", "left"),
+        ("status", "right"),
+        ("key", "left"),
+        ("in/out tokens", "right"),
+        ("cost", "right"),
+        ("ms", "right"),
+        ("retry hint", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    styles = {"ok": "green", "cooldown_skip": "yellow", "stream_interrupted": "red"}
+    for i, a in enumerate(attempts, 1):
+        tokens = f"{a.usage.input_tokens}/{a.usage.output_tokens}" if a.usage else "-"
+        cost = f"${a.cost_usd:.6f}" if a.cost_usd is not None else "-"
+        table.add_row(
+            str(i),
+            a.provider,
+            a.model,
+            Text(a.outcome, style=styles.get(a.outcome, "magenta")),
+            str(a.status) if a.status is not None else "-",
+            a.key_id or "-",
+            tokens,
+            cost,
+            f"{a.duration_ms:.0f}" if a.outcome != "cooldown_skip" else "-",
+            f"{a.retry_after:.1f}s" if a.retry_after is not None else "-",
+        )
+    return table
+
+
+async def run_demo(console: Console | None = None) -> int:
+    """Run the tour; return 0 when every step behaved as described."""
+    if console is None:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=max(console.width, 120))
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
+        ledger_path = Path(tmp) / "ledger.sqlite3"
+        async with Simulator() as sim:
+            config = DEMO_CONFIG.format(
+                anthropic=sim.base_url("anthropic"), openai=sim.base_url("openai"), ledger=ledger_path
+            )
+            async with Client.from_toml(config) as client:
+                console.print(
+                    Panel.fit(
+                        "Turnout demo: a simulator on loopback plays each provider; every call below is real HTTP.\n"
+                        f"Simulator: {sim.url}   Ledger: a temporary SQLite file",
+                        title="turnout demo",
+                    )
+                )
+                for n, step in enumerate(_steps(), 1):
+                    sim.set_script({"models": step.script})
+                    await _run_step(console, client, n, step)
+        summary = summarize(ledger_path)
+        table = Table(title="Ledger summary", box=None, header_style="bold")
+        for col in ("profile", "model", "attempts", "outcomes", "cost"):
+            table.add_column(col)
+        for r in summary.routes:
+            outcomes = ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
+            cost = f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-"
+            table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
+        console.print(table)
+        total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
+        console.print(
+            f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts, total cost {total}; "
+            f"tour took {time.perf_counter() - started:.1f}s"
+        )
+    return 0
+
+
+async def _run_step(console: Console, client: Client, n: int, step: Step) -> None:
+    console.rule(f"[bold]{n}. {step.title}")
+    console.print(step.explain, style="dim")
+    try:
+        reply = await step.run(client)
+    except StreamInterruptedAfterOutput as exc:
+        console.print(f"User saw: [cyan]{exc.partial_text}[/cyan][red]  [stream interrupted][/red]")
+        console.print(f"StreamInterruptedAfterOutput: {len(exc.partial_text.split())} words kept, no replay.")
+        console.print(_attempts_table(exc.attempts))
+        return
+    except RefusalError as exc:
+        console.print(f"RefusalError: {exc.message}")
+        console.print(_attempts_table(exc.attempts))
+        return
+    except ContextWindowExceeded as exc:
+        console.print(f"ContextWindowExceeded: {exc}")
+        console.print(_attempts_table(exc.attempts))
+        return
+    except TurnoutError as exc:
+        console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
+        console.print(_attempts_table(getattr(exc, "attempts", ())))
+        return
+    console.print(f"Answer: [cyan]{reply.text[:100]}[/cyan]")
+    served = f"{reply.served.provider}/{reply.served.model}"
+    cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
+    console.print(f"Served by [bold]{served}[/bold]; call cost {cost}")
+    if reply.notice:
+        console.print(reply.notice, style="yellow")
+    console.print(_attempts_table(reply.attempts))
+
+
+def main() -> int:
+    """Run the demo in a fresh event loop."""
+    return asyncio.run(run_demo())
