@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
@@ -361,12 +361,16 @@ class AnthropicDecoder(StreamDecoder):
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """Consume body bytes; return the events they completed."""
         out: list[StreamEvent] = []
-        for ev in self._sse.feed(chunk):
-            self._dispatch(ev.event, ev.data, out)
+        try:
+            for ev in self._sse.feed(chunk):
+                self._dispatch(ev.event, ev.data, out)
+        except TurnoutError as exc:
+            return self.defer(exc, out)
         return out
 
     def finish(self) -> list[StreamEvent]:
         """End of body: nothing more after ``message_stop``; otherwise :class:`StreamTruncated`."""
+        self.raise_deferred()
         out: list[StreamEvent] = []
         if self.done:
             return out

@@ -17,7 +17,7 @@ import orjson
 
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
-from turnout.errors import ProtocolError, ProviderError
+from turnout.errors import ProtocolError, ProviderError, TurnoutError
 from turnout.provider import Provider
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
@@ -94,13 +94,32 @@ class AdapterSettings:
 class StreamDecoder(ABC):
     """Turns one protocol's stream body into events and owns its completion signal.
 
-    :meth:`feed` raises a classified :class:`~turnout.errors.ProviderError` for an in-band error and a
-    :class:`~turnout.errors.ProtocolError` for a malformed event. :meth:`finish` runs at end of body and
-    raises :class:`~turnout.errors.StreamTruncated` when the completion signal was never seen.
+    An in-band error becomes a classified :class:`~turnout.errors.ProviderError` and a malformed event a
+    :class:`~turnout.errors.ProtocolError`; either is raised only after the events decoded before it were
+    returned (:meth:`defer`), so what reaches the user never depends on how the bytes were split.
+    :meth:`finish` runs at end of body and raises :class:`~turnout.errors.StreamTruncated` when the
+    completion signal was never seen.
     """
 
-    #: Set when the protocol's terminal marker was read; the adapter stops reading.
+    #: Set when the protocol's terminal marker was read (or an error is pending); the adapter stops reading.
     done: bool = False
+    _deferred: TurnoutError | None = None
+
+    def defer(self, exc: TurnoutError, out: list[StreamEvent]) -> list[StreamEvent]:
+        """Deliver the events decoded before an error, and raise the error at :meth:`finish`.
+
+        So what the user sees before an in-band error never depends on how the bytes were split.
+        """
+        if not out:
+            raise exc
+        self._deferred = exc
+        self.done = True
+        return out
+
+    def raise_deferred(self) -> None:
+        """Raise an error that :meth:`defer` held back."""
+        if self._deferred is not None:
+            raise self._deferred
 
     @abstractmethod
     def feed(self, chunk: bytes) -> list[StreamEvent]:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
@@ -306,17 +306,21 @@ class ChatStreamDecoder(StreamDecoder):
         self._chunks = 0
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
-        """Consume body bytes; raises for in-band errors, refusals and malformed chunks."""
+        """Consume body bytes; an in-band error, refusal or malformed chunk is raised after the events before it."""
         out: list[StreamEvent] = []
         if self.done:
             return out
-        for event in self._sse.feed(chunk):
-            if self._event(event.event, event.data, out):
-                break
+        try:
+            for event in self._sse.feed(chunk):
+                if self._event(event.event, event.data, out):
+                    break
+        except TurnoutError as exc:
+            return self.defer(exc, out)
         return out
 
     def finish(self) -> list[StreamEvent]:
         """End of body: complete after ``[DONE]`` or a finish chunk, else ``StreamTruncated``."""
+        self.raise_deferred()
         out: list[StreamEvent] = []
         if self.done:
             return out

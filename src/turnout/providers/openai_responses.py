@@ -16,7 +16,7 @@ from urllib.parse import quote
 import orjson
 
 from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers.base import (
     AZURE_DEFAULT_API_VERSION,
     MALFORMED,
@@ -377,12 +377,16 @@ class ResponsesDecoder(StreamDecoder):
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """Consume body bytes; return the events they completed."""
         out: list[StreamEvent] = []
-        for ev in self._sse.feed(chunk):
-            self._dispatch(ev.event, ev.data, out)
+        try:
+            for ev in self._sse.feed(chunk):
+                self._dispatch(ev.event, ev.data, out)
+        except TurnoutError as exc:
+            return self.defer(exc, out)
         return out
 
     def finish(self) -> list[StreamEvent]:
         """End of body: nothing more after a terminal event; otherwise :class:`StreamTruncated`."""
+        self.raise_deferred()
         out: list[StreamEvent] = []
         if self.done:
             return out
