@@ -17,7 +17,7 @@ import orjson
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
-from turnout.providers.framing import SSEParser
+from turnout.providers.framing import SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient
 from turnout.tools import anthropic_tools, prompt_guided_tools
 from turnout.types import (
@@ -129,11 +129,9 @@ class AnthropicAdapter(HTTPAdapter):
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """``x-api-key`` and ``anthropic-version`` (unless the profile's extra headers pin another version)."""
-        headers: dict[str, str] = {}
+        headers = super().auth_headers(api_key)
         if not any(k.lower() == "anthropic-version" for k in self.settings.extra_headers):
             headers["anthropic-version"] = API_VERSION
-        if api_key:
-            headers["x-api-key"] = api_key
         return headers
 
     def url(self, model: str, stream: bool) -> str:
@@ -384,19 +382,9 @@ class AnthropicDecoder(StreamDecoder):
         raise StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
 
     def _last_line(self, tail: list[bytes], out: list[StreamEvent]) -> None:
-        """The body ended without a final line break after a ``data:`` line.
-
-        A complete JSON payload there is a whole event (a proper prefix of a JSON object is never valid
-        JSON); anything else was cut mid-line and is dropped, so the stream counts as truncated.
-        """
-        for line in tail:
-            if line.startswith(b"data:"):
-                payload = line[6:] if line[5:6] == b" " else line[5:]
-                try:
-                    orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    continue
-                self._dispatch("", payload, out)
+        """The body ended without a final line break after a complete ``data:`` line: a whole event."""
+        for payload in unterminated_data_payloads(tail):
+            self._dispatch("", payload, out)
 
     def _raise_stray_error(self) -> None:
         """A raw JSON error body appended to the stream by a proxy is that error, not a truncation."""

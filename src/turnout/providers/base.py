@@ -25,6 +25,8 @@ from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
+_AUTH_BY_PROTOCOL = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
+
 #: Parse failures that mean "the provider sent something malformed", never a crash.
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
 
@@ -182,9 +184,18 @@ class HTTPAdapter(Provider):
 
     # --- hooks ------------------------------------------------------------------------------
 
-    @abstractmethod
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        """Headers carrying the credential (empty without one)."""
+        """Headers carrying the credential (empty without one), in the protocol's style.
+
+        ``Authorization: Bearer`` for OpenAI-style protocols and Ollama, ``x-api-key`` for Anthropic,
+        ``x-goog-api-key`` for Gemini (never a ``?key=`` query), ``api-key`` for Azure OpenAI.
+        """
+        if not api_key:
+            return {}
+        style = "api-key" if self.settings.family.vendor == "azure" else _AUTH_BY_PROTOCOL.get(self.protocol, "bearer")
+        if style == "bearer":
+            return {"Authorization": f"Bearer {api_key}"}
+        return {style: api_key}
 
     @abstractmethod
     def url(self, model: str, stream: bool) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import orjson
+
 from turnout.errors import ProtocolError
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
@@ -119,6 +121,24 @@ class SSEParser:
             self._tail = b""
         self._line(b"", out)
         return out
+
+
+def unterminated_data_payloads(stray: list[bytes]) -> list[bytes]:
+    """Payloads of ``data:`` lines the body ended on without a line break, when they are complete JSON.
+
+    A proper prefix of a JSON object is never valid JSON, so a payload that parses was not cut: it is a
+    whole event (some servers omit the last line break). Anything else was cut mid-line and is dropped.
+    """
+    out = []
+    for line in stray:
+        if line.startswith(b"data:"):
+            payload = line[6:] if line[5:6] == b" " else line[5:]
+            try:
+                orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue
+            out.append(payload)
+    return out
 
 
 class NDJSONParser:

@@ -309,10 +309,6 @@ class GeminiAdapter(HTTPAdapter):
         native_tools=True, vision=True, streaming=True, streaming_tool_events=True, extended_thinking=True
     )
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        """``x-goog-api-key: <key>`` (never the ``?key=`` query)."""
-        return {"x-goog-api-key": api_key} if api_key else {}
-
     def url(self, model: str, stream: bool) -> str:
         """``{base}/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse``."""
         name = model.removeprefix("models/")

@@ -236,10 +236,6 @@ class OllamaAdapter(HTTPAdapter):
         super().__init__(settings, http, api_key)
         self._url = f"{server_root(settings.base_url)}/api/chat"
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        """``Authorization: Bearer <key>`` with a key, nothing without one."""
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
     def url(self, model: str, stream: bool) -> str:
         """``{root}/api/chat`` for both modes."""
         return self._url

@@ -101,14 +101,6 @@ class OpenAIChatAdapter(HTTPAdapter):
 
     # --- request ----------------------------------------------------------------------------
 
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        """``Authorization: Bearer <key>``, Azure's ``api-key: <key>``, nothing without a key."""
-        if not api_key:
-            return {}
-        if self.settings.family.auth == "api-key":
-            return {"api-key": api_key}
-        return {"Authorization": f"Bearer {api_key}"}
-
     def url(self, model: str, stream: bool) -> str:
         """``{base_url}/chat/completions`` (Azure: with ``?api-version=``)."""
         return self._url

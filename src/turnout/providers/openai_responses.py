@@ -25,7 +25,7 @@ from turnout.providers.base import (
     StreamDecoder,
     loads,
 )
-from turnout.providers.framing import SSEParser
+from turnout.providers.framing import SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient
 from turnout.tools import prompt_guided_tools
 from turnout.types import (
@@ -147,14 +147,6 @@ class OpenAIResponsesAdapter(HTTPAdapter):
             self._url = f"{base}/responses"
 
     # --- hooks ------------------------------------------------------------------------------
-
-    def auth_headers(self, api_key: str | None) -> dict[str, str]:
-        """``Authorization: Bearer`` (Azure: ``api-key``)."""
-        if not api_key:
-            return {}
-        if self.settings.family.vendor == "azure":
-            return {"api-key": api_key}
-        return {"Authorization": f"Bearer {api_key}"}
 
     def url(self, model: str, stream: bool) -> str:
         """``{base_url}/responses`` (Azure: ``{resource}/openai/responses?api-version=...``)."""
@@ -402,19 +394,9 @@ class ResponsesDecoder(StreamDecoder):
         raise StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
 
     def _last_line(self, tail: list[bytes], out: list[StreamEvent]) -> None:
-        """The body ended without a final line break after a ``data:`` line.
-
-        A complete JSON payload there is a whole event (a proper prefix of a JSON object is never valid
-        JSON); anything else was cut mid-line and is dropped, so the stream counts as truncated.
-        """
-        for line in tail:
-            if line.startswith(b"data:"):
-                payload = line[6:] if line[5:6] == b" " else line[5:]
-                try:
-                    orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    continue
-                self._dispatch("", payload, out)
+        """The body ended without a final line break after a complete ``data:`` line: a whole event."""
+        for payload in unterminated_data_payloads(tail):
+            self._dispatch("", payload, out)
 
     def _raise_stray_error(self) -> None:
         """A raw JSON error body appended by a proxy (``{"error": {...}}``) is that error."""
