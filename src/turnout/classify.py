@@ -167,7 +167,14 @@ def is_context_window(facts: ErrorFacts) -> bool:
     return _has(_low(facts.message), CONTEXT_WINDOW_HINTS)
 
 
-REFUSAL_HINTS = ("content filtering policy", "content management policy", "content_policy_violation")
+REFUSAL_HINTS = (
+    "content filtering policy",
+    "content management policy",
+    "content_policy_violation",
+    "content policy violation",
+    "violates the content policy",
+    "blocked by a content filter",
+)
 MODERATION_HINTS = ("moderation", "flagged")
 
 
@@ -175,7 +182,8 @@ def is_refusal(facts: ErrorFacts) -> bool:
     """A content-policy rejection.
 
     Azure ``content_filter``, OpenAI ``content_policy_violation``, Anthropic's 400 "Output blocked by
-    content filtering policy".
+    content filtering policy", and the plain-text forms of protocols without a typed code (a Gemini 400
+    ``INVALID_ARGUMENT`` that "violates the content policy", Ollama's "blocked by a content filter").
     """
     if _low(facts.error_code) in REFUSAL_CODES or _low(facts.reason) in REFUSAL_CODES:
         return True

@@ -146,6 +146,8 @@ async def turn_outputs(
                     completed = True
     except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
         _relabel_stream_attempt(scope.attempts, "cancelled", builder.usage)
+        if isinstance(exc, TurnCancelled):
+            exc.attempts = tuple(scope.attempts)
         call.fail(exc if not isinstance(exc, GeneratorExit) else TurnCancelled(partial_text=state.partial_text))
         raise
     except RefusalError as exc:
