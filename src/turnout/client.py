@@ -38,6 +38,7 @@ from turnout.reply import Reply
 from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, TurnState, call_sink, turn_outputs
 from turnout.state import MemoryStore, StateStore
+from turnout.streams import without_think
 from turnout.types import ChatRequest, ChatResponse, Message, ToolSpec
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
@@ -70,6 +71,38 @@ def error_outcome(exc: BaseException) -> str:
     if isinstance(exc, TurnCancelled | asyncio.CancelledError):
         return "cancelled"
     return type(exc).__name__
+
+
+class CancelWatcher:
+    """Turns a ``cancel`` event into a prompt stop of the current task, wherever it is waiting.
+
+    The turn may be waiting for a silent upstream; setting the event cancels the task, and the turn turns
+    that cancellation (and only that one) back into :class:`~turnout.errors.TurnCancelled`.
+    """
+
+    __slots__ = ("_task", "_waiter", "fired")
+
+    def __init__(self, event: asyncio.Event) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self.fired = False
+        self._waiter = asyncio.ensure_future(event.wait())
+        self._waiter.add_done_callback(self._fire)
+
+    def _fire(self, waiter: asyncio.Future[Any]) -> None:
+        if not waiter.cancelled():
+            self.fired = True
+            self._task.cancel()
+
+    def uncancel(self) -> None:
+        """Undo the cancellation this watcher requested."""
+        self._task.uncancel()
+
+    def close(self) -> None:
+        """Stop watching."""
+        self._waiter.remove_done_callback(self._fire)
+        self._waiter.cancel()
 
 
 class Call:
@@ -120,7 +153,7 @@ class Call:
             )
         )
         return Reply.of(
-            response,
+            without_think(response),
             requested=self.requested,
             served=served,
             fallback=notice,
@@ -366,10 +399,26 @@ class Client:
         target = self.route(model=model, provider=provider, sender=sender)
         call = Call(self, target, stream=True)
         state = TurnState()
-        outputs_gen = turn_outputs(call, request, temperature, state, cancel, events_visible=events is not None)
-        async with aclosing(outputs_gen) as outputs:
-            async for kind, value in outputs:
-                await call_sink(events if kind == "event" else draft, value)
+        if cancel is not None and cancel.is_set():
+            cancelled = TurnCancelled()
+            call.fail(cancelled)
+            raise cancelled
+        outputs_gen = turn_outputs(
+            call, request, temperature, state, cancel, events_visible=events is not None, want_draft=draft is not None
+        )
+        watcher = CancelWatcher(cancel) if cancel is not None else None
+        try:
+            async with aclosing(outputs_gen) as outputs:
+                async for kind, value in outputs:
+                    await call_sink(events if kind == "event" else draft, value)
+        except asyncio.CancelledError:
+            if watcher is None or not watcher.fired:
+                raise
+            watcher.uncancel()
+            raise TurnCancelled(partial_text=state.partial_text, attempts=call.scope.attempts) from None
+        finally:
+            if watcher is not None:
+                watcher.close()
         assert call.reply is not None
         return call.reply
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable
+from dataclasses import replace
 
 from turnout.types import (
     ChatResponse,
@@ -86,3 +87,78 @@ async def acollect(events: AsyncIterable[StreamEvent]) -> ChatResponse:
     async for event in events:
         builder.add(event)
     return builder.build()
+
+
+_OPEN = "<think>"
+_CLOSE = "</think>"
+
+
+def _held_prefix(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ThinkSplitter:
+    """Splits streamed text into answer text and ``<think>…</think>`` reasoning, tags split anywhere.
+
+    Some models (DeepSeek-R1 and others served through OpenAI-compatible or Ollama endpoints) put their
+    reasoning inline in the content. :meth:`feed` returns ``(is_reasoning, text)`` pieces and holds back a
+    possible partial tag until the next piece decides it; an unclosed ``<think>`` makes the rest reasoning.
+    """
+
+    __slots__ = ("_held", "inside")
+
+    def __init__(self) -> None:
+        self._held = ""
+        self.inside = False
+
+    def feed(self, text: str) -> list[tuple[bool, str]]:
+        """Split one piece of streamed text."""
+        if not self._held and not self.inside and "<" not in text:
+            return [(False, text)] if text else []
+        s = self._held + text
+        self._held = ""
+        out: list[tuple[bool, str]] = []
+        while s:
+            tag = _CLOSE if self.inside else _OPEN
+            i = s.find(tag)
+            if i >= 0:
+                if i:
+                    out.append((self.inside, s[:i]))
+                s = s[i + len(tag) :]
+                self.inside = not self.inside
+                continue
+            hold = _held_prefix(s, tag)
+            if len(s) > hold:
+                out.append((self.inside, s[: len(s) - hold]))
+            self._held = s[len(s) - hold :]
+            break
+        return out
+
+    def finish(self) -> list[tuple[bool, str]]:
+        """End of text: a held partial tag turns out to be plain text (or reasoning inside a span)."""
+        held, self._held = self._held, ""
+        return [(self.inside, held)] if held else []
+
+
+def split_think(text: str) -> tuple[str, str]:
+    """``(answer, reasoning)`` of a complete text with inline ``<think>`` spans."""
+    if _OPEN not in text:
+        return text, ""
+    splitter = ThinkSplitter()
+    pieces = splitter.feed(text) + splitter.finish()
+    answer = "".join(t for r, t in pieces if not r)
+    reasoning = "".join(t for r, t in pieces if r)
+    return answer.strip() if reasoning else answer, reasoning
+
+
+def without_think(response: ChatResponse) -> ChatResponse:
+    """The response with inline ``<think>`` spans moved from its text to its reasoning."""
+    if "<think>" not in response.text:
+        return response
+    answer, reasoning = split_think(response.text)
+    merged = "\n".join(r for r in (response.reasoning, reasoning) if r) or None
+    return replace(response, text=answer, reasoning=merged)

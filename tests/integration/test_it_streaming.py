@@ -216,7 +216,7 @@ async def test_missing_terminator_after_the_finish(sim: Simulator, family: str) 
 
 @each_family
 async def test_cancel_before_output_aborts_without_retry(sim: Simulator, family: str) -> None:
-    """A turn cancelled before any token raises TurnCancelled with no text; nothing is shown or retried."""
+    """A turn cancelled before it starts raises TurnCancelled; nothing is sent, shown or retried."""
     events: list[Any] = []
     cancel = asyncio.Event()
     cancel.set()
@@ -225,9 +225,8 @@ async def test_cancel_before_output_aborts_without_retry(sim: Simulator, family:
             await c.turn("hi", events=events.append, cancel=cancel)
     assert caught.value.partial_text == ""
     assert events == []
-    assert stream_trail(caught.value.attempts) == [(f"{family}.main", "sim-ok-t10", "cancelled", True, None)]
-    (entry,) = await sim.wait_for_log(1)
-    assert len(sim.log) == 1 and entry.outcome in ("ok", "client_disconnected")  # the fallback is never asked
+    assert caught.value.attempts == ()
+    assert sim.log == []  # not even the primary is asked
 
 
 @each_family
@@ -250,11 +249,6 @@ async def test_cancel_after_output_keeps_the_shown_text(sim: Simulator, family: 
     assert await upstream(sim, 1) == [("sim-ok-t40-tps50", "client_disconnected")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/turn.py checks the cancel event only when the upstream delivers an event, so a turn waiting "
-    "on a silent or slow upstream ignores cancel until the next byte (or the first-token timeout, 60 s by default)",
-)
 async def test_cancel_event_stops_a_turn_waiting_for_its_first_token(sim: Simulator) -> None:
     """Setting ``cancel`` while the upstream has not answered yet ends the turn promptly."""
     async with client(pair(sim, "openai", "sim-slow-d1")) as c:
@@ -346,11 +340,6 @@ async def test_reasoning_is_shown_once_across_a_recovery(sim: Simulator, family:
     assert [(a.outcome, a.stream) for a in reply.attempts] == [("empty", True), ("ok", False)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adapters forward a <think>…</think> span in streamed content as answer TextDelta events; the runtime "
-    "strips it only when judging emptiness, so the raw markup reaches the event sink ahead of the recovered answer",
-)
 async def test_think_only_stream_never_shows_the_think_span_as_answer_text(sim: Simulator) -> None:
     """A ``<think>``-only stream is empty: its span is not shown as answer text, and the recovery's text is."""
     events: list[Any] = []

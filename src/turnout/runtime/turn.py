@@ -37,7 +37,7 @@ from turnout.errors import (
     TurnCancelled,
     TurnoutError,
 )
-from turnout.streams import ResponseBuilder
+from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -99,17 +99,22 @@ async def turn_outputs(
     cancel: asyncio.Event | None = None,
     *,
     events_visible: bool = True,
+    want_draft: bool = True,
 ) -> AsyncGenerator[Output, None]:
     """Run one turn, yielding draft updates and immutable events; sets ``call.reply`` when accepted.
 
     ``call`` is a :class:`turnout.client.Call`. ``events_visible`` says whether the events reach someone
     (an event sink or an iterator): when they do not, text reaches only the draft, which stays replaceable,
-    so a failure at any point is still recovered. Raises the turn's typed error on failure.
+    so a failure at any point is still recovered. ``want_draft`` False skips draft updates (the iterator
+    form has no draft). Inline ``<think>…</think>`` spans in streamed text become reasoning events.
+    Raises the turn's typed error on failure.
     """
     walk = call.target.walk
     model = call.target.model
     scope = call.scope
     builder = ResponseBuilder()
+    think = ThinkSplitter()
+    draft = ""
     held_tools: list[ToolCallEvent] = []
     usage_event: UsageEvent | None = None
     completed = False
@@ -119,16 +124,30 @@ async def turn_outputs(
             async for event in upstream:
                 if cancel is not None and cancel.is_set():
                     raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
-                builder.add(event)
-                if isinstance(event, TextDelta):
-                    if not event.text:
+                if isinstance(event, TextDelta | Final):
+                    pieces = think.feed(event.text) if isinstance(event, TextDelta) else think.finish()
+                    for is_reasoning, piece in pieces:
+                        if is_reasoning:
+                            shown = ReasoningDelta(text=piece)
+                            builder.add(shown)
+                            if events_visible:
+                                state.visible = True
+                                state.reasoning_shown = True
+                                yield ("event", shown)
+                            continue
+                        text = event if isinstance(event, TextDelta) and piece is event.text else TextDelta(text=piece)
+                        builder.add(text)
+                        if events_visible:
+                            state.forwarded.append(piece)
+                            state.visible = True
+                            yield ("event", text)
+                        if want_draft:
+                            draft += piece
+                            yield ("draft", draft)
+                    if isinstance(event, TextDelta):
                         continue
-                    if events_visible:
-                        state.forwarded.append(event.text)
-                        state.visible = True
-                        yield ("event", event)
-                    yield ("draft", builder.text)
-                elif isinstance(event, ReasoningDelta):
+                builder.add(event)
+                if isinstance(event, ReasoningDelta):
                     if event.text and events_visible:
                         state.visible = True
                         state.reasoning_shown = True
@@ -224,6 +243,7 @@ def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None)
 
 
 async def _emit_recovered(response: ChatResponse, state: TurnState) -> AsyncGenerator[Output, None]:
+    response = without_think(response)
     if response.reasoning and not state.reasoning_shown:
         yield ("event", ReasoningDelta(text=response.reasoning))
     if response.text:
