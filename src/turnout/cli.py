@@ -187,12 +187,13 @@ async def _chat(
         return 1
     async with client:
         try:
-            if stream and not as_json:
+            if stream:
                 s = client.stream(messages, model=model, provider=provider)
                 async for event in s:
-                    if event.type == "text":
+                    if event.type == "text" and not as_json:
                         out.print(event.text, end="", markup=False)
-                out.print()
+                if not as_json:
+                    out.print()
                 reply = s.response
             else:
                 reply = await client.chat(messages, model=model, provider=provider)
