@@ -116,7 +116,7 @@ class Ledger:
 
     def _run(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path)
+        db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
         try:
             db.executescript(SCHEMA)
             db.execute("PRAGMA journal_mode=WAL")
