@@ -568,6 +568,17 @@ async def test_images_skip_entries_without_vision() -> None:
     assert text_only.calls == []
 
 
+async def test_images_without_any_vision_entry_are_unsupported() -> None:
+    """A request with an image and no entry that can see images is a typed UnsupportedRequest."""
+    from turnout.errors import UnsupportedRequest
+    from turnout.types import ChatRequest
+
+    r = walk(E("ollama.a", "l", [Scripted("blind", caps=Capabilities(native_tools=True))]))
+    msg = Message.user([ImagePart(url="data:image/png;base64,AAAA")])
+    with pytest.raises(UnsupportedRequest):
+        await r.chat(ChatRequest(messages=(msg,)), "l")
+
+
 async def test_tools_are_prompt_guided_for_non_native_entries() -> None:
     """An entry without native tools gets the tools as instructions and its <tool_call> blocks parsed."""
     from turnout.types import ChatRequest

@@ -242,6 +242,16 @@ async def test_reasoning_is_shown_once() -> None:
     assert "thinking" not in sinks.drafts
 
 
+async def test_hidden_reasoning_does_not_make_a_failure_unrecoverable() -> None:
+    """With show_reasoning=False reasoning is not yielded, so a failure after it is still recovered."""
+    fleet = Fleet(openai__primary=[[ReasoningDelta(text="hmm"), err(500)]], anthropic__backup=["ok"])
+    async with client(fleet) as c:
+        stream = c.stream("hi", show_reasoning=False)
+        events = [e async for e in stream]
+    assert [e.type for e in events if e.type in ("text", "reasoning")] == ["text"]
+    assert stream.response.text == "ok"
+
+
 async def test_text_after_a_native_tool_call_is_forwarded() -> None:
     """Text after a tool call event still streams; tool calls are sent once the stream completes."""
     call = ToolCall(id="c1", name="shell", arguments='{"command":"date"}')

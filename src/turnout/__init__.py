@@ -25,6 +25,7 @@ from turnout.errors import (
     StreamTruncated,
     TurnCancelled,
     TurnoutError,
+    UnsupportedRequest,
 )
 from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
@@ -101,6 +102,7 @@ __all__ = [
     "ToolsPayload",
     "TurnCancelled",
     "TurnoutError",
+    "UnsupportedRequest",
     "Usage",
     "UsageEvent",
     "load_config_dict",

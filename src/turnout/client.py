@@ -351,17 +351,19 @@ class Client:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_choice: str | None = None,
+        show_reasoning: bool = True,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
         Every yielded event is output the caller may show at once: a failure before the first event
         is recovered through the non-streaming walk, a failure after it raises
         :class:`~turnout.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
-        as :meth:`chat`.
+        as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
+        still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
         target = self.route(model=model, provider=provider, sender=sender)
-        return ReplyStream(Call(self, target, stream=True), request, temperature)
+        return ReplyStream(Call(self, target, stream=True), request, temperature, show_reasoning=show_reasoning)
 
     async def turn(
         self,

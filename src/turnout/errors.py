@@ -15,6 +15,7 @@
     ├── ContextWindowExceeded            the request is too large for every model that could take it (.limit, .attempts)
     ├── AllProvidersFailed               the reliable walk ran out of entries (.attempts); content-free message
     ├── StreamingUnsupported             no entry can stream the request
+    ├── UnsupportedRequest               no entry of the route can take the request at all (images, no vision)
     ├── StreamInterruptedAfterOutput     a stream failed after the user saw output (.partial_text, .usage, .attempts)
     └── TurnCancelled                    the caller cancelled the turn (.partial_text, kept when output was shown)
 
@@ -222,6 +223,10 @@ class AllProvidersFailed(TurnoutError):
 
 class StreamingUnsupported(TurnoutError):
     """No entry of the walk can stream this request (or stream tool events when tools are given)."""
+
+
+class UnsupportedRequest(TurnoutError):
+    """No entry of the route can take this request (for example it has images and no entry has vision)."""
 
 
 class StreamInterruptedAfterOutput(TurnoutError):

@@ -43,6 +43,7 @@ from turnout.errors import (
     ProviderTimeout,
     RefusalError,
     StreamTruncated,
+    UnsupportedRequest,
 )
 from turnout.keys import KeyChoice, KeyPool
 from turnout.pricing import Catalogue, Rates, default_catalogue
@@ -290,6 +291,8 @@ class ReliableProvider(Provider):
                 return result
         if walk.context_overflow:
             raise ContextWindowExceeded(limit=walk.context_limit, attempts=walk.attempts)
+        if has_images and not any(e.capabilities(model).vision for e in self.entries):
+            raise UnsupportedRequest("the request has images and no entry of this route accepts images")
         raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
 
     async def _try_entry(

@@ -28,8 +28,11 @@ class ReplyStream:
     to close it deterministically). A stream can be iterated once.
     """
 
-    def __init__(self, call: Any, request: ChatRequest, temperature: float | None) -> None:
+    def __init__(
+        self, call: Any, request: ChatRequest, temperature: float | None, *, show_reasoning: bool = True
+    ) -> None:
         self._call = call
+        self._show_reasoning = show_reasoning
         self._request = request
         self._temperature = temperature
         self._state = TurnState()
@@ -73,7 +76,14 @@ class ReplyStream:
         return gen
 
     async def _events(self) -> AsyncGenerator[StreamEvent, None]:
-        outputs = turn_outputs(self._call, self._request, self._temperature, self._state)
+        outputs = turn_outputs(
+            self._call,
+            self._request,
+            self._temperature,
+            self._state,
+            want_draft=False,
+            show_reasoning=self._show_reasoning,
+        )
         async with aclosing(outputs):
             async for kind, value in outputs:
                 if kind == "event":

@@ -100,13 +100,16 @@ async def turn_outputs(
     *,
     events_visible: bool = True,
     want_draft: bool = True,
+    show_reasoning: bool = True,
 ) -> AsyncGenerator[Output, None]:
     """Run one turn, yielding draft updates and immutable events; sets ``call.reply`` when accepted.
 
     ``call`` is a :class:`turnout.client.Call`. ``events_visible`` says whether the events reach someone
     (an event sink or an iterator): when they do not, text reaches only the draft, which stays replaceable,
     so a failure at any point is still recovered. ``want_draft`` False skips draft updates (the iterator
-    form has no draft). Inline ``<think>…</think>`` spans in streamed text become reasoning events.
+    form has no draft). ``show_reasoning`` False keeps reasoning out of the events: it is still collected
+    into the reply, but it is not shown, so it does not make output visible. Inline ``<think>…</think>``
+    spans in streamed text become reasoning.
     Raises the turn's typed error on failure.
     """
     walk = call.target.walk
@@ -130,7 +133,7 @@ async def turn_outputs(
                         if is_reasoning:
                             shown = ReasoningDelta(text=piece)
                             builder.add(shown)
-                            if events_visible:
+                            if events_visible and show_reasoning:
                                 state.visible = True
                                 state.reasoning_shown = True
                                 yield ("event", shown)
@@ -148,7 +151,7 @@ async def turn_outputs(
                         continue
                 builder.add(event)
                 if isinstance(event, ReasoningDelta):
-                    if event.text and events_visible:
+                    if event.text and events_visible and show_reasoning:
                         state.visible = True
                         state.reasoning_shown = True
                         yield ("event", event)
@@ -219,7 +222,7 @@ async def turn_outputs(
             exc.attempts = tuple(scope.attempts)
         call.fail(exc)
         raise
-    async for output in _emit_recovered(recovered, state):
+    async for output in _emit_recovered(recovered, state, show_reasoning):
         yield output
     call.reply = call.accept(recovered)
 
@@ -242,9 +245,11 @@ def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None)
     return Recovery(walk=walk.id, entry=index, tries=tries)
 
 
-async def _emit_recovered(response: ChatResponse, state: TurnState) -> AsyncGenerator[Output, None]:
+async def _emit_recovered(
+    response: ChatResponse, state: TurnState, show_reasoning: bool
+) -> AsyncGenerator[Output, None]:
     response = without_think(response)
-    if response.reasoning and not state.reasoning_shown:
+    if response.reasoning and show_reasoning and not state.reasoning_shown:
         yield ("event", ReasoningDelta(text=response.reasoning))
     if response.text:
         state.forwarded.append(response.text)

@@ -1,0 +1,309 @@
+"""The gateway's aiohttp application: endpoints, the per-request guard, the access log and draining.
+
+Every endpoint but ``/health`` runs behind one guard (a plain wrapper, cheaper than a middleware chain):
+it answers 503 while the gateway drains, 401 without a valid key (before the body is read, so nothing is
+forwarded), counts requests in flight, and when the request ends records its metrics and writes one
+structured access-log line: method, path, status, duration, served provider and model, attempts, the
+fallback flag and the caller's key id; never a prompt, a response or a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from turnout.attribution import Attempt
+from turnout.client import Client
+from turnout.gateway.anthropic_surface import AnthropicSurface
+from turnout.gateway.auth import Authenticator, gateway_keys
+from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
+from turnout.gateway.metrics import CONTENT_TYPE, Metrics
+from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.status import RecentAttempts, anthropic_models, openai_models, status_payload
+from turnout.gateway.surface import Surface
+from turnout.gateway.wire import INTERNAL, SHUTTING_DOWN, UNAUTHORIZED, Failure, failure_for
+from turnout.reply import Reply
+
+log = logging.getLogger("turnout.gateway")
+access_log = logging.getLogger("turnout.gateway.access")
+
+_HEALTH_OK = b'{"status":"ok"}'
+_HEALTH_DRAINING = b'{"status":"draining"}'
+
+
+class Exchange:
+    """What one request did, for its metrics and access-log line."""
+
+    __slots__ = (
+        "attempts",
+        "call_id",
+        "caller",
+        "fallback",
+        "interrupted",
+        "model",
+        "provider",
+        "status",
+        "stream",
+        "surface",
+    )
+
+    def __init__(self, surface: str) -> None:
+        self.surface = surface
+        self.status = 200
+        self.stream = False
+        self.caller: str | None = None
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.attempts: Sequence[Attempt] | None = None
+        self.fallback: tuple[str, str] | None = None
+        self.call_id: str | None = None
+        self.interrupted = False
+
+
+Handler = Callable[[web.Request, Exchange, Surface], Awaitable[web.StreamResponse]]
+
+
+class Gateway:
+    """The gateway around one :class:`~turnout.client.Client`.
+
+    Args:
+        client: The client that serves every request (its ledger label should be ``gateway``).
+        keys: Accepted client keys (default: ``[gateway] api_keys`` and ``api_keys_env``); empty: no auth.
+        owns_client: Close the client when the application is cleaned up.
+
+    Attributes:
+        app: The aiohttp application.
+        metrics: The Prometheus metrics (one registry per gateway).
+        draining: True once :meth:`drain` began: new requests get 503.
+        in_flight: Requests being served now.
+    """
+
+    def __init__(self, client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> None:
+        config = client.config
+        self.client = client
+        self.owns_client = owns_client
+        self.max_body_bytes = config.gateway.max_body_bytes
+        self.auth = Authenticator(keys if keys is not None else gateway_keys(config))
+        self.metrics = Metrics()
+        self.recent = RecentAttempts()
+        self.draining = False
+        self.in_flight = 0
+        self.started = time.time()
+        self._idle: asyncio.Event | None = None
+        self.openai = OpenAISurface()
+        self.anthropic = AnthropicSurface()
+        self._models = (openai_models(config), anthropic_models(config))
+        self._model_items = (orjson.loads(self._models[0])["data"], orjson.loads(self._models[1])["data"])
+        self.app = self._application()
+
+    # --- the application ------------------------------------------------------------------------
+
+    def _application(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
+        app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
+        app.router.add_get("/v1/models", self._guard("models", self._list_models))
+        app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
+        app.router.add_get("/status", self._guard("status", self._status))
+        app.router.add_get("/metrics", self._guard("metrics", self._metrics))
+        app.router.add_get("/health", self._health)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        start = getattr(self.client.factory.store, "start", None)
+        if start is not None:  # a shared store (Redis): load the shared state before serving
+            await start()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Load the price and context-window catalogue now, so the first request does not pay for it."""
+        catalogue = self.client.factory.catalogue
+        for name, profile in self.client.config.profiles().items():
+            family = name.partition(".")[0]
+            for model in (profile.model, *profile.fallback_models):
+                if model:
+                    catalogue.rates(family, model)
+                    catalogue.context_window(family, model)
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        if self.owns_client:
+            await self.client.aclose()
+
+    def _surface_for(self, request: web.Request) -> Surface:
+        return self.anthropic if "anthropic-version" in request.headers else self.openai
+
+    def _guard(self, name: str, handler: Handler, surface: Surface | None = None) -> Callable[..., Any]:
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            t0 = time.perf_counter()
+            ex = Exchange(name)
+            shape = surface if surface is not None else self._surface_for(request)
+            response: web.StreamResponse
+            if self.draining:
+                response = self.error_response(shape, SHUTTING_DOWN)
+                response.force_close()
+            else:
+                headers = request.headers
+                ex.caller = self.auth.caller(headers.get("Authorization"), headers.get("x-api-key"))
+                if ex.caller is None:
+                    response = self.error_response(shape, UNAUTHORIZED)
+                else:
+                    self.in_flight += 1
+                    try:
+                        response = await handler(request, ex, shape)
+                    except (asyncio.CancelledError, ConnectionError):
+                        ex.status = CLIENT_CLOSED
+                        raise
+                    except Exception:
+                        log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
+                        response = self.error_response(shape, INTERNAL)
+                    finally:
+                        self.in_flight -= 1
+                        if self.in_flight == 0 and self._idle is not None:
+                            self._idle.set()
+                        if ex.status == CLIENT_CLOSED:
+                            self._finish(request, ex, t0)
+            if ex.status != CLIENT_CLOSED:
+                ex.status = response.status
+                self._finish(request, ex, t0)
+            return response
+
+        return endpoint
+
+    # --- endpoints ------------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        return await serve_chat(self, surface, request, ex)
+
+    async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        body = self._models[1] if surface is self.anthropic else self._models[0]
+        return web.Response(body=body, content_type=JSON)
+
+    async def _get_model(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        wanted = request.match_info["model"]
+        for item in self._model_items[1 if surface is self.anthropic else 0]:
+            if item["id"] == wanted:
+                return web.Response(body=orjson.dumps(item), content_type=JSON)
+        failure = Failure(
+            status=404,
+            kind="not_found",
+            message=f"model {wanted!r} is not listed",
+            param="model",
+            code="model_not_found",
+        )
+        return self.error_response(surface, failure)
+
+    async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        body = status_payload(
+            self.client, self.recent, draining=self.draining, in_flight=self.in_flight, started=self.started
+        )
+        return web.Response(body=body, content_type=JSON)
+
+    async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        self.metrics.in_flight.set(self.in_flight)
+        active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
+        return web.Response(body=self.metrics.render(active), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        if self.draining:
+            return web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
+        return web.Response(body=_HEALTH_OK, content_type=JSON)
+
+    # --- answers and records --------------------------------------------------------------------
+
+    def error_response(self, surface: Surface, failure: Failure) -> web.Response:
+        """An error in ``surface``'s shape, with ``Retry-After`` when the failure has one."""
+        headers = {"Content-Type": JSON}
+        if failure.retry_after is not None:
+            headers["Retry-After"] = str(failure.retry_after)
+        if failure.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="turnout"'
+        return web.Response(status=failure.status, body=surface.error_body(failure), headers=headers)
+
+    def failure_response(self, surface: Surface, exc: BaseException, ex: Exchange) -> web.Response:
+        """The answer to a call that failed before any output: the surface's error, with its attempts counted."""
+        clock = self.client.factory.clock
+        now = clock()
+        failure = failure_for(exc, self.client.factory.store.cooldowns(now), now)
+        attempts: Sequence[Attempt] = getattr(exc, "attempts", ())
+        self.observe_attempts(attempts, ex)
+        response = self.error_response(surface, failure)
+        response.headers["x-turnout-attempts"] = str(len(attempts))
+        return response
+
+    def observe_reply(self, reply: Reply, ex: Exchange) -> None:
+        """Note the accepted reply of the request (recorded when the request ends)."""
+        ex.provider = reply.served.provider
+        ex.model = reply.served.model
+        ex.attempts = reply.attempts
+        ex.call_id = reply.call_id
+        ex.fallback = (reply.requested.provider, reply.served.provider) if reply.fallback is not None else None
+
+    def observe_attempts(
+        self, attempts: Sequence[Attempt], ex: Exchange, *, provider: str | None = None, model: str | None = None
+    ) -> None:
+        """Note the attempts of a call that produced no accepted reply (recorded when the request ends)."""
+        ex.attempts = attempts
+        ex.provider = provider
+        ex.model = model
+
+    def _finish(self, request: web.Request, ex: Exchange, t0: float) -> None:
+        seconds = time.perf_counter() - t0
+        self.metrics.request(ex.surface, ex.status, seconds)
+        attempts = ex.attempts
+        if attempts is not None:
+            self.metrics.call(
+                ex.surface, attempts, fallback=ex.fallback, seconds=None if ex.status == CLIENT_CLOSED else seconds
+            )
+            self.recent.add(attempts)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                orjson.dumps(
+                    {
+                        "ts": round(time.time(), 3),
+                        "method": request.method,
+                        "path": request.path,
+                        "status": ex.status,
+                        "duration_ms": round(seconds * 1000.0, 3),
+                        "surface": ex.surface,
+                        "stream": ex.stream,
+                        "provider": ex.provider,
+                        "model": ex.model,
+                        "attempts": len(attempts) if attempts is not None else 0,
+                        "fallback": ex.fallback is not None,
+                        "interrupted": ex.interrupted,
+                        "caller": ex.caller,
+                        "call_id": ex.call_id,
+                    }
+                ).decode()
+            )
+
+    # --- draining -------------------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> bool:
+        """Stop accepting requests (503) and wait up to ``grace`` seconds for those in flight to finish.
+
+        Returns:
+            True when every request finished in time.
+        """
+        self.draining = True
+        if self.in_flight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        except TimeoutError:
+            return False
+        return True
+
+
+def create_app(client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> web.Application:
+    """The aiohttp application of a gateway around ``client`` (see :class:`Gateway`)."""
+    return Gateway(client, keys=keys, owns_client=owns_client).app

@@ -1,0 +1,202 @@
+"""One chat request through a surface: parse, route, call the client, answer (whole or streamed).
+
+Non-streaming: ``client.chat``; every failure is answered in the surface's error shape with the status
+:func:`turnout.gateway.wire.failure_for` gives it, and a refusal is a normal answer in the surface's
+refusal form.
+
+Streaming (SPEC 7.3 on the wire): nothing is sent until the first event is ready, because until then the
+client recovers failures through the non-streaming walk; so the headers name the entry that actually
+produced the output, and a failure before it still gets a proper error status. After output, an
+interruption ends the stream with the surface's in-band error event and never with its completion
+signal, so a client can tell a cut answer from a complete one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from turnout.attribution import fallback_notice
+from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
+from turnout.gateway.wire import (
+    Failure,
+    RequestRejected,
+    attribution_headers,
+    interrupted,
+    read_body,
+    route_choice,
+)
+
+if TYPE_CHECKING:
+    from turnout.gateway.app import Exchange, Gateway
+
+#: The status logged for a request whose client went away before the answer was complete.
+CLIENT_CLOSED = 499
+
+log = logging.getLogger("turnout.gateway")
+
+JSON = "application/json"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+    """Answer one chat request of ``surface``."""
+    try:
+        body = await read_body(request, gw.max_body_bytes)
+        call = surface.parse(body)
+    except RequestRejected as exc:
+        return gw.error_response(surface, exc.failure)
+    ex.stream = call.stream
+    if call.stream:
+        return await _stream(gw, surface, request, call, ex)
+    return await _complete(gw, surface, call, ex)
+
+
+def _options(gw: Gateway, call: ChatCall) -> dict[str, Any]:
+    choice = route_choice(gw.client.config, call.model)
+    return {
+        "model": choice.model,
+        "provider": choice.provider,
+        "sender": call.sender,
+        "tools": call.tools,
+        "temperature": call.temperature,
+        "max_tokens": call.max_tokens,
+        "tool_choice": call.tool_choice,
+    }
+
+
+async def _complete(gw: Gateway, surface: Surface, call: ChatCall, ex: Exchange) -> web.StreamResponse:
+    try:
+        reply = await gw.client.chat(call.messages, **_options(gw, call))
+    except RefusalError as exc:
+        return _refusal(gw, surface, call, exc, ex)
+    except TurnoutError as exc:
+        return gw.failure_response(surface, exc, ex)
+    gw.observe_reply(reply, ex)
+    headers = attribution_headers(
+        reply.served.provider,
+        reply.served.model,
+        len(reply.attempts),
+        reply.fallback.text if reply.fallback is not None else None,
+        reply.call_id,
+    )
+    headers["Content-Type"] = JSON
+    return web.Response(body=surface.reply_body(reply, call), headers=headers)
+
+
+def _refusal(gw: Gateway, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
+    provider, model = _refused_by(exc, call)
+    gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
+    headers = attribution_headers(provider, model, len(exc.attempts), None, None)
+    headers["Content-Type"] = JSON
+    return web.Response(body=surface.refusal_body(exc, model, call, uuid.uuid4().hex), headers=headers)
+
+
+def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
+    last = exc.attempts[-1] if exc.attempts else None
+    provider = last.provider if last is not None else (exc.provider or "")
+    model = last.model if last is not None else (exc.model or call.model)
+    return provider, model
+
+
+async def _stream(
+    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, ex: Exchange
+) -> web.StreamResponse:
+    try:
+        stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **_options(gw, call))
+    except TurnoutError as exc:  # routing: an unknown profile, a missing model
+        return gw.failure_response(surface, exc, ex)
+    async with stream:
+        events = stream.__aiter__()
+        try:
+            first = await events.__anext__()
+        except RefusalError as exc:
+            provider, model = _refused_by(exc, call)
+            gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
+            encoder = surface.stream_encoder(call, model, uuid.uuid4().hex)
+            headers = {**SSE_HEADERS, **attribution_headers(provider, model, len(exc.attempts), None, None)}
+            response = web.StreamResponse(headers=headers)
+            await response.prepare(request)
+            await response.write(encoder.refusal(exc, started=False))
+            await response.write_eof()
+            return response
+        except TurnoutError as exc:
+            return gw.failure_response(surface, exc, ex)
+        progress = stream.call
+        scope = progress.scope
+        requested = progress.requested
+        served = scope.served or requested
+        later = scope.served_entry is not None and scope.served_entry[1] > 0
+        notice = (
+            fallback_notice(requested, served, intra_family=gw.client.config.notices.intra_family).text
+            if later or served != requested
+            else None
+        )
+        # the streamed attempt records itself when it ends: count it while it is still open
+        open_attempt = 0 if any(a.outcome == "ok" for a in scope.attempts) else 1
+        headers = {
+            **SSE_HEADERS,
+            **attribution_headers(
+                served.provider, served.model, len(scope.attempts) + open_attempt, notice, progress.call_id
+            ),
+        }
+        # a stream the client abandons still reports its attempts (the list fills in as they end)
+        gw.observe_attempts(scope.attempts, ex, provider=served.provider, model=served.model)
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        encoder = surface.stream_encoder(call, served.model, progress.call_id)
+        try:
+            await response.write(encoder.start() + encoder.event(first))
+            ending = await _relay(events, encoder, response)
+            if ending is None:
+                reply = stream.response
+                gw.observe_reply(reply, ex)
+                await response.write(encoder.finish(reply.usage))
+            else:
+                gw.observe_attempts(getattr(ending, "attempts", ()), ex, provider=served.provider, model=served.model)
+                if isinstance(ending, RefusalError):
+                    await response.write(encoder.refusal(ending, started=True))
+                else:
+                    ex.interrupted = True
+                    await response.write(encoder.interrupted(_interruption(ending)))
+        except ConnectionError:  # the client went away between two writes
+            ex.status = CLIENT_CLOSED
+            return response
+        except Exception:  # a bug after the headers went out: still end the stream as cut, never as complete
+            log.error("unexpected error while streaming %s", request.path, exc_info=True)
+            ex.interrupted = True
+            await response.write(encoder.interrupted(STREAM_FAILED))
+        await response.write_eof()
+        return response
+
+
+async def _relay(events: Any, encoder: StreamEncoder, response: web.StreamResponse) -> TurnoutError | None:
+    """Write the remaining events; the error that ended the stream early, or None when it completed."""
+    try:
+        async for event in events:
+            data = encoder.event(event)
+            if data:
+                await response.write(data)
+    except TurnoutError as exc:
+        return exc
+    return None
+
+
+def _interruption(exc: TurnoutError) -> Failure:
+    if isinstance(exc, StreamInterruptedAfterOutput):
+        return interrupted(exc)
+    return Failure(
+        status=200,
+        kind="upstream_interrupted",
+        message=f"the stream failed after output was sent ({type(exc).__name__}); it is not replayed",
+        code="stream_interrupted",
+    )
+
+
+STREAM_FAILED = Failure(
+    status=200, kind="internal", message="internal gateway error; the answer is incomplete", code="stream_interrupted"
+)

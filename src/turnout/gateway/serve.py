@@ -1,0 +1,248 @@
+"""Running the gateway: ``turnout serve`` (:func:`run`), and :class:`GatewayServer` for in-process use.
+
+Shutdown is graceful: on SIGTERM (or Ctrl-C) the gateway keeps its port open but answers every new
+request 503 (``/health`` too, so a load balancer stops sending), waits up to :data:`DRAIN_TIMEOUT_S`
+for the requests in flight to finish, then closes. A second signal stops at once.
+
+With ``workers > 1`` the parent process starts that many worker processes on one port with
+``SO_REUSEPORT``; the kernel spreads connections between them. Cooldowns and dead keys are shared
+through Redis when ``[state] backend = "redis"``; metrics and ``/status`` counts are per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+from turnout.client import Client
+from turnout.config import Config, find_config_path, load_config_file
+from turnout.errors import ConfigError
+from turnout.gateway.app import Gateway
+from turnout.gateway.auth import gateway_keys
+from turnout.state import MemoryStore
+
+log = logging.getLogger("turnout.gateway")
+
+#: How long a draining gateway waits for requests in flight before it closes anyway.
+DRAIN_TIMEOUT_S = 30.0
+#: After draining: how long aiohttp waits for handlers that are still running before cancelling them.
+_CLOSE_TIMEOUT_S = 5.0
+
+
+class GatewayServer:
+    """A :class:`~turnout.gateway.app.Gateway` listening on a TCP port in the running event loop.
+
+    ::
+
+        async with GatewayServer(Gateway(client)) as server:
+            openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=...)
+
+    Args:
+        gateway: The gateway to serve.
+        host: The address to listen on.
+        port: The port, or 0 for a free one.
+        reuse_port: Set ``SO_REUSEPORT`` (several worker processes on one port).
+    """
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> None:
+        self.gateway = gateway
+        self.host = host
+        self._requested_port = port
+        self._reuse_port = reuse_port
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    async def start(self) -> None:
+        """Start listening."""
+        runner = web.AppRunner(
+            self.gateway.app, handler_cancellation=True, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(
+                runner, self.host, self._requested_port, reuse_port=self._reuse_port or None, backlog=1024
+            )
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        if self._port is None:
+            raise RuntimeError("the gateway is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT`` (clients append ``/v1``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self, grace: float = DRAIN_TIMEOUT_S) -> bool:
+        """Drain (new requests get 503, those in flight get ``grace`` seconds), then close.
+
+        Returns:
+            True when every request in flight finished within ``grace``.
+        """
+        if self._runner is None:
+            return True
+        try:
+            return await self.gateway.drain(grace)
+        finally:  # also when the drain is cut short (a second signal)
+            runner, self._runner = self._runner, None
+            if runner is not None:
+                await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def run(config_path: str | None, host: str | None, port: int | None, workers: int) -> None:
+    """Serve the gateway until SIGTERM or Ctrl-C (``turnout serve``).
+
+    Args:
+        config_path: The config file (default: ``$TURNOUT_CONFIG``, then ``./turnout.toml``).
+        host: Listen address (default: ``[gateway] host``).
+        port: Listen port (default: ``[gateway] port``).
+        workers: Worker processes sharing the port.
+
+    Raises:
+        ConfigError: The configuration is invalid or cannot be served.
+    """
+    path = str(find_config_path(config_path))
+    config = load_config_file(path)
+    gateway_keys(config)  # a client key that resolves to nothing fails here, not silently open
+    Client(config, ledger=False, store=MemoryStore())  # every route builds (nothing opened yet)
+    host = host or config.gateway.host
+    port = config.gateway.port if port is None else port
+    _configure_logging()
+    if workers <= 1:
+        _run_loop(_serve(config, host, port, reuse_port=False, worker=False))
+        return
+    if port == 0:
+        raise ConfigError("several workers cannot share port 0; choose a port", path="gateway.port")
+    _supervise(path, host, port, workers)
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _run_loop(main: Any) -> None:
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop  # type: ignore[import-not-found, unused-ignore]
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
+async def _serve(config: Config, host: str, port: int, *, reuse_port: bool, worker: bool) -> None:
+    client = Client(config, surface="gateway")
+    server = GatewayServer(Gateway(client, owns_client=True), host, port, reuse_port=reuse_port)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", path="gateway.port", code="listen_failed"
+        ) from None
+    gc.freeze()  # what exists now lives as long as the server: keep it out of every later collection
+    loop = asyncio.get_running_loop()
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        (force if stop.is_set() else stop).set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_signal)
+    if worker:  # the parent relays Ctrl-C as SIGTERM; ignoring SIGINT here keeps it from counting twice
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        loop.add_signal_handler(signal.SIGINT, on_signal)
+    log.info("turnout gateway listening on %s (pid %d)", server.url, os.getpid())
+    await stop.wait()
+    log.info("turnout gateway draining: new requests get 503, %d in flight", server.gateway.in_flight)
+    drain = asyncio.ensure_future(server.stop(DRAIN_TIMEOUT_S))
+    forced = asyncio.ensure_future(force.wait())
+    await asyncio.wait((drain, forced), return_when=asyncio.FIRST_COMPLETED)
+    if not drain.done():
+        log.info("turnout gateway: second signal, closing now")
+        drain.cancel()
+        await asyncio.wait((drain,))
+    forced.cancel()
+    log.info("turnout gateway stopped")
+
+
+def _worker(path: str, host: str, port: int) -> None:
+    _configure_logging()
+    try:
+        _run_loop(_serve(load_config_file(path), host, port, reuse_port=True, worker=True))
+    except ConfigError as exc:
+        log.error("turnout gateway worker: %s", exc)
+        raise SystemExit(1) from None
+
+
+def _supervise(path: str, host: str, port: int, workers: int) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(path, host, port), name=f"turnout-gateway-{i}") for i in range(workers)]
+    stopping = False
+
+    def relay(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, relay) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for p in procs:
+            p.start()
+        running = list(procs)
+        failed = False
+        while running:
+            for sentinel in wait([p.sentinel for p in running]):
+                done = next(p for p in running if p.sentinel == sentinel)
+                done.join()
+                running.remove(done)
+                if done.exitcode != 0 and not stopping:
+                    failed = True
+                    log.error("turnout gateway: worker %s exited with %s; stopping", done.name, done.exitcode)
+                    relay(signal.SIGTERM, None)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,160 @@
+"""``GET /status`` and ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
+
+``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
+id, and attempt counts per outcome over a recent window. ``/v1/models`` lists what a client may put in
+``model``: every ``hint:<name>``, every profile ``family.alias``, and the default profile's models; it is
+encoded once, since the configuration does not change while the gateway runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from turnout.attribution import Attempt
+from turnout.client import Client
+from turnout.config import Config, default_profile
+from turnout.errors import ConfigError
+
+#: How far back ``/status`` counts attempts, and the width of one counting bucket.
+RECENT_WINDOW_S = 900
+BUCKET_S = 60
+
+
+class RecentAttempts:
+    """Attempt counts per (profile, outcome) over the last :data:`RECENT_WINDOW_S` seconds, in minute buckets."""
+
+    __slots__ = ("_buckets", "_clock")
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._buckets: dict[int, Counter[tuple[str, str]]] = {}
+
+    def add(self, attempts: Iterable[Attempt]) -> None:
+        """Count the attempts of one call."""
+        bucket = int(self._clock() // BUCKET_S)
+        counts = self._buckets.get(bucket)
+        if counts is None:
+            oldest = bucket - RECENT_WINDOW_S // BUCKET_S
+            for b in [b for b in self._buckets if b <= oldest]:
+                del self._buckets[b]
+            counts = self._buckets[bucket] = Counter()
+        for a in attempts:
+            counts[(a.provider, a.outcome)] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"window_seconds", "by_outcome": {outcome: n}, "by_provider": {profile: {outcome: n}}}``."""
+        oldest = int(self._clock() // BUCKET_S) - RECENT_WINDOW_S // BUCKET_S
+        total: Counter[tuple[str, str]] = Counter()
+        for b, counts in self._buckets.items():
+            if b > oldest:
+                total.update(counts)
+        by_outcome: Counter[str] = Counter()
+        by_provider: dict[str, dict[str, int]] = {}
+        for (provider, outcome), n in sorted(total.items()):
+            by_outcome[outcome] += n
+            by_provider.setdefault(provider, {})[outcome] = n
+        return {
+            "window_seconds": RECENT_WINDOW_S,
+            "by_outcome": dict(sorted(by_outcome.items())),
+            "by_provider": by_provider,
+        }
+
+
+def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in_flight: int, started: float) -> bytes:
+    """The ``/status`` body."""
+    config = client.config
+    state = client.status()
+    cooldowns = []
+    for key, remaining in state["cooldowns"].items():
+        profile, _, kid = key.partition("#")
+        cooldowns.append({"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": remaining})
+    cooling = {c["profile"] for c in cooldowns if c["key_id"] is None}
+    profiles = [
+        {
+            "name": name,
+            "model": p.model,
+            "fallback_models": list(p.fallback_models),
+            "fallback": list(p.fallback),
+            "cooling_down": name in cooling,
+        }
+        for name, p in config.profiles().items()
+    ]
+    return orjson.dumps(
+        {
+            "status": "draining" if draining else "ok",
+            "uptime_seconds": round(time.time() - started, 3),
+            "in_flight": in_flight,
+            "default_provider": _default(config),
+            "state_backend": config.state.backend,
+            "profiles": profiles,
+            "routes": [
+                {"hint": f"hint:{r.hint}", "provider": r.model_provider, "model": r.model} for r in config.model_routes
+            ],
+            "cooldowns": cooldowns,
+            "dead_keys": state["dead_keys"],
+            "recent_attempts": recent.snapshot(),
+        }
+    )
+
+
+def _default(config: Config) -> str | None:
+    try:
+        return default_profile(config)
+    except ConfigError:
+        return None
+
+
+def model_entries(config: Config) -> list[dict[str, Any]]:
+    """What a client may name as ``model``: hints, profiles, then the default profile's models."""
+    out: list[dict[str, Any]] = []
+    for r in config.model_routes:
+        out.append({"id": f"hint:{r.hint}", "kind": "hint", "provider": r.model_provider, "model": r.model})
+    profiles = config.profiles()
+    for name, p in profiles.items():
+        out.append({"id": name, "kind": "profile", "provider": name, "model": p.model})
+    default = _default(config)
+    if default is not None:
+        p = profiles[default]
+        primary = config.default_model or p.model
+        seen = {e["id"] for e in out}
+        for model in [primary, *p.fallback_models]:
+            if model and model not in seen:
+                seen.add(model)
+                out.append({"id": model, "kind": "model", "provider": default, "model": model})
+    return out
+
+
+def openai_models(config: Config) -> bytes:
+    """``GET /v1/models`` in OpenAI's shape (each item also says what it routes to, under ``turnout``)."""
+    data = [
+        {
+            "id": e["id"],
+            "object": "model",
+            "created": 0,
+            "owned_by": "turnout",
+            "turnout": {"kind": e["kind"], "provider": e["provider"], "model": e["model"]},
+        }
+        for e in model_entries(config)
+    ]
+    return orjson.dumps({"object": "list", "data": data})
+
+
+def anthropic_models(config: Config) -> bytes:
+    """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
+    data = [
+        {"type": "model", "id": e["id"], "display_name": e["id"], "created_at": "1970-01-01T00:00:00Z"}
+        for e in model_entries(config)
+    ]
+    return orjson.dumps(
+        {
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+    )

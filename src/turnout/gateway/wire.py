@@ -1,0 +1,274 @@
+"""What both surfaces share on the wire: failures, attribution headers, model routing and the body limit.
+
+A surface (OpenAI, Anthropic) decides only how things look in its own protocol; which HTTP status a
+failure gets, which headers attribute an answer, and how the request's ``model`` selects a route are
+decided here, once, so both surfaces always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+from urllib.parse import quote
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from turnout.attribution import Attempt
+from turnout.config import Config, resolve_profile_ref
+from turnout.errors import (
+    AllProvidersFailed,
+    ConfigError,
+    ContextWindowExceeded,
+    ErrorClass,
+    StreamInterruptedAfterOutput,
+    UnsupportedRequest,
+)
+from turnout.router import HINT_PREFIX
+
+#: What went wrong, independent of any surface's vocabulary (each surface maps a kind to its error type).
+FailureKind: TypeAlias = Literal[
+    "invalid_request",
+    "authentication",
+    "not_found",
+    "too_large",
+    "context_length",
+    "rate_limited",
+    "upstream_failed",
+    "upstream_interrupted",
+    "shutting_down",
+    "internal",
+]
+
+_ATTR_CHARS = "!#$&+-.^_`|~"  # RFC 8187 attr-char, besides ALPHA and DIGIT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """A failed request as the gateway answers it.
+
+    Attributes:
+        status: The HTTP status.
+        kind: What went wrong (see :data:`FailureKind`).
+        message: A content-free message (no prompt, response, provider text or key).
+        param: The request field at fault, when one is.
+        code: A stable machine-readable code (OpenAI's ``code``), when there is one.
+        retry_after: Whole seconds for a ``Retry-After`` header, when the client should come back later.
+        cause: For an interrupted stream: the error class of the failure that cut it.
+    """
+
+    status: int
+    kind: FailureKind
+    message: str
+    param: str | None = None
+    code: str | None = None
+    retry_after: int | None = None
+    cause: ErrorClass | None = None
+
+
+class RequestRejected(Exception):
+    """The request cannot be served as sent (raised by parsing and routing, answered by the surface)."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def invalid(message: str, *, param: str | None = None, code: str | None = None) -> RequestRejected:
+    """A 400 for a request the gateway will not forward."""
+    return RequestRejected(Failure(status=400, kind="invalid_request", message=message, param=param, code=code))
+
+
+_UNION_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """``messages.0.content`` from a pydantic location, without union-member tags (``str``, ``_Part``, ``list[…]``)."""
+    keep = (
+        str(p)
+        for p in loc
+        if not (isinstance(p, str) and (p in _UNION_TAGS or p.startswith("_") or "[" in p or "(" in p))
+    )
+    return ".".join(keep)
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """A content-free message for a pydantic error (field paths and reasons, never the values sent)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    reasons = []
+    for e in errors[:3]:
+        loc = _path(e["loc"])
+        reasons.append(f"{loc}: {e['msg']}" if loc else e["msg"])
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    param = _path(errors[0]["loc"]) if errors else ""
+    return "invalid request body: " + "; ".join(reasons) + more, param or None
+
+
+# --- headers ------------------------------------------------------------------------------------
+
+
+def header_value(text: str) -> str:
+    """``text`` as a header value: as is when it is printable ASCII, else RFC 8187 (``UTF-8''%E2%9A%A1…``).
+
+    Headers are latin-1 on the wire; the fallback notice starts with ⚡ and a model name may come from the
+    caller, so anything outside printable ASCII (including CR/LF) is percent-encoded.
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    return "UTF-8''" + quote(text, safe=_ATTR_CHARS)
+
+
+def attribution_headers(
+    provider: str, model: str, attempts: int, notice: str | None, call_id: str | None
+) -> dict[str, str]:
+    """The ``x-turnout-*`` headers naming the entry that produced the answer."""
+    headers = {
+        "x-turnout-provider": header_value(provider),
+        "x-turnout-model": header_value(model),
+        "x-turnout-attempts": str(attempts),
+    }
+    if notice is not None:
+        headers["x-turnout-fallback"] = header_value(notice)
+    if call_id is not None:
+        headers["x-turnout-call-id"] = call_id
+    return headers
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+_LIMITED = frozenset(("rate_limited", "cooldown_skip"))
+
+
+def retry_after_seconds(exc: AllProvidersFailed, cooldowns: Mapping[str, float], now: float) -> int:
+    """Seconds until the soonest cooldown ends (rounded up, at least 1) for an all-rate-limited walk.
+
+    The walk's own hint comes first; else the soonest cooldown of a profile the walk tried; else 1.
+    """
+    hint = exc.retry_after
+    if hint is None:
+        tried = {a.provider for a in exc.attempts}
+        ends = [until for key, until in cooldowns.items() if key.partition("#")[0] in tried]
+        hint = min(ends) - now if ends else None
+    return max(1, math.ceil(hint)) if hint is not None else 1
+
+
+def all_rate_limited(attempts: Iterable[Attempt]) -> bool:
+    """Every attempt was rate limited or skipped for a cooldown (and there was at least one)."""
+    outcomes = [a.outcome for a in attempts]
+    return bool(outcomes) and all(o in _LIMITED for o in outcomes)
+
+
+def failure_for(exc: BaseException, cooldowns: Mapping[str, float], now: float) -> Failure:
+    """How the gateway answers an exception raised by the client before any output was sent."""
+    if isinstance(exc, RequestRejected):
+        return exc.failure
+    if isinstance(exc, ContextWindowExceeded):
+        return Failure(
+            status=400, kind="context_length", message=str(exc), param="messages", code="context_length_exceeded"
+        )
+    if isinstance(exc, AllProvidersFailed):
+        if all_rate_limited(exc.attempts):
+            return Failure(
+                status=429,
+                kind="rate_limited",
+                message=str(exc),
+                code="rate_limit_exceeded",
+                retry_after=retry_after_seconds(exc, cooldowns, now),
+            )
+        return Failure(status=502, kind="upstream_failed", message=str(exc), code="all_providers_failed")
+    if isinstance(exc, ConfigError):
+        return config_failure(exc)
+    if isinstance(exc, UnsupportedRequest):
+        return Failure(status=400, kind="invalid_request", message=str(exc), code="unsupported_request")
+    return Failure(
+        status=502,
+        kind="upstream_failed",
+        message=f"the upstream call failed ({type(exc).__name__})",
+        code="upstream_error",
+    )
+
+
+def config_failure(exc: ConfigError) -> Failure:
+    """A routing error: an unknown profile or route target is 404, a missing model 400, anything else 500."""
+    if exc.code in ("unknown_profile", "unknown_route_target"):
+        return Failure(status=404, kind="not_found", message=exc.message, param="model", code="model_not_found")
+    if exc.code == "missing_model":
+        return Failure(
+            status=400,
+            kind="invalid_request",
+            message=exc.message.replace("pass model=...", "name one as '<family.alias>/<model>'"),
+            param="model",
+            code="missing_model",
+        )
+    return Failure(status=500, kind="internal", message="the gateway's configuration cannot serve this request")
+
+
+SHUTTING_DOWN = Failure(status=503, kind="shutting_down", message="the gateway is shutting down", code="shutting_down")
+UNAUTHORIZED = Failure(
+    status=401,
+    kind="authentication",
+    message="invalid or missing API key (send Authorization: Bearer <key> or x-api-key: <key>)",
+    code="invalid_api_key",
+)
+INTERNAL = Failure(status=500, kind="internal", message="internal gateway error", code="internal_error")
+
+
+def too_large(limit: int) -> Failure:
+    """The 413 for a body over ``limit`` bytes."""
+    return Failure(
+        status=413, kind="too_large", message=f"the request body exceeds {limit} bytes", code="request_too_large"
+    )
+
+
+# --- routing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """What the request's ``model`` selects: ``client.chat(model=..., provider=...)`` arguments."""
+
+    model: str | None
+    provider: str | None
+
+
+def route_choice(config: Config, raw: str | None) -> RouteChoice:
+    """Read the request's ``model``.
+
+    - ``hint:<name>`` → that route (the router resolves it);
+    - ``family.alias`` naming a configured profile → that profile, with its own model;
+    - ``family.alias/<model>`` → that profile with ``<model>`` (for profiles without a pinned model);
+    - anything else (``gpt-4.1``, which also has a dot) → a plain model for the default profile;
+    - empty → the default profile's own model.
+    """
+    if not raw:
+        return RouteChoice(None, None)
+    if raw.startswith(HINT_PREFIX):
+        return RouteChoice(raw, None)
+    head, slash, rest = raw.partition("/")
+    if "." in head and resolve_profile_ref(config, head) == head:
+        return RouteChoice(rest if slash and rest else None, head)
+    return RouteChoice(raw, None)
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, or :class:`RequestRejected` with a 413 beyond ``limit`` bytes (checked before reading)."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise RequestRejected(too_large(limit))
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestRejected(too_large(limit)) from None
+
+
+def interrupted(exc: StreamInterruptedAfterOutput) -> Failure:
+    """The in-band error that ends a stream cut after output (SPEC 7.3): never a clean end."""
+    return Failure(
+        status=200,
+        kind="upstream_interrupted",
+        message=str(exc),
+        code="stream_interrupted",
+        cause=exc.cause_class,
+    )

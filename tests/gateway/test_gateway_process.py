@@ -1,0 +1,147 @@
+"""`turnout serve` as a real process: it serves, drains on SIGTERM (in flight finishes, new gets 503), exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, profile
+
+from turnout.sim import Simulator
+
+pytestmark = pytest.mark.slow
+
+_LISTENING = re.compile(r"listening on (http://\S+) \(pid (\d+)\)")
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("turnout")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "turnout"]
+
+
+class Gateway:
+    """A `turnout serve` child process and its stderr, read line by line."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+
+    async def line(self, pattern: str | re.Pattern[str]) -> re.Match[str]:
+        """Read stderr until a line matches (bounded, so a broken server fails the test instead of hanging)."""
+        assert self.proc.stderr is not None
+        async with asyncio.timeout(30):
+            while True:
+                raw = await self.proc.stderr.readline()
+                if not raw:
+                    raise AssertionError("the gateway exited; its output:\n" + "\n".join(self.lines))
+                text = raw.decode().rstrip()
+                self.lines.append(text)
+                found = re.search(pattern, text)
+                if found:
+                    return found
+
+    async def rest(self) -> str:
+        """Everything it writes until it exits."""
+        assert self.proc.stderr is not None
+        self.lines.extend((await self.proc.stderr.read()).decode().splitlines())
+        return "\n".join(self.lines)
+
+
+@asynccontextmanager
+async def serve(tmp_path: Path, toml: str, *args: str) -> AsyncIterator[Gateway]:
+    path = tmp_path / "turnout.toml"
+    path.write_text(toml)
+    proc = await asyncio.create_subprocess_exec(
+        *_command(),
+        "serve",
+        "--config",
+        str(path),
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        yield Gateway(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def chat(session: aiohttp.ClientSession, url: str, model: str) -> tuple[int, bytes]:
+    body = orjson.dumps({"model": model, "messages": MESSAGES})
+    headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
+    async with session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as resp:
+        return resp.status, await resp.read()
+
+
+async def test_serve_drains_gracefully_on_sigterm(tmp_path: Path) -> None:
+    """SIGTERM: the request in flight completes, a new one gets 503, then the process exits 0."""
+    gate = asyncio.Event()
+
+    async def held(seconds: float) -> None:  # the upstream's delay lasts until the test opens the gate
+        await gate.wait()
+
+    async with Simulator(sleep=held) as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        async with serve(tmp_path, toml, "--port", "0") as gateway, aiohttp.ClientSession() as session:
+            url = (await gateway.line(_LISTENING)).group(1)
+            before = await chat(session, url, "")
+            in_flight = asyncio.ensure_future(chat(session, url, "sim-slow-d1"))
+            await sim.wait_for_log(2, settled=False)
+            gateway.proc.send_signal(signal.SIGTERM)
+            await gateway.line("draining")
+            refused_status, refused_body = await chat(session, url, "")
+            gate.set()
+            status, body = await in_flight
+            assert await gateway.proc.wait() == 0
+        output = await gateway.rest()
+    assert _answer(before) == SIM_TEXT
+    assert refused_status == 503
+    assert orjson.loads(refused_body)["error"]["code"] == "shutting_down"
+    assert status == 200
+    assert _answer((status, body)) == SIM_TEXT
+    assert "turnout gateway stopped" in output
+    assert [e.outcome for e in sim.log] == ["ok", "ok"]  # the refused request never reached it
+
+
+def _answer(reply: tuple[int, bytes]) -> str:
+    status, body = reply
+    assert status == 200, body
+    return str(orjson.loads(body)["choices"][0]["message"]["content"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
+    """--workers 2 starts two processes on one port (SO_REUSEPORT); SIGTERM stops both and the parent exits 0."""
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        async with serve(tmp_path, toml, "--port", str(_free_port()), "--workers", "2") as gateway:
+            first = await gateway.line(_LISTENING)
+            second = await gateway.line(_LISTENING)
+            async with aiohttp.ClientSession() as session:
+                replies = await asyncio.gather(*(chat(session, first.group(1), "") for _ in range(6)))
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert await gateway.proc.wait() == 0
+        output = await gateway.rest()
+    assert first.group(1) == second.group(1)
+    assert first.group(2) != second.group(2)
+    assert all(_answer(r) == SIM_TEXT for r in replies)
+    assert output.count("turnout gateway stopped") == 2
