@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -176,6 +176,16 @@ _SCOPE: ContextVar[DispatchScope | None] = ContextVar("turnout_dispatch_scope", 
 def current_scope() -> DispatchScope | None:
     """The dispatch scope of the running call, if one is open."""
     return _SCOPE.get()
+
+
+def enter_scope(scope: DispatchScope) -> Token[DispatchScope | None]:
+    """Make ``scope`` current; pass the token to :func:`exit_scope` (a cheaper form of :func:`dispatch_scope`)."""
+    return _SCOPE.set(scope)
+
+
+def exit_scope(token: Token[DispatchScope | None]) -> None:
+    """Restore the scope that was current before :func:`enter_scope`."""
+    _SCOPE.reset(token)
 
 
 @contextmanager

@@ -10,17 +10,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from turnout.attribution import DispatchScope, RouteRef, dispatch_scope, fallback_notice
+from turnout.attribution import DispatchScope, RouteRef, enter_scope, exit_scope, fallback_notice
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
 from turnout.errors import (
     AllProvidersFailed,
@@ -73,6 +73,15 @@ def error_outcome(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+_CALL_PREFIX = os.urandom(6).hex()
+_call_numbers = itertools.count(1)
+
+
+def new_call_id() -> str:
+    """A unique call id: a per-process random prefix and a counter (cheaper than a UUID per call)."""
+    return f"{_CALL_PREFIX}{next(_call_numbers):010x}"
+
+
 class CancelWatcher:
     """Turns a ``cancel`` event into a prompt stop of the current task, wherever it is waiting.
 
@@ -121,7 +130,7 @@ class Call:
         first = target.walk.entries[0]
         self.requested = RouteRef(provider=first.profile, model=first.served_model(target.model))
         self.scope = DispatchScope()
-        self.call_id = uuid.uuid4().hex
+        self.call_id = new_call_id()
         self.started = time.time()
         self.reply: Reply | None = None
 
@@ -137,21 +146,22 @@ class Call:
             else None
         )
         attempts = tuple(scope.attempts)
-        accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
-        self.client.record(
-            CallRecord(
-                call_id=self.call_id,
-                ts=self.started,
-                surface=self.client.surface,
-                stream=self.stream,
-                requested=self.requested,
-                served=served,
-                fallback=is_fallback,
-                outcome="ok",
-                attempts=attempts,
-                accepted_index=accepted,
+        if self.client.ledger is not None:
+            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
+            self.client.record(
+                CallRecord(
+                    call_id=self.call_id,
+                    ts=self.started,
+                    surface=self.client.surface,
+                    stream=self.stream,
+                    requested=self.requested,
+                    served=served,
+                    fallback=is_fallback,
+                    outcome="ok",
+                    attempts=attempts,
+                    accepted_index=accepted,
+                )
             )
-        )
         return Reply.of(
             without_think(response),
             requested=self.requested,
@@ -332,12 +342,14 @@ class Client:
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
         target = self.route(model=model, provider=provider, sender=sender)
         call = Call(self, target, stream=False)
-        with dispatch_scope(call.scope):
-            try:
-                response = await target.walk.chat(request, target.model, temperature)
-            except BaseException as exc:
-                call.fail(exc)
-                raise
+        token = enter_scope(call.scope)
+        try:
+            response = await target.walk.chat(request, target.model, temperature)
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            exit_scope(token)
         return call.accept(response)
 
     def stream(

@@ -60,6 +60,7 @@ MAX_RETAINED_EVENTS = 8
 MAX_AGGREGATE_BYTES = 2048
 
 _walk_ids = itertools.count(1)
+_UNKNOWN = object()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -145,6 +146,7 @@ class ReliableProvider(Provider):
         self.jitter = jitter
         self.name = name
         self.id = next(_walk_ids)
+        self._rates: dict[tuple[str, str], Rates | None] = {}
 
     # --- capabilities ---------------------------------------------------------------------
 
@@ -177,7 +179,12 @@ class ReliableProvider(Provider):
         """The cost of ``usage`` on this entry, or None when the price is unknown."""
         if usage is None:
             return None
-        rates = entry.rates if entry.rates is not None else self.catalogue.rates(entry.family, model)
+        rates = entry.rates
+        if rates is None:
+            known = self._rates.get((entry.family, model), _UNKNOWN)
+            if known is _UNKNOWN:
+                known = self._rates[(entry.family, model)] = self.catalogue.rates(entry.family, model)
+            rates = known  # type: ignore[assignment]
         return rates.cost(usage) if rates is not None else None
 
     def cooling_until(self, entry: Entry, now: float) -> float | None:
@@ -260,7 +267,7 @@ class ReliableProvider(Provider):
             scope.walk_entries = len(self.entries)
             if scope.recovery is not None and scope.recovery.walk == self.id:
                 recovery, scope.recovery = scope.recovery, None
-        has_images = any(m.images for m in request.messages)
+        has_images = any(not isinstance(m.content, str) and m.images for m in request.messages)
         n = len(self.entries)
         for i, entry in enumerate(self.entries):
             tries = self.tries
@@ -316,7 +323,10 @@ class ReliableProvider(Provider):
             started = self.clock()
             t0 = time.perf_counter()
             try:
-                response = await chat_using_tools(provider, request, served, temperature)
+                if request.tools:
+                    response = await chat_using_tools(provider, request, served, temperature)
+                else:
+                    response = await provider.chat(request, served, temperature)
             except asyncio.CancelledError:
                 walk.record(
                     self._attempt(

@@ -395,8 +395,15 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
     return tuple(out)
 
 
+_SIMPLE_ROLES = frozenset(("system", "user", "assistant"))
+
+
 def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
     role = d.get("role")
+    if len(d) == 2 and role in _SIMPLE_ROLES:  # the common {"role": ..., "content": "text"} shape
+        text = d.get("content")
+        if type(text) is str:
+            return Message(role=role, content=text)
     if role == "developer":
         role = "system"
     if role not in _ROLES:

@@ -295,8 +295,10 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
+        if parsed.request_id is not None:
+            return parsed
         request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
-        return replace(parsed, request_id=parsed.request_id or request_id)
+        return replace(parsed, request_id=request_id) if request_id else parsed
 
     async def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None

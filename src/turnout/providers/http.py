@@ -16,7 +16,6 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -195,13 +194,17 @@ async def _read_limited(resp: aiohttp.ClientResponse, limit: int, target: Target
     except ProviderError:
         raise
     except (aiohttp.ClientError, OSError) as exc:
-        raise ProviderConnectionError(
-            f"connection lost while reading the response: {type(exc).__name__}",
-            provider=target.provider,
-            model=target.model,
-            status=resp.status,
-        ) from exc
+        raise _lost_connection(exc, target, resp.status) from exc
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _lost_connection(exc: BaseException, target: Target, status: int) -> ProviderConnectionError:
+    return ProviderConnectionError(
+        f"connection lost while reading the response: {type(exc).__name__}",
+        provider=target.provider,
+        model=target.model,
+        status=status,
+    )
 
 
 class HttpClient:
@@ -215,6 +218,7 @@ class HttpClient:
         self._owns = session is None
         self._limit = connection_limit
         self._ssl: dict[str, ssl.SSLContext] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def session(self) -> aiohttp.ClientSession:
         """The shared session (created on first call)."""
@@ -245,61 +249,32 @@ class HttpClient:
             await self._session.close()
         self._session = None
 
-    async def post(
+    def _client_timeout(self, connect: float) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(connect)
+        if timeout is None:
+            timeout = self._timeouts[connect] = aiohttp.ClientTimeout(total=None, sock_connect=connect)
+        return timeout
+
+    async def _open(
         self,
         url: str,
-        *,
         headers: Mapping[str, str],
         body: bytes,
         timeouts: Timeouts,
         target: Target,
-        max_bytes: int,
-        ssl_context: ssl.SSLContext | bool = True,
-    ) -> HttpResponse:
-        """POST ``body`` and read the whole response (bounded in time and size).
-
-        Raises:
-            ProviderTimeout: A time bound was exceeded.
-            ProviderConnectionError: The connection failed or was reset.
-            ProtocolError: The body is larger than ``max_bytes``.
-        """
-        async with self.stream(
-            url, headers=headers, body=body, timeouts=timeouts, target=target, ssl_context=ssl_context
-        ) as resp:
-            data = await _read_limited(resp._resp, max_bytes, target)
-            return HttpResponse(resp.status, resp.headers, data)
-
-    @asynccontextmanager
-    async def stream(
-        self,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeouts: Timeouts,
-        target: Target,
-        ssl_context: ssl.SSLContext | bool = True,
-    ) -> AsyncIterator[StreamingResponse]:
-        """POST ``body`` and yield the open response once its headers arrived.
-
-        Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
-        upstream sees the client go; a body read to its end releases the connection to the pool.
-        """
+        ssl_context: ssl.SSLContext | bool,
+    ) -> tuple[aiohttp.ClientResponse, _Watchdog]:
+        """Send the request and wait for the response headers (bounded); start the body watchdog."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         total_deadline = start + timeouts.total
         first_deadline = start + timeouts.first_token
         header_deadline = min(first_deadline, total_deadline)
-        header_phase = "first_token" if first_deadline <= total_deadline else "total"
-        kwargs: dict[str, Any] = {
-            "data": body,
-            "headers": headers,
-            "timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect),
-            "ssl": ssl_context,
-        }
         try:
             async with asyncio.timeout_at(header_deadline):
-                resp = await self.session().post(url, **kwargs)
+                resp = await self.session().post(
+                    url, data=body, headers=headers, timeout=self._client_timeout(timeouts.connect), ssl=ssl_context
+                )
         except TimeoutError as exc:
             if isinstance(exc, aiohttp.ConnectionTimeoutError):
                 raise ProviderTimeout(
@@ -309,10 +284,11 @@ class HttpClient:
                     provider=target.provider,
                     model=target.model,
                 ) from exc
-            seconds = timeouts.first_token if header_phase == "first_token" else timeouts.total
+            first = first_deadline <= total_deadline
+            seconds = timeouts.first_token if first else timeouts.total
             raise ProviderTimeout(
                 f"timed out after {seconds:g}s waiting for the response",
-                phase=header_phase,
+                phase="first_token" if first else "total",
                 seconds=seconds,
                 provider=target.provider,
                 model=target.model,
@@ -331,13 +307,69 @@ class HttpClient:
             total_deadline=total_deadline,
             target=target,
         )
-        completed = False
+        return resp, watchdog
+
+    @staticmethod
+    def _finish(resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
+        """Stop the watchdog; reuse the connection when the body was read to its end, else close it."""
+        watchdog.cancel()
+        if resp.content.at_eof():
+            resp.release()
+        else:
+            resp.close()
+
+    async def post(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeouts: Timeouts,
+        target: Target,
+        max_bytes: int,
+        ssl_context: ssl.SSLContext | bool = True,
+    ) -> HttpResponse:
+        """POST ``body`` and read the whole response (bounded in time and size).
+
+        Raises:
+            ProviderTimeout: A time bound was exceeded.
+            ProviderConnectionError: The connection failed or was reset.
+            ProtocolError: The body is larger than ``max_bytes``.
+        """
+        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
+        try:
+            length = resp.content_length
+            if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
+                try:
+                    data = await resp.read()
+                except ProviderError:
+                    raise
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise _lost_connection(exc, target, resp.status) from exc
+            else:
+                data = await _read_limited(resp, max_bytes, target)
+            return HttpResponse(resp.status, resp.headers, data)
+        finally:
+            self._finish(resp, watchdog)
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeouts: Timeouts,
+        target: Target,
+        ssl_context: ssl.SSLContext | bool = True,
+    ) -> AsyncIterator[StreamingResponse]:
+        """POST ``body`` and yield the open response once its headers arrived.
+
+        Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
+        upstream sees the client go; a body read to its end releases the connection to the pool.
+        """
+        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
         try:
             yield StreamingResponse(resp, watchdog)
-            completed = resp.content.at_eof()
         finally:
-            watchdog.cancel()
-            if completed:
-                resp.release()
-            else:
-                resp.close()
+            self._finish(resp, watchdog)

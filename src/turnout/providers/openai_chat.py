@@ -175,7 +175,8 @@ class OpenAIChatAdapter(HTTPAdapter):
         if data.get("error") and not data.get("choices"):
             raise self.in_band_error(facts_from_object(data, status=None, headers={}), model)
         choices = data["choices"]
-        choice = next((c for c in choices if c.get("index", 0) == 0), choices[0])
+        first = choices[0]
+        choice = first if first.get("index", 0) == 0 else next((c for c in choices if c.get("index") == 0), first)
         message = choice.get("message") or {}
         profile = self.settings.profile
         refusal = message.get("refusal")
@@ -204,7 +205,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         return ChatResponse(
             text="".join(text),
             tool_calls=calls,
-            usage=usage_from(usage) if isinstance(usage, Mapping) else None,
+            usage=usage_from(usage) if isinstance(usage, dict) else None,
             reasoning="".join(reasoning) or None,
             finish_reason=unified_finish(raw_finish, bool(calls)),
             model=reported if isinstance(reported, str) and reported else model,

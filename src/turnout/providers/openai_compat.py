@@ -51,13 +51,13 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     completion = _int(raw.get("completion_tokens"))
     details = raw.get("prompt_tokens_details")
     cached = cache_write = 0
-    if isinstance(details, Mapping):
+    if isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
         cache_write = _int(details.get("cache_write_tokens"))
     if not cached:
         cached = _int(raw.get("prompt_cache_hit_tokens"))
     out_details = raw.get("completion_tokens_details")
-    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0
+    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, dict) else 0
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
