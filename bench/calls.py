@@ -1,0 +1,153 @@
+"""The in-process scenarios: non-streaming calls, 100-chunk streams, and failover after a 429.
+
+Each runs its contenders in alternation (:func:`bench.stats.alternate`) against the upstream of this run,
+after checking once that every contender returns the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.contenders import (
+    EXPECTED_CHAT,
+    EXPECTED_STREAM,
+    MESSAGES,
+    LiteLLMRouter,
+    OpenAISDK,
+    Raw,
+    TurnoutClient,
+)
+from bench.settings import Settings
+from bench.stats import Lane, Summary, alternate, summarize
+
+
+@dataclass(slots=True, kw_only=True)
+class ScenarioResult:
+    """The summaries of one scenario, floor first."""
+
+    key: str
+    title: str
+    summaries: list[Summary]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def floor(self) -> Summary:
+        return self.summaries[0]
+
+    def get(self, name: str) -> Summary:
+        return next(s for s in self.summaries if s.name == name)
+
+
+async def _run(
+    key: str, title: str, contenders: Sequence[Any], method: str, expected: str, rounds: int, batch: int, s: Settings
+) -> ScenarioResult:
+    try:
+        for c in contenders:
+            got = await getattr(c, method)()
+            if got != expected:
+                raise RuntimeError(f"{c.name} returned {got[:60]!r}, not the upstream's answer")
+        lanes = [Lane(c.name, getattr(c, method)) for c in contenders]
+        seconds = await alternate(lanes, rounds=rounds, batch=batch, warmup=s.warmup, budget_s=s.budget_s)
+    finally:
+        for c in contenders:
+            await c.aclose()
+    return ScenarioResult(
+        key=key, title=title, summaries=[summarize(lane.name, lane.samples) for lane in lanes], seconds=seconds
+    )
+
+
+async def non_streaming(url: str, s: Settings, tmp: Path) -> ScenarioResult:
+    """One complete answer per call: raw aiohttp, Turnout (ledger off and on), openai SDK, LiteLLM Router."""
+    contenders: list[Any] = [
+        Raw(url),
+        TurnoutClient(url),
+        TurnoutClient(url, name="turnout (ledger on)", ledger_path=tmp / "ledger-chat.sqlite3"),
+        OpenAISDK(url),
+        LiteLLMRouter(url),
+    ]
+    result = await _run("chat", "Non-streaming call", contenders, "chat", EXPECTED_CHAT, s.chat_rounds, s.chat_batch, s)
+    result.notes.append(
+        "`turnout` runs with `ledger=False`; `turnout (ledger on)` writes every call to a SQLite ledger "
+        "(background thread) and is shown for information, not judged."
+    )
+    return result
+
+
+async def streaming(url: str, s: Settings) -> ScenarioResult:
+    """A 100-chunk stream per call, consumed to its end."""
+    contenders: list[Any] = [Raw(url), TurnoutClient(url), OpenAISDK(url), LiteLLMRouter(url)]
+    result = await _run(
+        "stream",
+        "Streaming call (100 chunks)",
+        contenders,
+        "stream",
+        EXPECTED_STREAM,
+        s.stream_rounds,
+        s.stream_batch,
+        s,
+    )
+    result.notes.append("`turnout` runs with `ledger=False`. Every contender asks for `stream_options.include_usage`.")
+    return result
+
+
+class _Failover:
+    """Turnout whose primary always answers 429 with ``Retry-After: <seconds>``; checks what each call did."""
+
+    def __init__(self, url: str, name: str, retry_after: int) -> None:
+        self.name = name
+        self.inner = TurnoutClient(url, name=name, primary_prefix=f"/rl-ra{retry_after}")
+
+    async def outcomes(self) -> list[str]:
+        reply = await self.inner.client.chat(MESSAGES)
+        if reply.text != EXPECTED_CHAT or reply.served.provider != "openai.backup":
+            raise RuntimeError(f"{self.name}: not served by the fallback ({reply.served})")
+        return [a.outcome for a in reply.attempts]
+
+    async def chat(self) -> str:
+        return await self.inner.chat()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def failover(url: str, s: Settings) -> ScenarioResult:
+    """A primary answering 429: the failover call, and a call while the primary cools down."""
+    raw = Raw(url)
+    ra0 = _Failover(url, "turnout: 429 Retry-After 0 → fallback", 0)
+    cooling = _Failover(url, "turnout: call during cooldown", 60)
+    contenders: list[Any] = [raw, ra0, cooling]
+    try:
+        first = await ra0.outcomes()
+        again = await ra0.outcomes()
+        await cooling.outcomes()  # opens the 60 s cooldown
+        during = await cooling.outcomes()
+        if first != ["rate_limited", "ok"] or during != ["cooldown_skip", "ok"]:
+            raise RuntimeError(f"unexpected attempts: {first} / {during}")
+        lanes = [Lane(c.name, c.chat) for c in contenders]
+        seconds = await alternate(
+            lanes, rounds=s.failover_rounds, batch=s.failover_batch, warmup=s.warmup, budget_s=min(s.budget_s, 45.0)
+        )
+        still = await cooling.outcomes()
+    finally:
+        for c in contenders:
+            await c.aclose()
+    result = ScenarioResult(
+        key="failover",
+        title="Failover after a 429",
+        summaries=[summarize(lane.name, lane.samples) for lane in lanes],
+        seconds=seconds,
+    )
+    result.notes.append(
+        f"With `Retry-After: 0` the attempts of a call are {first}; the next call's are {again}: a zero hint "
+        "opens a zero-length cooldown (SPEC 6.5: the cooldown lasts the hint), so every call asks the primary "
+        "again and each timed call is a full failover."
+    )
+    result.notes.append(
+        "The cooldown row uses a primary that answers 429 with `Retry-After: 60`: one call opens the cooldown, "
+        f"then every timed call's attempts are {during} (still {still} after the run)."
+    )
+    return result

@@ -1,0 +1,379 @@
+"""``bench/results.md`` and ``bench/results.png`` from one run's results, with every target judged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.calls import ScenarioResult
+from bench.concurrency import Concurrency
+from bench.gateway import GatewayScenario, RateLatency
+from bench.procs import Machine
+from bench.settings import Settings
+from bench.startup import BARE, LITELLM, TURNOUT, Startup
+
+TURNOUT_NAME = "turnout"
+
+
+@dataclass(slots=True, kw_only=True)
+class Results:
+    """Everything one run measured (a scenario that failed has its error in ``failures``)."""
+
+    settings: Settings
+    machine: Machine
+    started: dt.datetime
+    seconds: float = 0.0
+    commands: list[str] = field(default_factory=list)
+    chat: ScenarioResult | None = None
+    stream: ScenarioResult | None = None
+    failover: ScenarioResult | None = None
+    concurrency: list[Concurrency] = field(default_factory=list)
+    startup: list[Startup] = field(default_factory=list)
+    imports: list[tuple[str, float]] = field(default_factory=list)
+    gateway: GatewayScenario | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """One target: what was measured, the limit, and whether it holds (None: not measured)."""
+
+    target: str
+    measured: str
+    limit: str
+    met: bool | None
+
+
+def _mark(met: bool | None) -> str:
+    return "not measured" if met is None else ("**met**" if met else "**NOT met**")
+
+
+def verdicts(r: Results) -> list[Verdict]:
+    """Every target of issue 9, judged on this run."""
+    out: list[Verdict] = []
+
+    def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> None:
+        if scenario is None:
+            out.append(Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None))
+            return
+        ratio = scenario.get(name).ratio(scenario.floor)
+        out.append(Verdict(target=target, measured=f"{ratio:.2f} ×", limit=f"≤ {limit:.2f} ×", met=ratio <= limit))
+
+    ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10)
+    ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15)
+    ratio_target(r.failover, _failover_name(r, "429"), "Failover after 429 `Retry-After: 0` / one raw round trip", 2.2)
+    ratio_target(r.failover, _failover_name(r, "cooldown"), "A call during the cooldown / one raw round trip", 1.15)
+    turnout_c = next((c for c in r.concurrency if c.contender == "turnout"), None)
+    out.append(
+        Verdict(
+            target="1,000 concurrent streams: RSS per stream",
+            measured=f"{turnout_c.per_stream_kib:.1f} KiB" if turnout_c else "–",
+            limit="≤ 64 KiB",
+            met=turnout_c.per_stream_kib <= 64 if turnout_c else None,
+        )
+    )
+    start = next((s for s in r.startup if s.name == TURNOUT), None)
+    out.append(
+        Verdict(
+            target="Start-up: import + client from `examples/turnout.toml`, time",
+            measured=f"{start.total_s:.3f} s" if start else "–",
+            limit="≤ 0.5 s",
+            met=start.total_s <= 0.5 if start else None,
+        )
+    )
+    out.append(
+        Verdict(
+            target="Start-up: peak RSS of that process",
+            measured=f"{start.maxrss_mib:.1f} MiB" if start else "–",
+            limit="≤ 60 MiB",
+            met=start.maxrss_mib <= 60 if start else None,
+        )
+    )
+    g = r.gateway
+    t = g.get("turnout serve") if g else None
+    lite = g.get("litellm proxy") if g else None
+    if t and lite and t.rps and lite.rps:
+        ratio = t.rps / lite.rps
+        out.append(
+            Verdict(
+                target="Gateway: requests/s at saturation, Turnout / LiteLLM proxy",
+                measured=f"{ratio:.1f} ×",
+                limit="≥ 5 ×",
+                met=ratio >= 5,
+            )
+        )
+    else:
+        out.append(
+            Verdict(
+                target="Gateway: requests/s at saturation, Turnout / LiteLLM proxy",
+                measured="–",
+                limit="≥ 5 ×",
+                met=None,
+            )
+        )
+    at = t.at(g.turnout_rate) if t and g else None
+    out.append(
+        Verdict(
+            target=f"Gateway: added p99 at {g.turnout_rate:.0f} req/s"
+            if g
+            else "Gateway: added p99 at a moderate rate",
+            measured=f"{at.added_p99_ms:.2f} ms" if at else "–",
+            limit="≤ 2 ms",
+            met=at.added_p99_ms <= 2.0 if at else None,
+        )
+    )
+    return out
+
+
+def _failover_name(r: Results, which: str) -> str:
+    names = [s.name for s in r.failover.summaries] if r.failover else []
+    return next((n for n in names if which in n), which)
+
+
+# --- markdown -----------------------------------------------------------------------------------------
+
+
+def _us(v: float) -> str:
+    if math.isnan(v):
+        return "–"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _calls_table(s: ScenarioResult) -> list[str]:
+    floor = s.floor
+    rows = [
+        "| contender | calls | median µs | p99 µs | × floor (median) | × floor (p99) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for x in s.summaries:
+        rows.append(
+            f"| {x.name} | {x.n} | {_us(x.median_us)} | {_us(x.p99_us)} "
+            f"| {x.ratio(floor):.2f} | {x.p99_ratio(floor):.2f} |"
+        )
+    return rows
+
+
+def _calls_section(title: str, s: ScenarioResult | None, failure: str | None, what: str) -> list[str]:
+    out = [f"## {title}", "", what, ""]
+    if s is None:
+        return [*out, f"Not measured: {failure or 'skipped'}", ""]
+    out += _calls_table(s)
+    out += ["", f"Alternating batches, {s.seconds:.1f} s in all. The floor is the first row.", ""]
+    out += [f"- {n}" for n in s.notes]
+    return [*out, ""]
+
+
+def _concurrency_section(r: Results) -> list[str]:
+    out = [
+        "## 1,000 concurrent streams",
+        "",
+        "One client per child process (so the RSS is that client's alone), pinned to the client CPU. *Held*: "
+        f"{r.settings.streams} concurrent streams that the upstream paces (10 bursts of 10 chunks, 100 ms apart), "
+        "so all are open at once; RSS sampled every 5 ms; per stream = (peak − baseline after warm-up) / streams. "
+        f"*Throughput*: {r.settings.stream_waves} wave(s) of {r.settings.streams} concurrent unpaced 100-chunk "
+        "streams.",
+        "",
+    ]
+    if not r.concurrency:
+        return [*out, f"Not measured: {r.failures.get('concurrency', 'skipped')}", ""]
+    out += [
+        "| client | baseline RSS MiB | peak RSS MiB (held) | RSS per stream KiB | held wall s | streams/s | chunks/s "
+        "| client CPU µs per stream | process peak RSS MiB (VmHWM) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in r.concurrency:
+        out.append(
+            f"| {c.contender} | {c.baseline_mib:.1f} | {c.peak_mib:.1f} | {c.per_stream_kib:.1f} | {c.held_s:.2f} | "
+            f"{c.streams_per_s:,.0f} | {c.chunks_per_s:,.0f} | {c.cpu_us_per_stream:,.0f} | {c.maxrss_mib:.1f} |"
+        )
+    return [*out, ""]
+
+
+def _startup_section(r: Results) -> list[str]:
+    out = [
+        "## Start-up",
+        "",
+        "A fresh interpreter per run (pinned, dummy keys in the environment, a temp working directory); time from "
+        "just before the import to just after the client is built, in the child; peak RSS (`VmHWM`) of the "
+        "whole process. *process* is the parent's wall time from spawn to exit (interpreter start included).",
+        "",
+    ]
+    if not r.startup:
+        return [*out, f"Not measured: {r.failures.get('startup', 'skipped')}", ""]
+    out += [
+        "| what | runs | import s | import + client s | process s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in r.startup:
+        imp = "–" if s.name == BARE else f"{s.import_s:.3f}"
+        total = "–" if s.name in (BARE, LITELLM) else f"{s.total_s:.3f}"
+        out.append(f"| {s.name} | {s.runs} | {imp} | {total} | {s.process_s:.3f} | {s.maxrss_mib:.1f} |")
+    if r.imports:
+        heavy = ", ".join(f"{name} {ms:.0f} ms" for name, ms in r.imports)
+        out += [
+            "",
+            f"Largest third-party imports under `from turnout import Client` (cumulative, `-X importtime`): {heavy}.",
+        ]
+    return [*out, ""]
+
+
+def _latency_row(name: str, label: str, x: RateLatency) -> str:
+    return (
+        f"| {name} | {label} | {x.latency.n} | {x.latency.median_us / 1000:.2f} | {x.latency.p99_us / 1000:.2f} | "
+        f"{x.direct.median_us / 1000:.2f} | {x.direct.p99_us / 1000:.2f} | "
+        f"{x.added_p50_ms:+.2f} | {x.added_p99_ms:+.2f} |"
+    )
+
+
+def _gateway_section(r: Results) -> list[str]:
+    g = r.gateway
+    out = [
+        "## Gateway",
+        "",
+        "The gateway alone on the client CPU; the upstream and the load generator on the other. Both gateways: "
+        "a primary and one fallback, one client key, one worker, no ledger or database. Saturation is a closed "
+        f"loop for {r.settings.gateway_seconds:g} s; latency is an open loop at a fixed rate, compared with the "
+        "same rate sent straight to the upstream just before (*added* = through the gateway − direct), and a "
+        "closed loop of back-to-back requests on one connection (*sequential*).",
+        "",
+    ]
+    if g is None:
+        return [*out, f"Not measured: {r.failures.get('gateway', 'skipped')}", ""]
+    if g.upstream_rps:
+        out += [f"The upstream alone serves {g.upstream_rps:,.0f} requests/s under the same load generator.", ""]
+    out += [
+        "| gateway | requests/s at saturation | non-200 | load | RSS after load MiB | start s |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for x in g.results:
+        if x.failure:
+            out.append(f"| {x.name} | could not run | | | | |")
+            continue
+        rss = f"{x.rss_mib:.0f}" if x.rss_mib else "–"
+        out.append(f"| {x.name} | {x.rps:,.0f} | {x.errors} | {x.tool} | {rss} | {x.start_s:.1f} |")
+    out += [
+        "",
+        "| gateway | load | requests | p50 ms | p99 ms | direct p50 ms | direct p99 ms | added p50 ms | added p99 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for x in g.results:
+        if x.sequential:
+            out.append(_latency_row(x.name, "sequential", x.sequential))
+        for lat in x.latencies:
+            out.append(_latency_row(x.name, f"{lat.rate:.0f} req/s", lat))
+    out += [
+        "",
+        f"The common rate ({g.common_rate:.0f} req/s) is a quarter of LiteLLM's saturation (at most "
+        f"{g.turnout_rate:.0f}), so it is moderate for both; Turnout's target is judged at {g.turnout_rate:.0f} req/s.",
+    ]
+    for x in g.results:
+        out.append(f"- `{x.command}`")
+        if x.failure:
+            out.append(f"  - could not run: {x.failure}")
+    return [*out, ""]
+
+
+def markdown(r: Results) -> str:
+    """The whole ``results.md``."""
+    m = r.machine
+    pinned = "upstream pinned to CPU 0, clients to CPU 1" if m.pinned else "not pinned (one CPU)"
+    lines = [
+        "# Turnout benchmark results",
+        "",
+        f"Generated by `{r.commands[0] if r.commands else 'python -m bench.run'}` on "
+        f"{r.started.strftime('%Y-%m-%d %H:%M UTC')}, {r.settings.name} run, {r.seconds / 60:.1f} min. "
+        "How to read it: [docs/benchmarks.md](../docs/benchmarks.md). Ratios, not absolute times, are what to "
+        "compare between runs.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m.cpu_model}, {m.cores} cores ({pinned})",
+        f"- Python {m.python} on {m.platform}",
+        "- " + ", ".join(f"{k} {v}" for k, v in m.versions.items()),
+        "",
+        "## Targets (issue 9)",
+        "",
+        "| target | measured | limit | |",
+        "|---|---:|---:|---|",
+    ]
+    lines += [f"| {v.target} | {v.measured} | {v.limit} | {_mark(v.met)} |" for v in verdicts(r)]
+    if r.failures:
+        lines += ["", "Scenarios that could not run:"] + [f"- {k}: {v}" for k, v in r.failures.items()]
+    lines += ["", "## Commands", ""] + [f"- `{c}`" for c in r.commands] + [""]
+    lines += _calls_section(
+        "Non-streaming call",
+        r.chat,
+        r.failures.get("chat"),
+        "One complete answer per call (`Client.chat` with a primary and one fallback profile; raw aiohttp POST + "
+        "orjson decode as the floor).",
+    )
+    lines += _calls_section(
+        "Streaming call (100 chunks)",
+        r.stream,
+        r.failures.get("stream"),
+        "One 100-chunk stream per call, consumed to its end (the floor: aiohttp `iter_any` + a minimal SSE split + "
+        "orjson per event).",
+    )
+    lines += _calls_section(
+        "Failover after a 429",
+        r.failover,
+        r.failures.get("failover"),
+        "The primary answers 429 `rate_limit_exceeded`; the fallback answers. The floor is one raw round trip.",
+    )
+    lines += _concurrency_section(r)
+    lines += _startup_section(r)
+    lines += _gateway_section(r)
+    lines += ["## Plot", "", "![per-call cost by contender](results.png)", ""]
+    return "\n".join(lines)
+
+
+# --- plot -------------------------------------------------------------------------------------------
+
+
+def plot(r: Results, path: Path) -> bool:
+    """Per-call median (bar) and p99 (tick) by contender, one panel per call scenario; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels: Sequence[ScenarioResult] = [s for s in (r.chat, r.stream, r.failover) if s is not None]
+    if not panels:
+        return False
+    rows = sum(len(p.summaries) for p in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.8 * len(panels) + 0.45 * rows))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, s in zip(axes, panels, strict=True):
+        names = [x.name for x in s.summaries][::-1]
+        med = [x.median_us for x in s.summaries][::-1]
+        p99 = [x.p99_us for x in s.summaries][::-1]
+        colors = [
+            "#2b7bba" if n.startswith("turnout") else ("#777777" if n == s.floor.name else "#d9822b") for n in names
+        ]
+        ax.barh(names, med, color=colors)
+        ax.scatter(p99, names, marker="|", s=200, color="black", label="p99")
+        ax.set_xscale("log")
+        ax.set_xlim(left=s.floor.median_us / 2)  # log bars need a common origin below the floor
+        ax.set_title(f"{s.title}: per-call time, µs (bar: median, tick: p99; × floor)", fontsize=10)
+        for y, m in enumerate(med):
+            ax.text(m, y, f"  {m / s.floor.median_us:.2f}×", va="center", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(r: Results, directory: Path) -> Path:
+    """Write ``results.md`` and ``results.png`` into ``directory``; return the markdown path."""
+    plot(r, directory / "results.png")
+    path = directory / "results.md"
+    path.write_text(markdown(r))
+    return path

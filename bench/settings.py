@@ -1,0 +1,68 @@
+"""How many calls each scenario makes: the full run (``make bench``) and the smoke run (``--quick``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Counts and time bounds of one benchmark run."""
+
+    name: str
+    warmup: int
+    chat_rounds: int
+    chat_batch: int
+    stream_rounds: int
+    stream_batch: int
+    failover_rounds: int
+    failover_batch: int
+    #: An in-process scenario stops after the round that crosses this many seconds.
+    budget_s: float
+    streams: int
+    stream_waves: int
+    startup_runs: int
+    gateway_seconds: float
+    gateway_rate: int
+    #: At least this many requests per fixed-rate latency run.
+    gateway_requests: int
+    gateway_connections: int
+
+
+FULL = Settings(
+    name="full",
+    warmup=50,
+    chat_rounds=40,
+    chat_batch=50,
+    stream_rounds=30,
+    stream_batch=20,
+    failover_rounds=40,
+    failover_batch=50,
+    budget_s=90.0,
+    streams=1000,
+    stream_waves=3,
+    startup_runs=5,
+    gateway_seconds=8.0,
+    gateway_rate=200,
+    gateway_requests=300,
+    gateway_connections=32,
+)
+
+QUICK = Settings(
+    name="quick",
+    warmup=10,
+    chat_rounds=8,
+    chat_batch=25,
+    stream_rounds=6,
+    stream_batch=10,
+    failover_rounds=8,
+    failover_batch=25,
+    budget_s=15.0,
+    streams=1000,
+    stream_waves=1,
+    startup_runs=1,
+    gateway_seconds=3.0,
+    gateway_rate=200,
+    gateway_requests=60,
+    gateway_connections=32,
+)
