@@ -418,13 +418,13 @@ class Client:
             call.fail(cancelled)
             raise cancelled
         outputs_gen = turn_outputs(
-            call, request, temperature, state, cancel, events_visible=events is not None, want_draft=draft is not None
+            call, request, temperature, state, cancel, events_visible=events is not None, draft=draft
         )
         watcher = CancelWatcher(cancel) if cancel is not None else None
         try:
             async with aclosing(outputs_gen) as outputs:
-                async for kind, value in outputs:
-                    await call_sink(events if kind == "event" else draft, value)
+                async for event in outputs:
+                    await call_sink(events, event)
         except asyncio.CancelledError:
             if watcher is None or not watcher.fired:
                 raise

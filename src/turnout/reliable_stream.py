@@ -21,17 +21,15 @@ from turnout.errors import ErrorClass, ProviderError, StreamingUnsupported
 from turnout.reliable import outcome_of
 from turnout.types import (
     ChatRequest,
-    Final,
-    ReasoningDelta,
     StreamEvent,
-    TextDelta,
-    ToolCallEvent,
     Usage,
-    UsageEvent,
 )
 
 if TYPE_CHECKING:
     from turnout.reliable import Entry, ReliableProvider
+
+
+_OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 
 
 def eligible_entry(owner: ReliableProvider, request: ChatRequest, model: str) -> int | None:
@@ -88,11 +86,12 @@ async def stream_first_eligible(
     try:
         async with aclosing(provider.stream(request, served, temperature)) as upstream:
             async for event in upstream:
-                if ttft is None and isinstance(event, TextDelta | ReasoningDelta | ToolCallEvent):
+                kind = event.type
+                if ttft is None and kind in _OUTPUT_KINDS:
                     ttft = (time.perf_counter() - t0) * 1000.0
-                if isinstance(event, UsageEvent):
+                if event.type == "usage":
                     usage = event.usage
-                elif isinstance(event, Final):
+                elif kind == "final":
                     outcome = "ok"
                 yield event
     except (asyncio.CancelledError, GeneratorExit):

@@ -65,15 +65,33 @@ class SSEParser:
         out: list[SSEEvent] = []
         pos = 0
         find = data.find
+        starts = data.startswith
+        limit = self._max
         while True:
             nl = find(b"\n", pos)
             if nl < 0:
                 break
-            self._line(data[pos:nl], out)
+            # Fast paths for the two lines nearly every event is made of; everything else goes to _line.
+            if nl == pos and self._has_data:
+                parts = self._data
+                out.append(SSEEvent(self._event, b"\n".join(parts) if len(parts) > 1 else parts[0]))
+                self._event = ""
+                self._data = []
+                self._has_data = False
+                self._size = 0
+            elif nl - pos <= limit and starts(b"data: ", pos):
+                value = data[pos + 6 : nl]
+                self._data.append(value)
+                self._has_data = True
+                self._size += len(value) + 1
+                if self._size > limit + 1:
+                    raise ProtocolError(f"stream event larger than {limit} bytes")
+            else:
+                self._line(data[pos:nl], out)
             pos = nl + 1
         self._tail = data[pos:] if pos < len(data) else b""
-        if len(self._tail) > self._max:
-            raise ProtocolError(f"stream line longer than {self._max} bytes")
+        if len(self._tail) > limit:
+            raise ProtocolError(f"stream line longer than {limit} bytes")
         return out
 
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:

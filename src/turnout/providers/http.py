@@ -16,6 +16,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -55,18 +56,32 @@ class HttpResponse:
 
 
 class _Watchdog:
-    """Fails a response body read that exceeds the first-byte, idle or total bound.
+    """One timer per attempt: bounds the wait for the response headers, then the body's bytes.
 
-    Instead of re-arming a timer on every chunk, it checks the connection's byte counter periodically
-    and injects a :class:`ProviderTimeout` into the body reader when a bound has passed.
+    Before the headers it cancels the waiting task at the first-token (or total) deadline; the caller turns
+    that cancellation into :class:`ProviderTimeout`. Once the body is attached, instead of re-arming a timer
+    on every chunk, it checks the connection's byte counter a few times per idle period and injects a
+    :class:`ProviderTimeout` into the body reader when a bound has passed.
     """
 
-    __slots__ = ("_content", "_first", "_handle", "_idle", "_last", "_loop", "_seen", "_target", "_total")
+    __slots__ = (
+        "_content",
+        "_first",
+        "_handle",
+        "_idle",
+        "_last",
+        "_loop",
+        "_seen",
+        "_target",
+        "_task",
+        "_total",
+        "fired",
+    )
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        content: aiohttp.StreamReader,
+        task: asyncio.Task[Any],
         *,
         first_deadline: float,
         idle: float,
@@ -74,7 +89,8 @@ class _Watchdog:
         target: Target,
     ) -> None:
         self._loop = loop
-        self._content = content
+        self._task = task
+        self._content: aiohttp.StreamReader | None = None
         self._first = first_deadline
         self._idle = idle
         self._total = total_deadline
@@ -82,7 +98,13 @@ class _Watchdog:
         self._seen = -1
         self._last = loop.time()
         self._handle: asyncio.TimerHandle | None = None
+        self.fired: str | None = None  # the phase whose bound ended the header wait
         self._arm(self._last)
+
+    def attach(self, content: aiohttp.StreamReader) -> None:
+        """The headers arrived: watch the body from now on (the pending timer carries over)."""
+        self._content = content
+        self._last = self._loop.time()
 
     def _arm(self, now: float) -> None:
         # Poll before the first byte too: the idle bound must start as soon as bytes flow, not at the
@@ -95,12 +117,21 @@ class _Watchdog:
         self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
 
     def _check(self) -> None:
-        if self._content.is_eof():
+        now = self._loop.time()
+        content = self._content
+        if content is None:  # still waiting for the headers
+            if now >= self._total or now >= self._first:
+                self._handle = None
+                self.fired = "first_token" if self._first <= self._total else "total"
+                self._task.cancel()
+                return None
+            self._arm(now)
+            return None
+        if content.is_eof():
             # The whole body arrived: a consumer slower than the bounds must still read it.
             self._handle = None
             return None
-        now = self._loop.time()
-        seen = self._content.total_raw_bytes
+        seen = content.total_raw_bytes
         if seen != self._seen and seen > 0:
             self._seen = seen
             self._last = now
@@ -123,9 +154,11 @@ class _Watchdog:
             provider=self._target.provider,
             model=self._target.model,
         )
+        assert self._content is not None
         self._content.set_exception(exc)
 
     def cancel(self) -> None:
+        """Stop the timer."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -267,46 +300,50 @@ class HttpClient:
         """Send the request and wait for the response headers (bounded); start the body watchdog."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        total_deadline = start + timeouts.total
-        first_deadline = start + timeouts.first_token
-        header_deadline = min(first_deadline, total_deadline)
+        task = asyncio.current_task()
+        assert task is not None
+        watchdog = _Watchdog(
+            loop,
+            task,
+            first_deadline=start + timeouts.first_token,
+            idle=timeouts.idle,
+            total_deadline=start + timeouts.total,
+            target=target,
+        )
         try:
-            async with asyncio.timeout_at(header_deadline):
-                resp = await self.session().post(
-                    url, data=body, headers=headers, timeout=self._client_timeout(timeouts.connect), ssl=ssl_context
-                )
-        except TimeoutError as exc:
-            if isinstance(exc, aiohttp.ConnectionTimeoutError):
-                raise ProviderTimeout(
-                    f"timed out connecting after {timeouts.connect:g}s",
-                    phase="connect",
-                    seconds=timeouts.connect,
-                    provider=target.provider,
-                    model=target.model,
-                ) from exc
-            first = first_deadline <= total_deadline
+            resp = await self.session().post(
+                url, data=body, headers=headers, timeout=self._client_timeout(timeouts.connect), ssl=ssl_context
+            )
+        except asyncio.CancelledError:
+            watchdog.cancel()
+            if watchdog.fired is None or task.uncancel() > 0:
+                raise  # a cancellation of the caller, not our deadline
+            first = watchdog.fired == "first_token"
             seconds = timeouts.first_token if first else timeouts.total
             raise ProviderTimeout(
                 f"timed out after {seconds:g}s waiting for the response",
-                phase="first_token" if first else "total",
+                phase=watchdog.fired,
                 seconds=seconds,
+                provider=target.provider,
+                model=target.model,
+            ) from None
+        except aiohttp.ConnectionTimeoutError as exc:
+            watchdog.cancel()
+            raise ProviderTimeout(
+                f"timed out connecting after {timeouts.connect:g}s",
+                phase="connect",
+                seconds=timeouts.connect,
                 provider=target.provider,
                 model=target.model,
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            watchdog.cancel()
             raise ProviderConnectionError(
                 scrub(f"connection failed: {type(exc).__name__}: {exc}", target.secrets)[:500],
                 provider=target.provider,
                 model=target.model,
             ) from exc
-        watchdog = _Watchdog(
-            loop,
-            resp.content,
-            first_deadline=first_deadline,
-            idle=timeouts.idle,
-            total_deadline=total_deadline,
-            target=target,
-        )
+        watchdog.attach(resp.content)
         return resp, watchdog
 
     @staticmethod

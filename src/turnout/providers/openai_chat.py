@@ -385,6 +385,12 @@ class ChatStreamDecoder(StreamDecoder):
                 self._finish_choice(reason, out)
 
     def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        if len(delta) == 1:  # the common chunk: {"content": "..."} alone
+            content = delta.get("content")
+            if type(content) is str:
+                if content:
+                    out.append(TextDelta(text=content))
+                return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out.append(ReasoningDelta(text=reasoning))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from turnout.reply import Reply
 from turnout.runtime.turn import TurnState, turn_outputs
@@ -67,27 +66,15 @@ class ReplyStream:
         if self._started:
             raise RuntimeError("a stream can be iterated only once")
         self._started = True
-        gen = self._events()
+        gen = turn_outputs(
+            self._call, self._request, self._temperature, self._state, show_reasoning=self._show_reasoning
+        )
         # Outside ``async with`` only a weak reference is kept, so a loop that breaks early drops the
         # generator and the event loop closes it (and the connection) at once.
         self._gen = weakref.ref(gen)
         if self._hold:
             self._held = gen
         return gen
-
-    async def _events(self) -> AsyncGenerator[StreamEvent, None]:
-        outputs = turn_outputs(
-            self._call,
-            self._request,
-            self._temperature,
-            self._state,
-            want_draft=False,
-            show_reasoning=self._show_reasoning,
-        )
-        async with aclosing(outputs):
-            async for kind, value in outputs:
-                if kind == "event":
-                    yield cast(StreamEvent, value)
 
     async def aclose(self) -> None:
         """Stop the stream and release its connection."""

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from turnout.attribution import Attempt, Outcome, Recovery, dispatch_scope
 from turnout.errors import (
@@ -40,9 +40,7 @@ from turnout.errors import (
 from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
-    ChatResponse,
     Final,
-    ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
     TextDelta,
@@ -52,9 +50,6 @@ from turnout.types import (
 
 #: A sink: a plain callable, sync or async.
 Sink = Callable[[Any], Any]
-
-#: What the turn produces: ("event", immutable event) or ("draft", whole current draft text).
-Output = tuple[Literal["event"], StreamEvent] | tuple[Literal["draft"], str]
 
 
 async def call_sink(sink: Sink | None, value: Any) -> None:
@@ -99,25 +94,26 @@ async def turn_outputs(
     cancel: asyncio.Event | None = None,
     *,
     events_visible: bool = True,
-    want_draft: bool = True,
+    draft: Sink | None = None,
     show_reasoning: bool = True,
-) -> AsyncGenerator[Output, None]:
-    """Run one turn, yielding draft updates and immutable events; sets ``call.reply`` when accepted.
+) -> AsyncGenerator[StreamEvent, None]:
+    """Run one turn, yielding its immutable events and sending draft updates; sets ``call.reply`` when accepted.
 
     ``call`` is a :class:`turnout.client.Call`. ``events_visible`` says whether the events reach someone
     (an event sink or an iterator): when they do not, text reaches only the draft, which stays replaceable,
-    so a failure at any point is still recovered. ``want_draft`` False skips draft updates (the iterator
-    form has no draft). ``show_reasoning`` False keeps reasoning out of the events: it is still collected
-    into the reply, but it is not shown, so it does not make output visible. Inline ``<think>…</think>``
-    spans in streamed text become reasoning.
-    Raises the turn's typed error on failure.
+    so a failure at any point is still recovered. ``draft`` receives the whole current draft text each time
+    it changes. ``show_reasoning`` False keeps reasoning out of the events: it is still collected into the
+    reply, but it is not shown, so it does not make output visible. Inline ``<think>…</think>`` spans in
+    streamed text become reasoning. Raises the turn's typed error on failure.
     """
     walk = call.target.walk
     model = call.target.model
     scope = call.scope
     builder = ResponseBuilder()
+    add = builder.add
     think = ThinkSplitter()
-    draft = ""
+    draft_text = ""
+    reasoning_visible = events_visible and show_reasoning
     held_tools: list[ToolCallEvent] = []
     usage_event: UsageEvent | None = None
     completed = False
@@ -127,44 +123,45 @@ async def turn_outputs(
             async for event in upstream:
                 if cancel is not None and cancel.is_set():
                     raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
-                if isinstance(event, TextDelta | Final):
-                    pieces = think.feed(event.text) if isinstance(event, TextDelta) else think.finish()
+                kind = event.type
+                if kind == "text" or kind == "final":
+                    pieces = think.feed(event.text) if kind == "text" else think.finish()
                     for is_reasoning, piece in pieces:
                         if is_reasoning:
                             shown = ReasoningDelta(text=piece)
-                            builder.add(shown)
-                            if events_visible and show_reasoning:
+                            add(shown)
+                            if reasoning_visible:
                                 state.visible = True
                                 state.reasoning_shown = True
-                                yield ("event", shown)
+                                yield shown
                             continue
-                        text = event if isinstance(event, TextDelta) and piece is event.text else TextDelta(text=piece)
-                        builder.add(text)
+                        text = event if piece is getattr(event, "text", None) else TextDelta(text=piece)
+                        add(text)
                         if events_visible:
                             state.forwarded.append(piece)
                             state.visible = True
-                            yield ("event", text)
-                        if want_draft:
-                            draft += piece
-                            yield ("draft", draft)
-                    if isinstance(event, TextDelta):
+                            yield text
+                        if draft is not None:
+                            draft_text += piece
+                            await call_sink(draft, draft_text)
+                    if kind == "text":
                         continue
-                builder.add(event)
-                if isinstance(event, ReasoningDelta):
-                    if event.text and events_visible and show_reasoning:
+                add(event)
+                if kind == "reasoning":
+                    if event.text and reasoning_visible:
                         state.visible = True
                         state.reasoning_shown = True
-                        yield ("event", event)
-                elif isinstance(event, ProviderToolEvent):
+                        yield event
+                elif kind == "provider_tool":
                     state.provider_tools = True
                     if events_visible:
                         state.visible = True
-                        yield ("event", event)
-                elif isinstance(event, ToolCallEvent):
+                        yield event
+                elif kind == "tool_call":
                     held_tools.append(event)
-                elif isinstance(event, UsageEvent):
+                elif kind == "usage":
                     usage_event = event
-                elif isinstance(event, Final):
+                elif kind == "final":
                     completed = True
     except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
         _relabel_stream_attempt(scope.attempts, "cancelled", builder.usage)
@@ -196,10 +193,10 @@ async def turn_outputs(
         response = builder.build()
         if not response.is_semantically_empty:
             for tool in held_tools:
-                yield ("event", tool)
+                yield tool
             if usage_event is not None:
-                yield ("event", usage_event)
-            yield ("event", Final(finish_reason=response.finish_reason, model=response.model))
+                yield usage_event
+            yield Final(finish_reason=response.finish_reason, model=response.model)
             call.reply = call.accept(response)
             return
         _relabel_stream_attempt(scope.attempts, "empty", builder.usage)
@@ -222,8 +219,20 @@ async def turn_outputs(
             exc.attempts = tuple(scope.attempts)
         call.fail(exc)
         raise
-    async for output in _emit_recovered(recovered, state, show_reasoning):
-        yield output
+    recovered = without_think(recovered)
+    if recovered.reasoning and reasoning_visible and not state.reasoning_shown:
+        yield ReasoningDelta(text=recovered.reasoning)
+    if recovered.text:
+        state.forwarded.append(recovered.text)
+        state.visible = True
+        yield TextDelta(text=recovered.text)
+        if draft is not None:
+            await call_sink(draft, recovered.text)
+    for tool_call in recovered.tool_calls:
+        yield ToolCallEvent(call=tool_call)
+    if recovered.usage is not None:
+        yield UsageEvent(usage=recovered.usage)
+    yield Final(finish_reason=recovered.finish_reason, model=recovered.model)
     call.reply = call.accept(recovered)
 
 
@@ -243,21 +252,3 @@ def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None)
     allowed = (walk.retries > 0 or single) if kind == "semantic_empty" else single
     tries = 1 if allowed else 0
     return Recovery(walk=walk.id, entry=index, tries=tries)
-
-
-async def _emit_recovered(
-    response: ChatResponse, state: TurnState, show_reasoning: bool
-) -> AsyncGenerator[Output, None]:
-    response = without_think(response)
-    if response.reasoning and show_reasoning and not state.reasoning_shown:
-        yield ("event", ReasoningDelta(text=response.reasoning))
-    if response.text:
-        state.forwarded.append(response.text)
-        state.visible = True
-        yield ("event", TextDelta(text=response.text))
-        yield ("draft", response.text)
-    for call in response.tool_calls:
-        yield ("event", ToolCallEvent(call=call))
-    if response.usage is not None:
-        yield ("event", UsageEvent(usage=response.usage))
-    yield ("event", Final(finish_reason=response.finish_reason, model=response.model))
