@@ -115,6 +115,11 @@ class ThinkSplitter:
         self._held = ""
         self.inside = False
 
+    @property
+    def pending(self) -> bool:
+        """Whether the splitter is inside a span or holds a possible partial tag."""
+        return self.inside or bool(self._held)
+
     def feed(self, text: str) -> list[tuple[bool, str]]:
         """Split one piece of streamed text."""
         if not self._held and not self.inside and "<" not in text:

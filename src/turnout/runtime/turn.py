@@ -124,6 +124,17 @@ async def turn_outputs(
                 if cancel is not None and cancel.is_set():
                     raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
                 kind = event.type
+                if kind == "text" and event.text and not think.pending and "<" not in event.text:
+                    # the common case, no think tag in sight: forward as it is
+                    add(event)
+                    if events_visible:
+                        state.forwarded.append(event.text)
+                        state.visible = True
+                        yield event
+                    if draft is not None:
+                        draft_text += event.text
+                        await call_sink(draft, draft_text)
+                    continue
                 if kind == "text" or kind == "final":
                     pieces = think.feed(event.text) if kind == "text" else think.finish()
                     for is_reasoning, piece in pieces:
