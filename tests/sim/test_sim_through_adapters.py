@@ -55,6 +55,13 @@ def adapter(sim: Simulator, http: HttpClient, protocol: str, model: str) -> HTTP
     return build_adapter(f"{family}.t", cfg.profiles()[f"{family}.t"], http, "sk-sim-test")
 
 
+async def texts_until_error(a: HTTPAdapter, model: str, seen: list[str]) -> None:
+    """Stream ``model``, keeping the text of each delta in ``seen`` until the stream raises."""
+    async for event in a.stream(REQUEST, model):
+        if isinstance(event, TextDelta):
+            seen.append(event.text)
+
+
 async def both(a: HTTPAdapter, model: str) -> tuple[ChatResponse | BaseException, ChatResponse | BaseException]:
     """The non-streaming and the streaming outcome of one model on one adapter."""
     out: list[ChatResponse | BaseException] = []
@@ -152,9 +159,7 @@ async def test_malformed_chunk_is_a_protocol_error(sim: Simulator, http: HttpCli
     a = adapter(sim, http, protocol, "sim-malformed-a2-t6")
     seen: list[str] = []
     with pytest.raises(ProtocolError) as info:
-        async for event in a.stream(REQUEST, "sim-malformed-a2-t6"):
-            if isinstance(event, TextDelta):
-                seen.append(event.text)
+        await texts_until_error(a, "sim-malformed-a2-t6", seen)
     assert info.value.error_class is ErrorClass.RETRYABLE
     assert len("".join(seen).split()) <= 2
     with pytest.raises(ProtocolError):
@@ -178,9 +183,7 @@ async def test_in_band_error_after_output(sim: Simulator, http: HttpClient, prot
     a = adapter(sim, http, protocol, "sim-inband-a3-t8")
     seen: list[str] = []
     with pytest.raises(ProviderError) as info:
-        async for event in a.stream(REQUEST, "sim-inband-a3-t8"):
-            if isinstance(event, TextDelta):
-                seen.append(event.text)
+        await texts_until_error(a, "sim-inband-a3-t8", seen)
     assert info.value.error_class is ErrorClass.RETRYABLE
     assert len("".join(seen).split()) == 3
 
