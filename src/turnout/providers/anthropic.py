@@ -16,8 +16,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
-from turnout.providers.framing import SSEParser, unterminated_data_payloads
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
 from turnout.providers.http import HttpClient
 from turnout.tools import anthropic_tools, prompt_guided_tools
 from turnout.types import (
@@ -335,7 +334,7 @@ class _Block:
         return _json_text(self.input) if self.input else "{}"
 
 
-class AnthropicDecoder(StreamDecoder):
+class AnthropicDecoder(SSEEventDecoder):
     """Decodes a Messages event stream; ``message_stop`` is the only completion signal.
 
     Events are dispatched on the payload's ``type`` (the ``event:`` line is optional), so a stream relayed
@@ -344,7 +343,7 @@ class AnthropicDecoder(StreamDecoder):
 
     def __init__(self, adapter: HTTPAdapter, model: str) -> None:
         self._adapter = adapter
-        self._sse = SSEParser()
+        super().__init__()
         self.model = model
         self._blocks: dict[Any, _Block] = {}
         self._usage: dict[str, Any] = {}
@@ -356,37 +355,11 @@ class AnthropicDecoder(StreamDecoder):
     def _protocol_error(self, what: str) -> ProtocolError:
         return ProtocolError(f"malformed stream event: {what}", provider=self._adapter.profile, model=self.model)
 
-    def feed(self, chunk: bytes) -> list[StreamEvent]:
-        """Consume body bytes; return the events they completed."""
-        out: list[StreamEvent] = []
-        try:
-            for ev in self._sse.feed(chunk):
-                self._dispatch(ev.event, ev.data, out)
-        except TurnoutError as exc:
-            return self.defer(exc, out)
-        return out
+    def truncated(self) -> TurnoutError:
+        """End of body before ``message_stop`` (a bare ``message_delta.stop_reason`` is not enough)."""
+        return StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
 
-    def finish(self) -> list[StreamEvent]:
-        """End of body: nothing more after ``message_stop``; otherwise :class:`StreamTruncated`."""
-        self.raise_deferred()
-        out: list[StreamEvent] = []
-        if self.done:
-            return out
-        seen = len(self._sse.stray)
-        for ev in self._sse.finish():
-            self._dispatch(ev.event, ev.data, out)
-        self._last_line(self._sse.stray[seen:], out)
-        if out and isinstance(out[-1], Final):
-            return out
-        self._raise_stray_error()
-        raise StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
-
-    def _last_line(self, tail: list[bytes], out: list[StreamEvent]) -> None:
-        """The body ended without a final line break after a complete ``data:`` line: a whole event."""
-        for payload in unterminated_data_payloads(tail):
-            self._dispatch("", payload, out)
-
-    def _raise_stray_error(self) -> None:
+    def raise_stray_error(self) -> None:
         """A raw JSON error body appended to the stream by a proxy is that error, not a truncation."""
         for line in self._sse.stray:
             if not line.startswith(b"{"):
@@ -398,7 +371,8 @@ class AnthropicDecoder(StreamDecoder):
             if isinstance(data, dict) and (data.get("type") == "error" or "error" in data):
                 raise self._adapter.in_band_error(_error_facts(data), self.model)
 
-    def _dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
+    def dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
+        """Decode one Anthropic event (``message_start`` … ``message_stop``, ``ping``, ``error``)."""
         if self.done:  # nothing after message_stop counts
             return
         obj = loads(data, provider=self._adapter.profile, model=self.model, what="stream event")

@@ -19,9 +19,10 @@ from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProtocolError, ProviderError, TurnoutError
 from turnout.provider import Provider
+from turnout.providers.framing import SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
@@ -130,6 +131,55 @@ class StreamDecoder(ABC):
     @abstractmethod
     def finish(self) -> list[StreamEvent]:
         """End of body: the remaining events (ending with ``Final``), or ``StreamTruncated``."""
+
+
+class SSEEventDecoder(StreamDecoder):
+    """A decoder for SSE protocols whose events are handled one at a time (Anthropic, OpenAI Responses).
+
+    Subclasses implement :meth:`dispatch` (append the events one SSE event makes, set ``done`` on the
+    terminal one), :meth:`raise_stray_error` (a raw JSON error body a proxy appended after the events) and
+    :meth:`truncated` (the error for an end of body before the completion signal).
+    """
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+
+    @abstractmethod
+    def dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
+        """Decode one SSE event into ``out``."""
+
+    def raise_stray_error(self) -> None:
+        """Raise the error carried by non-SSE lines left at the end of the body, if any."""
+
+    @abstractmethod
+    def truncated(self) -> TurnoutError:
+        """The error for a body that ended before the completion signal."""
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        """Consume body bytes; return the events they completed (an error comes after them)."""
+        out: list[StreamEvent] = []
+        try:
+            for ev in self._sse.feed(chunk):
+                self.dispatch(ev.event, ev.data, out)
+        except TurnoutError as exc:
+            return self.defer(exc, out)
+        return out
+
+    def finish(self) -> list[StreamEvent]:
+        """End of body: the last events when the terminal one came; otherwise the stray error or truncation."""
+        self.raise_deferred()
+        out: list[StreamEvent] = []
+        if self.done:
+            return out
+        seen = len(self._sse.stray)
+        for ev in self._sse.finish():
+            self.dispatch(ev.event, ev.data, out)
+        for payload in unterminated_data_payloads(self._sse.stray[seen:]):
+            self.dispatch("", payload, out)  # a complete last line that only lacked its line break
+        if out and isinstance(out[-1], Final):
+            return out
+        self.raise_stray_error()
+        raise self.truncated()
 
 
 _TAG = re.compile(rb"<[^>]*>")

@@ -22,10 +22,10 @@ from turnout.providers.base import (
     MALFORMED,
     AdapterSettings,
     HTTPAdapter,
+    SSEEventDecoder,
     StreamDecoder,
     loads,
 )
-from turnout.providers.framing import SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient
 from turnout.tools import prompt_guided_tools
 from turnout.types import (
@@ -350,7 +350,7 @@ class _Call:
         )
 
 
-class ResponsesDecoder(StreamDecoder):
+class ResponsesDecoder(SSEEventDecoder):
     """Decodes a Responses event stream; complete at ``response.completed`` / ``response.incomplete``.
 
     Events are dispatched on the payload's ``type`` (the ``event:`` line is optional).
@@ -358,7 +358,7 @@ class ResponsesDecoder(StreamDecoder):
 
     def __init__(self, adapter: OpenAIResponsesAdapter, model: str) -> None:
         self._adapter = adapter
-        self._sse = SSEParser()
+        super().__init__()
         self.model = model
         self._calls: dict[Any, _Call] = {}
         self._emitted = 0
@@ -366,39 +366,13 @@ class ResponsesDecoder(StreamDecoder):
         self._reasoning_key: tuple[str, Any, Any] | None = None
         self.done = False
 
-    def feed(self, chunk: bytes) -> list[StreamEvent]:
-        """Consume body bytes; return the events they completed."""
-        out: list[StreamEvent] = []
-        try:
-            for ev in self._sse.feed(chunk):
-                self._dispatch(ev.event, ev.data, out)
-        except TurnoutError as exc:
-            return self.defer(exc, out)
-        return out
-
-    def finish(self) -> list[StreamEvent]:
-        """End of body: nothing more after a terminal event; otherwise :class:`StreamTruncated`."""
-        self.raise_deferred()
-        out: list[StreamEvent] = []
-        if self.done:
-            return out
-        seen = len(self._sse.stray)
-        for ev in self._sse.finish():
-            self._dispatch(ev.event, ev.data, out)
-        self._last_line(self._sse.stray[seen:], out)
-        if out and isinstance(out[-1], Final):
-            return out
-        self._raise_stray_error()
+    def truncated(self) -> TurnoutError:
+        """End of body before a terminal event; a refusal cut before its ``.done`` is still a refusal."""
         if self._refusal:
-            raise refusal_error(self._adapter, "".join(self._refusal), self.model)
-        raise StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
+            return refusal_error(self._adapter, "".join(self._refusal), self.model)
+        return StreamTruncated(COMPLETION_SIGNAL, provider=self._adapter.profile, model=self.model)
 
-    def _last_line(self, tail: list[bytes], out: list[StreamEvent]) -> None:
-        """The body ended without a final line break after a complete ``data:`` line: a whole event."""
-        for payload in unterminated_data_payloads(tail):
-            self._dispatch("", payload, out)
-
-    def _raise_stray_error(self) -> None:
+    def raise_stray_error(self) -> None:
         """A raw JSON error body appended by a proxy (``{"error": {...}}``) is that error."""
         for line in self._sse.stray:
             if not line.startswith(b"{"):
@@ -413,7 +387,8 @@ class ResponsesDecoder(StreamDecoder):
     def _protocol_error(self, what: str) -> ProtocolError:
         return ProtocolError(f"malformed stream event: {what}", provider=self._adapter.profile, model=self.model)
 
-    def _dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
+    def dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
+        """Decode one Responses event (``response.*`` and ``error``)."""
         if self.done:  # nothing after the terminal event counts
             return
         obj = loads(data, provider=self._adapter.profile, model=self.model, what="stream event")
