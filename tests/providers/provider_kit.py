@@ -65,6 +65,17 @@ def random_splits(data: bytes, *, runs: int = 50, seed: int = 7) -> Iterator[lis
         yield pieces
 
 
+def split_at(data: bytes, cuts: Sequence[int]) -> list[bytes]:
+    """``data`` cut at each position in ``cuts`` (taken modulo ``len(data) + 1``), in order."""
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces, prev = [], 0
+    for p in points:
+        pieces.append(data[prev:p])
+        prev = p
+    pieces.append(data[prev:])
+    return pieces
+
+
 def bytewise(data: bytes) -> list[bytes]:
     """One byte per chunk."""
     return [data[i : i + 1] for i in range(len(data))]

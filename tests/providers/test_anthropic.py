@@ -17,6 +17,7 @@ from provider_kit import (
     fixture_path,
     make_adapter,
     random_splits,
+    split_at,
     sse_from_chunks_file,
     two_way_splits,
 )
@@ -165,7 +166,7 @@ def crlf(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("case", CASE_IDS)
-def test_fixture_decodes_at_every_two_way_split(case: str) -> None:
+def test_fixture_decodes_at_every_two_waysplit_at(case: str) -> None:
     """Each recorded stream decodes to the exact answer however the body is split in two."""
     data, expected = CASES[case]
     for pieces in two_way_splits(data):
@@ -173,7 +174,7 @@ def test_fixture_decodes_at_every_two_way_split(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["stream_basic.sse", "stream_tool_use.sse", "thinking", "no_args+events"])
-def test_fixture_with_crlf_decodes_at_every_two_way_split(case: str) -> None:
+def test_fixture_with_crlf_decodes_at_every_two_waysplit_at(case: str) -> None:
     """CRLF line endings (split anywhere, even inside a CRLF pair) decode to the same answer."""
     data, expected = CASES[case]
     for pieces in two_way_splits(crlf(data), max_points=1500):
@@ -473,21 +474,11 @@ def _run_guarded(pieces: list[bytes]) -> None:
         decode(pieces)
 
 
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    out, prev = [], 0
-    for p in points:
-        out.append(data[prev:p])
-        prev = p
-    out.append(data[prev:])
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=600), cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8))
 def test_random_bytes_only_raise_turnout_errors(data: bytes, cuts: list[int]) -> None:
     """Random bytes split anywhere never crash the decoder with a non-Turnout exception."""
-    _run_guarded(_split(data, cuts))
+    _run_guarded(split_at(data, cuts))
 
 
 @settings(max_examples=200, deadline=None)
@@ -497,7 +488,7 @@ def test_random_bytes_only_raise_turnout_errors(data: bytes, cuts: list[int]) ->
 )
 def test_valid_events_mixed_with_garbage_only_raise_turnout_errors(parts: list[bytes], cuts: list[int]) -> None:
     """Real events interleaved with garbage, split anywhere, end in events or a TurnoutError."""
-    _run_guarded(_split(b"".join(parts), cuts))
+    _run_guarded(split_at(b"".join(parts), cuts))
 
 
 # --- request building ---------------------------------------------------------------------------

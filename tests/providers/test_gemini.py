@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
@@ -16,6 +16,7 @@ from provider_kit import (
     fixture_path,
     make_adapter,
     random_splits,
+    split_at,
     sse_from_chunks_file,
     two_way_splits,
 )
@@ -135,7 +136,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("wire", "check"), CASES)
-def test_fixture_every_two_way_split(wire: bytes, check: Any) -> None:
+def test_fixture_every_two_waysplit_at(wire: bytes, check: Any) -> None:
     """Recorded streams decode to the same answer whatever the split point, LF or CRLF."""
     for pieces in two_way_splits(wire):
         check(collect(decode(pieces)))
@@ -462,16 +463,6 @@ VALID_EVENTS = [
 ]
 
 
-def _split(data: bytes, cuts: Sequence[int]) -> list[bytes]:
-    points = sorted({min(c, len(data)) for c in cuts})
-    pieces, prev = [], 0
-    for p in points:
-        pieces.append(data[prev:p])
-        prev = p
-    pieces.append(data[prev:])
-    return pieces
-
-
 def _decode_only_turnout_errors(pieces: list[bytes]) -> None:
     try:
         events = decode(pieces)
@@ -484,7 +475,7 @@ def _decode_only_turnout_errors(pieces: list[bytes]) -> None:
 @given(st.binary(max_size=600), st.lists(st.integers(min_value=0, max_value=600), max_size=20))
 def test_random_bytes_never_crash(data: bytes, cuts: list[int]) -> None:
     """Random bytes at random splits end in events or a TurnoutError, never another exception."""
-    _decode_only_turnout_errors(_split(data, cuts))
+    _decode_only_turnout_errors(split_at(data, cuts))
 
 
 @settings(max_examples=200, deadline=None)
@@ -494,7 +485,7 @@ def test_random_bytes_never_crash(data: bytes, cuts: list[int]) -> None:
 )
 def test_valid_events_with_garbage_never_crash(items: list[bytes], cuts: list[int]) -> None:
     """Valid events interleaved with garbage, split anywhere, end in events or a TurnoutError."""
-    _decode_only_turnout_errors(_split(b"".join(items), cuts))
+    _decode_only_turnout_errors(split_at(b"".join(items), cuts))
 
 
 # --- request building ----------------------------------------------------------------------------
