@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
+from provider_kit import RecordingServer, make_adapter
+from provider_kit import Reply as Answer
 
 from turnout.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
 from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.types import ChatRequest
 
 TARGET = Target(provider="test.http", model="m-1")
 BIG = b"x" * 5000
@@ -294,3 +297,16 @@ async def test_slow_consumer_after_complete_body_is_not_timed_out(http: HttpClie
         await asyncio.sleep(0.3)
         body = b"".join([c async for c in resp.chunks()])
     assert body == b"one,two,three"
+
+
+async def test_profile_bounds_one_stream_line(server: RecordingServer, http: HttpClient) -> None:
+    """A stream line longer than the profile's max_response_bytes is a ProtocolError, not a memory sink."""
+    server.reply(Answer(headers={"Content-Type": "text/event-stream"}, pieces=[b"data: " + b"x" * 5000]))
+    adapter = make_adapter(http, "openai", server.url, max_response_bytes=2048)
+
+    async def drain() -> None:
+        async for _ in adapter.stream(ChatRequest.of("hi"), "m"):
+            pass
+
+    with pytest.raises(ProtocolError, match="longer than 2048"):
+        await drain()

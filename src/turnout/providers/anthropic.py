@@ -343,7 +343,7 @@ class AnthropicDecoder(SSEEventDecoder):
 
     def __init__(self, adapter: HTTPAdapter, model: str) -> None:
         self._adapter = adapter
-        super().__init__()
+        super().__init__(adapter.max_line)
         self.model = model
         self._blocks: dict[Any, _Block] = {}
         self._usage: dict[str, Any] = {}

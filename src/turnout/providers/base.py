@@ -19,7 +19,7 @@ from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProtocolError, ProviderError, TurnoutError
 from turnout.provider import Provider
-from turnout.providers.framing import SSEParser, unterminated_data_payloads
+from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
 from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent
@@ -141,8 +141,8 @@ class SSEEventDecoder(StreamDecoder):
     :meth:`truncated` (the error for an end of body before the completion signal).
     """
 
-    def __init__(self) -> None:
-        self._sse = SSEParser()
+    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._sse = SSEParser(max_line)
 
     @abstractmethod
     def dispatch(self, name: str, data: bytes, out: list[StreamEvent]) -> None:
@@ -285,6 +285,11 @@ class HTTPAdapter(Provider):
     def capabilities(self, model: str | None = None) -> Capabilities:
         """Protocol defaults with the profile's ``native_tools``/``vision``/``streaming`` overrides."""
         return self._caps
+
+    @property
+    def max_line(self) -> int:
+        """The bound on one stream line or event: the profile's ``max_response_bytes``, at most 8 MiB."""
+        return min(self.settings.max_response_bytes, DEFAULT_MAX_LINE)
 
     def target(self, model: str | None) -> Target:
         """Identity and secrets for errors raised while calling ``model``."""

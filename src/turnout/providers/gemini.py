@@ -235,7 +235,7 @@ class GeminiStreamDecoder(StreamDecoder):
 
     def __init__(self, adapter: GeminiAdapter, model: str) -> None:
         self._asm = _Assembler(adapter, model)
-        self._sse = SSEParser()
+        self._sse = SSEParser(adapter.max_line)
         self._error: TurnoutError | None = None
         self._model = model
         self._profile = adapter.profile

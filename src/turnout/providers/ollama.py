@@ -162,7 +162,7 @@ class OllamaStreamDecoder(StreamDecoder):
 
     def __init__(self, adapter: OllamaAdapter, model: str) -> None:
         self._asm = _Assembler(adapter, model)
-        self._lines = NDJSONParser()
+        self._lines = NDJSONParser(adapter.max_line)
         self._error: TurnoutError | None = None
         self._model = model
         self._profile = adapter.profile

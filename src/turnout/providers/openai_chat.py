@@ -289,7 +289,7 @@ class ChatStreamDecoder(StreamDecoder):
         self._provider = adapter.settings.profile
         self._model = model
         self._reported: str | None = None
-        self._sse = SSEParser()
+        self._sse = SSEParser(adapter.max_line)
         self._calls: dict[int, _PendingCall] = {}
         self._order: list[_PendingCall] = []
         self._any_calls = False

@@ -358,7 +358,7 @@ class ResponsesDecoder(SSEEventDecoder):
 
     def __init__(self, adapter: OpenAIResponsesAdapter, model: str) -> None:
         self._adapter = adapter
-        super().__init__()
+        super().__init__(adapter.max_line)
         self.model = model
         self._calls: dict[Any, _Call] = {}
         self._emitted = 0
