@@ -222,6 +222,7 @@ class HTTPAdapter(Provider):
         self._headers.update(self.auth_headers(self.api_key))
         self._ssl = http.ssl_context(settings.ssl_ca)
         self._caps = self._capabilities()
+        self._targets: dict[str | None, Target] = {}
 
     def with_key(self, api_key: str | None) -> Self:
         """The same adapter bound to another credential."""
@@ -292,8 +293,13 @@ class HTTPAdapter(Provider):
         return min(self.settings.max_response_bytes, DEFAULT_MAX_LINE)
 
     def target(self, model: str | None) -> Target:
-        """Identity and secrets for errors raised while calling ``model``."""
-        return Target(provider=self.settings.profile, model=model, secrets=self._secrets)
+        """Identity and secrets for errors raised while calling ``model`` (built once per model)."""
+        target = self._targets.get(model)
+        if target is None:
+            if len(self._targets) > 64:
+                self._targets.clear()
+            target = self._targets[model] = Target(provider=self.settings.profile, model=model, secrets=self._secrets)
+        return target
 
     def temperature(self, temperature: float | None) -> float | None:
         """The caller's temperature, else the profile's default (None: left out of the request)."""
