@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,10 @@ import orjson
 from aiohttp import web
 
 from turnout.config import load_config_dict
+from turnout.errors import TurnoutError
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
+from turnout.types import Final, StreamEvent
 
 FIXTURES = (Path(__file__).resolve().parents[2].parent / "shared" / "fixtures").resolve()
 
@@ -74,6 +76,15 @@ def split_at(data: bytes, cuts: Sequence[int]) -> list[bytes]:
         prev = p
     pieces.append(data[prev:])
     return pieces
+
+
+def ends_in_final_or_turnout_error(decode: Callable[[list[bytes]], Sequence[StreamEvent]], pieces: list[bytes]) -> None:
+    """Decoding ``pieces`` either ends with ``Final`` or raises a TurnoutError, never anything else."""
+    try:
+        events = decode(pieces)
+    except TurnoutError:
+        return
+    assert isinstance(events[-1], Final)
 
 
 def bytewise(data: bytes) -> list[bytes]:

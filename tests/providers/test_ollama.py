@@ -13,6 +13,7 @@ from provider_kit import (
     RecordingServer,
     Reply,
     bytewise,
+    ends_in_final_or_turnout_error,
     fixture_path,
     make_adapter,
     random_splits,
@@ -25,7 +26,6 @@ from turnout.errors import (
     ProtocolError,
     ProviderError,
     StreamTruncated,
-    TurnoutError,
 )
 from turnout.providers import HttpClient
 from turnout.providers.ollama import OllamaAdapter
@@ -33,7 +33,6 @@ from turnout.streams import acollect, collect
 from turnout.types import (
     ChatRequest,
     ChatResponse,
-    Final,
     ImagePart,
     Message,
     StreamEvent,
@@ -274,19 +273,11 @@ VALID_LINES = [
 ]
 
 
-def _decode_only_turnout_errors(pieces: list[bytes]) -> None:
-    try:
-        events = decode(pieces)
-    except TurnoutError:
-        return
-    assert isinstance(events[-1], Final)
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=600), st.lists(st.integers(min_value=0, max_value=600), max_size=20))
 def test_random_bytes_never_crash(data: bytes, cuts: list[int]) -> None:
     """Random bytes at random splits end in events or a TurnoutError, never another exception."""
-    _decode_only_turnout_errors(split_at(data, cuts))
+    ends_in_final_or_turnout_error(decode, split_at(data, cuts))
 
 
 @settings(max_examples=200, deadline=None)
@@ -296,7 +287,7 @@ def test_random_bytes_never_crash(data: bytes, cuts: list[int]) -> None:
 )
 def test_valid_lines_with_garbage_never_crash(items: list[bytes], cuts: list[int]) -> None:
     """Valid lines interleaved with garbage, split anywhere, end in events or a TurnoutError."""
-    _decode_only_turnout_errors(split_at(b"".join(items), cuts))
+    ends_in_final_or_turnout_error(decode, split_at(b"".join(items), cuts))
 
 
 # --- request building ----------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -14,6 +13,7 @@ from provider_kit import (
     RecordingServer,
     Reply,
     bytewise,
+    ends_in_final_or_turnout_error,
     fixture_path,
     make_adapter,
     random_splits,
@@ -22,7 +22,7 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
 from turnout.providers import HttpClient
 from turnout.providers.openai_responses import OpenAIResponsesAdapter
 from turnout.streams import acollect, collect
@@ -431,16 +431,11 @@ VALID_EVENTS = [
 GARBAGE = [b"data: {\n\n", b"event: x\n", b"\r\n", b"data: null\n\n", b'data: {"type":"response.completed"}\n\n']
 
 
-def _run_guarded(pieces: list[bytes]) -> None:
-    with contextlib.suppress(TurnoutError):
-        decode(pieces)
-
-
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=600), cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8))
 def test_random_bytes_only_raise_turnout_errors(data: bytes, cuts: list[int]) -> None:
     """Random bytes split anywhere never crash the decoder with a non-Turnout exception."""
-    _run_guarded(split_at(data, cuts))
+    ends_in_final_or_turnout_error(decode, split_at(data, cuts))
 
 
 @settings(max_examples=200, deadline=None)
@@ -450,7 +445,7 @@ def test_random_bytes_only_raise_turnout_errors(data: bytes, cuts: list[int]) ->
 )
 def test_valid_events_mixed_with_garbage_only_raise_turnout_errors(parts: list[bytes], cuts: list[int]) -> None:
     """Real events interleaved with garbage, split anywhere, end in events or a TurnoutError."""
-    _run_guarded(split_at(b"".join(parts), cuts))
+    ends_in_final_or_turnout_error(decode, split_at(b"".join(parts), cuts))
 
 
 # --- request building ---------------------------------------------------------------------------
