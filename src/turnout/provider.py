@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -64,6 +65,19 @@ class Provider(ABC):
         raise StreamingUnsupported(f"{type(self).__name__} does not support streaming")
         yield Final()  # type: ignore[unreachable]  # makes this an async generator
 
+    async def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        """The events of :meth:`stream` in non-empty lists, in order.
+
+        Consumers that relay events (the reliable stream, the runtime) read batches so that their
+        bookkeeping costs once per batch, not once per event. HTTP adapters override this and return
+        what one network read decoded to; the default wraps :meth:`stream`, one event per batch.
+        """
+        async with aclosing(self.stream(request, model, temperature)) as events:
+            async for event in events:
+                yield [event]
+
     def capabilities(self, model: str | None = None) -> Capabilities:
         """What this provider can do for ``model`` (default: nothing beyond plain chat)."""
         return Capabilities()
@@ -118,6 +132,14 @@ class Provider(ABC):
         """
         request = ChatRequest(messages=coerce_messages(messages), tools=coerce_tools(tools))
         return await chat_using_tools(self, request, model, temperature)
+
+
+async def flatten(batches: AsyncGenerator[list[StreamEvent], None]) -> AsyncGenerator[StreamEvent, None]:
+    """The events of a batch stream one at a time (closing it when the consumer stops)."""
+    async with aclosing(batches) as source:
+        async for batch in source:
+            for event in batch:
+                yield event
 
 
 async def chat_using_tools(

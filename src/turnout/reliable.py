@@ -47,7 +47,7 @@ from turnout.errors import (
 )
 from turnout.keys import KeyChoice, KeyPool
 from turnout.pricing import Catalogue, Rates, default_catalogue
-from turnout.provider import Provider, chat_using_tools
+from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.state import MemoryStore, StateStore
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage
 
@@ -474,12 +474,18 @@ class ReliableProvider(Provider):
 
         Failures are not retried here: :mod:`turnout.runtime` decides whether they may be recovered.
         """
-        return self.stream_in_scope(request, model, temperature, current_scope())
+        return flatten(self.stream_batches_in_scope(request, model, temperature, current_scope()))
 
-    def stream_in_scope(
+    def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        """:meth:`stream` in batches (see :meth:`Provider.stream_batches`)."""
+        return self.stream_batches_in_scope(request, model, temperature, current_scope())
+
+    def stream_batches_in_scope(
         self, request: ChatRequest, model: str, temperature: float | None, scope: DispatchScope | None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """:meth:`stream`, recording its attempt in ``scope`` (the runtime passes its call's scope)."""
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        """:meth:`stream_batches`, recording its attempt in ``scope`` (the runtime passes its call's scope)."""
         from turnout.reliable_stream import stream_first_eligible
 
         return stream_first_eligible(self, request, model, temperature, scope)

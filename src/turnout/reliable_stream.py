@@ -56,8 +56,8 @@ async def stream_first_eligible(
     model: str,
     temperature: float | None,
     scope: DispatchScope | None = None,
-) -> AsyncGenerator[StreamEvent, None]:
-    """Open the stream of the first eligible entry and relay its events, recording one attempt in ``scope``.
+) -> AsyncGenerator[list[StreamEvent], None]:
+    """Open the stream of the first eligible entry and relay its event batches, recording one attempt in ``scope``.
 
     Raises:
         StreamingUnsupported: No entry can stream this request.
@@ -84,16 +84,16 @@ async def stream_first_eligible(
     outcome: Outcome = "cancelled"
     error: BaseException | None = None
     try:
-        async with aclosing(provider.stream(request, served, temperature)) as upstream:
-            async for event in upstream:
-                kind = event.type
-                if ttft is None and kind in _OUTPUT_KINDS:
+        async with aclosing(provider.stream_batches(request, served, temperature)) as upstream:
+            async for batch in upstream:
+                if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
                     ttft = (time.perf_counter() - t0) * 1000.0
-                if event.type == "usage":
-                    usage = event.usage
-                elif kind == "final":
+                for event in batch:
+                    if event.type == "usage":
+                        usage = event.usage
+                if batch[-1].type == "final":  # Final is always the last event of a stream
                     outcome = "ok"
-                yield event
+                yield batch
     except (asyncio.CancelledError, GeneratorExit):
         if outcome != "ok":  # a consumer that stops right after Final still got a complete answer
             outcome = "cancelled"

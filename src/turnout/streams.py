@@ -25,10 +25,11 @@ class ResponseBuilder:
     :class:`~turnout.types.Final` event supplies the finish reason and model.
     """
 
-    __slots__ = ("_reasoning", "_text", "finish_reason", "finished", "model", "tool_calls", "usage")
+    __slots__ = ("_reasoning", "finish_reason", "finished", "model", "text_parts", "tool_calls", "usage")
 
     def __init__(self) -> None:
-        self._text: list[str] = []
+        #: The text deltas so far (a relay that knows an event is text may append to it directly).
+        self.text_parts: list[str] = []
         self._reasoning: list[str] = []
         self.tool_calls: list[ToolCall] = []
         self.usage: Usage | None = None
@@ -39,7 +40,7 @@ class ResponseBuilder:
     def add(self, event: StreamEvent) -> None:
         """Take one event into account."""
         if isinstance(event, TextDelta):
-            self._text.append(event.text)
+            self.text_parts.append(event.text)
         elif isinstance(event, ReasoningDelta):
             self._reasoning.append(event.text)
         elif isinstance(event, ToolCallEvent):
@@ -54,7 +55,7 @@ class ResponseBuilder:
     @property
     def text(self) -> str:
         """The text so far."""
-        return "".join(self._text)
+        return "".join(self.text_parts)
 
     @property
     def reasoning(self) -> str:

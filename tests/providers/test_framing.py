@@ -60,78 +60,78 @@ def test_sse_line_endings_are_equivalent(eol: bytes) -> None:
     """LF, CRLF and CR all end lines, and a blank line ends the event."""
     body = b"event: e" + eol + b"data: x" + eol + eol + b"data: y" + eol + eol
     events, _ = sse_all([body])
-    assert events == [SSEEvent("e", b"x"), SSEEvent("", b"y")]
+    assert events == [("e", b"x"), ("", b"y")]
 
 
 def test_sse_crlf_split_across_feeds_is_one_line_break() -> None:
     """A CRLF whose CR ends one read and whose LF starts the next is a single line break."""
     events, _ = sse_all([b"data: a\r", b"\ndata: b\r", b"\n\r", b"\n"])
-    assert events == [SSEEvent("", b"a\nb")]
+    assert events == [("", b"a\nb")]
 
 
 def test_sse_empty_read_between_cr_and_lf_keeps_the_pair() -> None:
     """An empty read between the CR and the LF of one CRLF does not turn it into two line breaks."""
     events, _ = sse_all([b"data: a\r", b"", b"\ndata: b\r\n\r\n"])
-    assert events == [SSEEvent("", b"a\nb")]
+    assert events == [("", b"a\nb")]
 
 
 def test_sse_lone_cr_then_crlf_is_two_line_breaks() -> None:
     """A CR at the end of one read followed by a CRLF is two line breaks: the event ends."""
     events, _ = sse_all([b"data: a\r", b"\r\n", b"data: b\n\n"])
-    assert events == [SSEEvent("", b"a"), SSEEvent("", b"b")]
+    assert events == [("", b"a"), ("", b"b")]
 
 
 def test_sse_comments_are_skipped_and_counted() -> None:
     """Lines starting with a colon are comments: never data, only counted."""
     parser = SSEParser()
     events = parser.feed(b": OPENROUTER PROCESSING\n\n:\ndata: x\n: between\n\n")
-    assert events == [SSEEvent("", b"x")]
+    assert events == [("", b"x")]
     assert parser.comments == 3
 
 
 def test_sse_multi_line_data_joins_with_newline() -> None:
     """Several data lines in one event join with a line feed."""
     events, _ = sse_all([b'data: {\ndata: "a": 1\ndata: }\n\n'])
-    assert events == [SSEEvent("", b'{\n"a": 1\n}')]
+    assert events == [("", b'{\n"a": 1\n}')]
 
 
 def test_sse_event_names_reset_after_each_event() -> None:
     """An event name applies to its own event only."""
     events, _ = sse_all([b"event: ping\ndata: {}\n\ndata: plain\n\n"])
-    assert events == [SSEEvent("ping", b"{}"), SSEEvent("", b"plain")]
+    assert events == [("ping", b"{}"), ("", b"plain")]
 
 
 def test_sse_event_without_data_is_not_dispatched() -> None:
     """An event with a name, id or retry but no data line dispatches nothing."""
     events, _ = sse_all([b"event: nothing\nid: 3\nretry: 10\n\ndata: x\n\n"])
-    assert events == [SSEEvent("", b"x")]
+    assert events == [("", b"x")]
 
 
 def test_sse_field_without_colon_has_empty_value() -> None:
     """A bare ``data`` line is a data field with an empty value; a bare unknown name is kept as stray."""
     events, stray = sse_all([b"data\ndata\n\nbogus\n\n"])
-    assert events == [SSEEvent("", b"\n")]
+    assert events == [("", b"\n")]
     assert stray == [b"bogus"]
 
 
 def test_sse_only_one_leading_space_is_stripped() -> None:
     """One space after the colon is dropped, further spaces and a missing space are kept as they are."""
     events, _ = sse_all([b"data:   three\n\ndata:none\n\ndata: \n\n"])
-    assert events == [SSEEvent("", b"  three"), SSEEvent("", b"none"), SSEEvent("", b"")]
+    assert events == [("", b"  three"), ("", b"none"), ("", b"")]
 
 
 def test_sse_unterminated_last_event_is_dispatched_at_finish() -> None:
     """Complete lines of an event that lacks its closing blank line dispatch at end of body."""
     parser = SSEParser()
     assert parser.feed(b"data: a\ndata: b\n") == []
-    assert parser.finish() == [SSEEvent("", b"a\nb")]
+    assert parser.finish() == [("", b"a\nb")]
     assert parser.stray == []
 
 
 def test_sse_unfinished_last_line_is_kept_as_stray() -> None:
     """A last line without a line break is a cut: not dispatched, kept in ``stray``."""
     parser = SSEParser()
-    assert parser.feed(b'data: complete\n\ndata: {"cut') == [SSEEvent("", b"complete")]
+    assert parser.feed(b'data: complete\n\ndata: {"cut') == [("", b"complete")]
     assert parser.finish() == []
     assert parser.stray == [b'data: {"cut']
 
@@ -146,10 +146,10 @@ def test_sse_sample_decodes_as_expected() -> None:
     """The combined sample yields exactly its events and stray lines."""
     events, stray = sse_all([SAMPLE])
     assert events == [
-        SSEEvent("message_start", b'{"a":1}'),
-        SSEEvent("", b"first\n second"),
-        SSEEvent("", b""),
-        SSEEvent("", b"last"),
+        ("message_start", b'{"a":1}'),
+        ("", b"first\n second"),
+        ("", b""),
+        ("", b"last"),
     ]
     assert stray == [b'{"error": {"message": "raw tail"}}', b"data: unterminated"]
 
@@ -194,7 +194,7 @@ def test_sse_many_empty_data_lines_are_bounded_and_fast() -> None:
 def test_sse_lines_within_limit_pass() -> None:
     """A line exactly at the limit is accepted."""
     events, _ = sse_all([b"data: " + b"x" * 10 + b"\n\n"], max_line=16)
-    assert events == [SSEEvent("", b"x" * 10)]
+    assert events == [("", b"x" * 10)]
 
 
 @settings(max_examples=200, deadline=None)

@@ -18,7 +18,7 @@ import orjson
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProtocolError, ProviderError, TurnoutError
-from turnout.provider import Provider
+from turnout.provider import Provider, flatten
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
@@ -159,8 +159,8 @@ class SSEEventDecoder(StreamDecoder):
         """Consume body bytes; return the events they completed (an error comes after them)."""
         out: list[StreamEvent] = []
         try:
-            for ev in self._sse.feed(chunk):
-                self.dispatch(ev.event, ev.data, out)
+            for name, data in self._sse.feed(chunk):
+                self.dispatch(name, data, out)
         except TurnoutError as exc:
             return self.defer(exc, out)
         return out
@@ -172,8 +172,8 @@ class SSEEventDecoder(StreamDecoder):
         if self.done:
             return out
         seen = len(self._sse.stray)
-        for ev in self._sse.finish():
-            self.dispatch(ev.event, ev.data, out)
+        for name, data in self._sse.finish():
+            self.dispatch(name, data, out)
         for payload in unterminated_data_payloads(self._sse.stray[seen:]):
             self.dispatch("", payload, out)  # a complete last line that only lacked its line break
         if out and isinstance(out[-1], Final):
@@ -361,12 +361,19 @@ class HTTPAdapter(Provider):
         request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
         return replace(parsed, request_id=request_id) if request_id else parsed
 
-    async def stream(
+    def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
         """One streaming call; ends with ``Final`` only when the protocol's completion signal arrived."""
+        return flatten(self.stream_batches(request, model, temperature))
+
+    async def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        """One streaming call, as the events each network read completed (see :meth:`stream`)."""
         body = orjson.dumps(self.build_body(request, model, temperature, True))
         decoder = self.decoder(model)
+        feed = decoder.feed
         async with self.http.stream(
             self.url(model, True),
             headers=self._headers,
@@ -378,22 +385,24 @@ class HTTPAdapter(Provider):
             if resp.status >= 400:
                 raw = await resp.read_body(min(self.settings.max_response_bytes, 1024 * 1024))
                 raise self.error(resp.status, resp.headers, raw, model)
-            async for chunk in resp.chunks():
+            read = resp.read_chunk
+            while chunk := await read():
                 try:
-                    events = decoder.feed(chunk)
+                    events = feed(chunk)
                 except MALFORMED as exc:
-                    raise ProtocolError(
-                        f"malformed stream event: {type(exc).__name__}", provider=self.settings.profile, model=model
-                    ) from exc
-                for event in events:
-                    yield event
+                    raise self._malformed_event(exc, model) from exc
+                if events:
+                    yield events
                 if decoder.done:
                     break
             try:
                 tail = decoder.finish()
             except MALFORMED as exc:
-                raise ProtocolError(
-                    f"malformed stream event: {type(exc).__name__}", provider=self.settings.profile, model=model
-                ) from exc
-            for event in tail:
-                yield event
+                raise self._malformed_event(exc, model) from exc
+            if tail:
+                yield tail
+
+    def _malformed_event(self, exc: BaseException, model: str) -> ProtocolError:
+        return ProtocolError(
+            f"malformed stream event: {type(exc).__name__}", provider=self.settings.profile, model=model
+        )

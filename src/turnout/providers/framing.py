@@ -12,7 +12,7 @@ colon is dropped; an event with no data is not dispatched.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 import orjson
 
@@ -21,11 +21,9 @@ from turnout.errors import ProtocolError
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 
 
-class SSEEvent(NamedTuple):
-    """One dispatched event: its ``event:`` name ("" when absent) and its data as bytes."""
-
-    event: str
-    data: bytes
+#: One dispatched event: ``(name, data)``, its ``event:`` name ("" when absent) and its data as bytes. A plain
+#: tuple: a parser builds one per event, so it must cost no more than that.
+SSEEvent: TypeAlias = tuple[str, bytes]
 
 
 class SSEParser:
@@ -36,14 +34,13 @@ class SSEParser:
     can inspect them at EOF.
     """
 
-    __slots__ = ("_cr", "_data", "_event", "_has_data", "_max", "_size", "_tail", "comments", "stray")
+    __slots__ = ("_cr", "_data", "_event", "_max", "_size", "_tail", "comments", "stray")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self._tail = b""
         self._cr = False  # the previous chunk ended with \r (maybe half of \r\n)
         self._event = ""
-        self._data: list[bytes] = []
-        self._has_data = False
+        self._data: list[bytes] = []  # the data lines of the event being read (non-empty: it has data)
         self._size = 0  # bytes of the event's data so far, a line break counted per data line
         self._max = max_line
         self.comments = 0
@@ -63,33 +60,45 @@ class SSEParser:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         data = self._tail + chunk if self._tail else chunk
         out: list[SSEEvent] = []
+        append = out.append
         pos = 0
+        end = len(data)
         find = data.find
         starts = data.startswith
         limit = self._max
+        pending = self._data
+        size = self._size
         while True:
             nl = find(b"\n", pos)
             if nl < 0:
                 break
-            # Fast paths for the two lines nearly every event is made of; everything else goes to _line.
-            if nl == pos and self._has_data:
-                parts = self._data
-                out.append(SSEEvent(self._event, b"\n".join(parts) if len(parts) > 1 else parts[0]))
-                self._event = ""
-                self._data = []
-                self._has_data = False
-                self._size = 0
-            elif nl - pos <= limit and starts(b"data: ", pos):
+            # Fast paths for what nearly every event is made of; everything else goes to _line.
+            if nl - pos <= limit and starts(b"data: ", pos):
+                if not pending and nl + 1 < end and data[nl + 1] == 10:
+                    # a one-line event with its blank line: dispatch it without collecting
+                    append((self._event, data[pos + 6 : nl]))
+                    if self._event:
+                        self._event = ""
+                    pos = nl + 2
+                    continue
                 value = data[pos + 6 : nl]
-                self._data.append(value)
-                self._has_data = True
-                self._size += len(value) + 1
-                if self._size > limit + 1:
+                pending.append(value)
+                size += len(value) + 1
+                if size > limit + 1:
                     raise ProtocolError(f"stream event larger than {limit} bytes")
+            elif nl == pos:
+                if pending:
+                    append((self._event, b"\n".join(pending) if len(pending) > 1 else pending[0]))
+                    pending = []
+                    size = 0
+                self._event = ""
             else:
+                self._data, self._size = pending, size
                 self._line(data[pos:nl], out)
+                pending, size = self._data, self._size
             pos = nl + 1
-        self._tail = data[pos:] if pos < len(data) else b""
+        self._data, self._size = pending, size
+        self._tail = data[pos:] if pos < end else b""
         if len(self._tail) > limit:
             raise ProtocolError(f"stream line longer than {limit} bytes")
         return out
@@ -98,11 +107,11 @@ class SSEParser:
         if len(line) > self._max:  # also when the whole line arrived in one read
             raise ProtocolError(f"stream line longer than {self._max} bytes")
         if not line:
-            if self._has_data:
-                out.append(SSEEvent(self._event, b"\n".join(self._data) if len(self._data) > 1 else self._data[0]))
+            if self._data:
+                data = self._data
+                out.append((self._event, b"\n".join(data) if len(data) > 1 else data[0]))
             self._event = ""
             self._data = []
-            self._has_data = False
             self._size = 0
             return
         if line[0] == 58:  # ':' comment / keep-alive
@@ -116,7 +125,6 @@ class SSEParser:
             value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
         if field == b"data":
             self._data.append(value)
-            self._has_data = True
             self._size += len(value) + 1  # a running total: re-summing every line is quadratic
             if self._size > self._max + 1:
                 raise ProtocolError(f"stream event larger than {self._max} bytes")

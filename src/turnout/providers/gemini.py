@@ -268,13 +268,13 @@ class GeminiStreamDecoder(StreamDecoder):
         """
         if self._error is not None:
             raise self._error
-        return self._events([e.data for e in self._sse.feed(chunk)])
+        return self._events([data for _, data in self._sse.feed(chunk)])
 
     def finish(self) -> list[StreamEvent]:
         """End of body: a raw JSON error tail raises it; no ``finishReason`` chunk raises ``StreamTruncated``."""
         if self._error is not None:
             raise self._error
-        out = self._events([e.data for e in self._sse.finish()])
+        out = self._events([data for _, data in self._sse.finish()])
         if self._error is not None:
             raise self._error
         try:

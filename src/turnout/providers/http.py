@@ -175,22 +175,27 @@ class StreamingResponse:
         self.status = resp.status
         self.headers = resp.headers
 
+    async def read_chunk(self) -> bytes:
+        """The body bytes that arrived since the last read (waiting for some); ``b""`` at the end of the body.
+
+        Raises:
+            ProviderTimeout: A time bound passed.
+            ProviderConnectionError: The connection was lost.
+        """
+        try:
+            return await self._resp.content.readany()
+        except ProviderError:
+            raise
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderConnectionError(
+                f"connection lost while streaming: {type(exc).__name__}",
+                provider=self._watchdog._target.provider,
+                model=self._watchdog._target.model,
+            ) from exc
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive; raises :class:`ProviderTimeout` or :class:`ProviderConnectionError`."""
-        content = self._resp.content
-        while True:
-            try:
-                chunk = await content.readany()
-            except ProviderError:
-                raise
-            except (aiohttp.ClientError, OSError) as exc:
-                raise ProviderConnectionError(
-                    f"connection lost while streaming: {type(exc).__name__}",
-                    provider=self._watchdog._target.provider,
-                    model=self._watchdog._target.model,
-                ) from exc
-            if not chunk:
-                return
+        """Body bytes as they arrive (:meth:`read_chunk` until the end of the body)."""
+        while chunk := await self.read_chunk():
             yield chunk
 
     async def read_body(self, limit: int) -> bytes:

@@ -41,11 +41,13 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
+    text_delta,
 )
 
 #: What a stream is missing when it ends too early.
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
+_loads = orjson.loads
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
@@ -299,16 +301,52 @@ class ChatStreamDecoder(StreamDecoder):
         self._chunks = 0
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
-        """Consume body bytes; an in-band error, refusal or malformed chunk is raised after the events before it."""
+        """Consume body bytes; an in-band error, refusal or malformed chunk is raised after the events before it.
+
+        The common chunk (one choice whose delta is only text) is decoded inline; every other event takes
+        the general path (:meth:`_event`, :meth:`_object`).
+        """
         out: list[StreamEvent] = []
         if self.done:
             return out
+        append = out.append
+        fast = 0  # chunks decoded inline
         try:
-            for event in self._sse.feed(chunk):
-                if self._event(event.event, event.data, out):
-                    break
+            for name, data in self._sse.feed(chunk):
+                if name or data[:1] != b"{":
+                    if self._event(name, data, out):
+                        break
+                    continue
+                try:
+                    obj = _loads(data)
+                except orjson.JSONDecodeError as exc:
+                    raise ProtocolError(
+                        "malformed stream event: invalid JSON", provider=self._provider, model=self._model
+                    ) from exc
+                if type(obj) is dict and "error" not in obj and obj.get("usage") is None and "x_groq" not in obj:
+                    choices = obj.get("choices")
+                    if type(choices) is list and len(choices) == 1:
+                        choice = choices[0]
+                        if (
+                            type(choice) is dict
+                            and choice.get("finish_reason") is None
+                            and choice.get("index") in (0, None)
+                            and type(delta := choice.get("delta")) is dict
+                            and len(delta) == 1
+                            and type(content := delta.get("content")) is str
+                            and obj.get("object") != "chat.completion.done"
+                        ):
+                            fast += 1
+                            if self._reported is None and type(reported := obj.get("model")) is str and reported:
+                                self._reported = reported
+                            if content:
+                                append(text_delta(content))
+                            continue
+                self._object(name, obj, out)
         except TurnoutError as exc:
             return self.defer(exc, out)
+        finally:
+            self._chunks += fast
         return out
 
     def finish(self) -> list[StreamEvent]:
@@ -317,8 +355,8 @@ class ChatStreamDecoder(StreamDecoder):
         out: list[StreamEvent] = []
         if self.done:
             return out
-        for event in self._sse.finish():
-            if self._event(event.event, event.data, out):
+        for name, data in self._sse.finish():
+            if self._event(name, data, out):
                 return out
         stray = self._sse.stray
         if stray and stray[-1].strip() == b"data: " + _DONE:
@@ -347,7 +385,11 @@ class ChatStreamDecoder(StreamDecoder):
                 raise _refusal("".join(self._refusal), provider=self._provider, model=self._model)
             self._complete_into(out)
             return True
-        obj = loads(stripped, provider=self._provider, model=self._model, what="stream event")
+        self._object(name, loads(stripped, provider=self._provider, model=self._model, what="stream event"), out)
+        return False
+
+    def _object(self, name: str, obj: Any, out: list[StreamEvent]) -> None:
+        """Decode one parsed stream event (any shape) into ``out``."""
         if not isinstance(obj, dict):
             raise ProtocolError("malformed stream event: not a JSON object", provider=self._provider, model=self._model)
         try:
@@ -358,7 +400,6 @@ class ChatStreamDecoder(StreamDecoder):
             raise ProtocolError(
                 f"malformed stream event: {type(exc).__name__}", provider=self._provider, model=self._model
             ) from exc
-        return False
 
     def _chunk(self, obj: dict[str, Any], out: list[StreamEvent]) -> None:
         self._chunks += 1

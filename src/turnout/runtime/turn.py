@@ -111,7 +111,10 @@ async def turn_outputs(
     scope = call.scope
     builder = ResponseBuilder()
     add = builder.add
+    texts = builder.text_parts
+    forwarded = state.forwarded
     think = ThinkSplitter()
+    thinking = False  # a think tag is open or may be starting: text goes through the splitter
     draft_text = ""
     reasoning_visible = events_visible and show_reasoning
     held_tools: list[ToolCallEvent] = []
@@ -119,61 +122,63 @@ async def turn_outputs(
     completed = False
     stream_error: BaseException | None = None
     try:
-        async with aclosing(walk.stream_in_scope(request, model, temperature, scope)) as upstream:
-            async for event in upstream:
-                if cancel is not None and cancel.is_set():
-                    raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
-                kind = event.type
-                if kind == "text" and event.text and not think.pending and "<" not in event.text:
-                    # the common case, no think tag in sight: forward as it is
-                    add(event)
-                    if events_visible:
-                        state.forwarded.append(event.text)
-                        state.visible = True
-                        yield event
-                    if draft is not None:
-                        draft_text += event.text
-                        await call_sink(draft, draft_text)
-                    continue
-                if kind == "text" or kind == "final":
-                    pieces = think.feed(event.text) if kind == "text" else think.finish()
-                    for is_reasoning, piece in pieces:
-                        if is_reasoning:
-                            shown = ReasoningDelta(text=piece)
-                            add(shown)
-                            if reasoning_visible:
-                                state.visible = True
-                                state.reasoning_shown = True
-                                yield shown
-                            continue
-                        text = event if piece is getattr(event, "text", None) else TextDelta(text=piece)
-                        add(text)
+        async with aclosing(walk.stream_batches_in_scope(request, model, temperature, scope)) as upstream:
+            async for batch in upstream:
+                for event in batch:
+                    if cancel is not None and cancel.is_set():
+                        raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
+                    kind = event.type
+                    if kind == "text" and not thinking and "<" not in (text := event.text) and text:
+                        # the common case, no think tag in sight: forward as it is
+                        texts.append(text)
                         if events_visible:
-                            state.forwarded.append(piece)
+                            forwarded.append(text)
                             state.visible = True
-                            yield text
+                            yield event
                         if draft is not None:
-                            draft_text += piece
+                            draft_text += text
                             await call_sink(draft, draft_text)
-                    if kind == "text":
                         continue
-                add(event)
-                if kind == "reasoning":
-                    if event.text and reasoning_visible:
-                        state.visible = True
-                        state.reasoning_shown = True
-                        yield event
-                elif kind == "provider_tool":
-                    state.provider_tools = True
-                    if events_visible:
-                        state.visible = True
-                        yield event
-                elif kind == "tool_call":
-                    held_tools.append(event)
-                elif kind == "usage":
-                    usage_event = event
-                elif kind == "final":
-                    completed = True
+                    if kind == "text" or kind == "final":
+                        pieces = think.feed(event.text) if kind == "text" else think.finish()
+                        thinking = think.pending
+                        for is_reasoning, piece in pieces:
+                            if is_reasoning:
+                                shown = ReasoningDelta(text=piece)
+                                add(shown)
+                                if reasoning_visible:
+                                    state.visible = True
+                                    state.reasoning_shown = True
+                                    yield shown
+                                continue
+                            text_event = event if piece is getattr(event, "text", None) else TextDelta(text=piece)
+                            add(text_event)
+                            if events_visible:
+                                forwarded.append(piece)
+                                state.visible = True
+                                yield text_event
+                            if draft is not None:
+                                draft_text += piece
+                                await call_sink(draft, draft_text)
+                        if kind == "text":
+                            continue
+                    add(event)
+                    if kind == "reasoning":
+                        if event.text and reasoning_visible:
+                            state.visible = True
+                            state.reasoning_shown = True
+                            yield event
+                    elif kind == "provider_tool":
+                        state.provider_tools = True
+                        if events_visible:
+                            state.visible = True
+                            yield event
+                    elif kind == "tool_call":
+                        held_tools.append(event)
+                    elif kind == "usage":
+                        usage_event = event
+                    elif kind == "final":
+                        completed = True
     except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
         _relabel_stream_attempt(scope.attempts, "cancelled", builder.usage)
         if isinstance(exc, TurnCancelled):
