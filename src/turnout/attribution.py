@@ -16,6 +16,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from turnout._fast import fast_init
 from turnout.types import Usage
 
 Outcome: TypeAlias = Literal[
@@ -34,6 +35,7 @@ Outcome: TypeAlias = Literal[
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One physical provider call, or one cooldown skip.
@@ -78,6 +80,7 @@ class Attempt:
         return self.provider.partition(".")[0]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteRef:
     """A (profile, model) pair: what was requested, or what served."""
@@ -97,6 +100,7 @@ NOTICE_TEMPLATE = (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FallbackNotice:
     """Tells the user that another backend answered.
@@ -134,6 +138,7 @@ def fallback_notice(requested: RouteRef, served: RouteRef, *, intra_family: bool
     )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recovery:
     """A non-streaming recovery after a failed stream: which entry of which walk, and how many tries it gets.

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from turnout.attribution import DispatchScope, RouteRef, enter_scope, exit_scope, fallback_notice
+from turnout.attribution import DispatchScope, enter_scope, exit_scope, fallback_notice
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
 from turnout.errors import (
     AllProvidersFailed,
@@ -128,7 +128,7 @@ class Call:
         self.target = target
         self.stream = stream
         first = target.walk.entries[0]
-        self.requested = RouteRef(provider=first.profile, model=first.served_model(target.model))
+        self.requested = first.route(first.model if first.model is not None else target.model)
         self.scope = DispatchScope()
         self.call_id = new_call_id()
         self.started = time.time()
@@ -137,11 +137,12 @@ class Call:
     def accept(self, response: ChatResponse) -> Reply:
         """Commit the served route of an accepted answer and record the call."""
         scope = self.scope
-        served = scope.served or self.requested
+        requested = self.requested
+        served = scope.served or requested
         later = scope.served_entry is not None and scope.served_entry[1] > 0
-        is_fallback = later or served != self.requested
+        is_fallback = later or (served is not requested and served != requested)
         notice = (
-            fallback_notice(self.requested, served, intra_family=self.client.config.notices.intra_family)
+            fallback_notice(requested, served, intra_family=self.client.config.notices.intra_family)
             if is_fallback
             else None
         )
@@ -291,14 +292,15 @@ class Client:
             active = resolve_profile_ref(self.config, provider)
             if active is None:
                 raise ConfigError(f"provider {provider!r} does not name a configured profile", code="unknown_profile")
-        is_hint = model is not None and model.startswith("hint:")
-        router: Router = (
-            self.router
-            if active is None and (model is None or is_hint)
-            else self.factory.router(active, None if is_hint else model)
-        )
-        target = router.resolve(model)
-        if not target.model and not target.walk.entries[0].pinned:
+        if active is None and model is None:
+            target = self.router.resolve(None)
+        else:
+            is_hint = model is not None and model.startswith("hint:")
+            router: Router = (
+                self.router if active is None and is_hint else self.factory.router(active, None if is_hint else model)
+            )
+            target = router.resolve(model)
+        if not target.model and target.walk.entries[0].model is None:
             raise missing_model_error(target.walk.entries[0].profile)
         return target
 

@@ -32,40 +32,42 @@ class KeyPool:
         store: Where cooldowns and dead keys live.
     """
 
-    __slots__ = ("_next", "ids", "profile", "store")
+    __slots__ = ("_choices", "_cooldown_keys", "_next", "ids", "profile", "rotates", "store")
 
     def __init__(self, profile: str, keys: Sequence[str], store: StateStore) -> None:
         self.profile = profile
         self.ids: tuple[str, ...] = tuple(key_id(k) for k in keys)
         self.store = store
+        #: Whether there is more than one key to rotate between.
+        self.rotates = len(self.ids) > 1
         self._next = 0
-
-    @property
-    def rotates(self) -> bool:
-        """Whether there is more than one key to rotate between."""
-        return len(self.ids) > 1
+        # Built once: a pick returns one of these, and a rate limit cools one of these keys down.
+        self._choices = tuple(KeyChoice(i, kid) for i, kid in enumerate(self.ids)) or (KeyChoice(0, None),)
+        self._cooldown_keys = {kid: f"{profile}#{kid}" for kid in self.ids}
 
     def key_cooldown(self, kid: str) -> str:
         """The cooldown key of one credential."""
-        return f"{self.profile}#{kid}"
+        return self._cooldown_keys.get(kid) or f"{self.profile}#{kid}"
 
     def usable(self, index: int, now: float) -> bool:
         """The key at ``index`` is neither dead nor (in a rotating pool) cooling down."""
         kid = self.ids[index]
         if self.store.is_dead(kid):
             return False
-        return not (self.rotates and self.store.cooldown_until(self.key_cooldown(kid), now) is not None)
+        return not (self.rotates and self.store.cooldown_until(self._cooldown_keys[kid], now) is not None)
 
     def pick(self, now: float) -> KeyChoice | None:
         """The next usable key in rotation order; None when every key is dead or cooling down."""
         n = len(self.ids)
-        if n == 0:
-            return KeyChoice(0, None)
+        if n <= 1:
+            if n == 0 or not self.store.is_dead(self.ids[0]):
+                return self._choices[0]
+            return None
         for step in range(n):
             i = (self._next + step) % n
             if self.usable(i, now):
                 self._next = (i + 1) % n
-                return KeyChoice(i, self.ids[i])
+                return self._choices[i]
         return None
 
     def has_usable(self, now: float) -> bool:

@@ -40,6 +40,8 @@ class _Rate:
     tiers: tuple[tuple[int, float], ...] = ()
 
     def at(self, total_input: int) -> float:
+        if not self.tiers:
+            return self.base
         for start, price in reversed(self.tiers):
             if total_input > start:
                 return price

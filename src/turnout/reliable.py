@@ -29,7 +29,7 @@ import itertools
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope
 from turnout.classify import error_class_of, is_dead_key_error
@@ -49,7 +49,7 @@ from turnout.keys import KeyChoice, KeyPool
 from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.state import MemoryStore, StateStore
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Message, StreamEvent, Usage
 
 MIN_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 10.0
@@ -84,11 +84,13 @@ class Entry:
     refusal_fallback: bool = False
     context_window: int | None = None
     rates: Rates | None = None
+    #: The family part of :attr:`profile`.
+    family: str = field(init=False)
+    _ref: RouteRef | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def family(self) -> str:
-        """The family part of :attr:`profile`."""
-        return self.profile.partition(".")[0]
+    def __post_init__(self) -> None:
+        self.family = self.profile.partition(".")[0]
+        self._ref = None
 
     @property
     def pinned(self) -> bool:
@@ -98,6 +100,13 @@ class Entry:
     def served_model(self, requested: str) -> str:
         """The model this entry sends for a request asking for ``requested``."""
         return self.model if self.model is not None else requested
+
+    def route(self, served: str) -> RouteRef:
+        """This entry's route for the model it serves (the last one is kept: calls rarely change models)."""
+        ref = self._ref
+        if ref is None or ref.model != served:
+            ref = self._ref = RouteRef(provider=self.profile, model=served)
+        return ref
 
     def capabilities(self, requested: str | None = None) -> Capabilities:
         """The capabilities of this entry's model."""
@@ -181,9 +190,10 @@ class ReliableProvider(Provider):
             return None
         rates = entry.rates
         if rates is None:
-            known = self._rates.get((entry.family, model), _UNKNOWN)
+            key = (entry.family, model)
+            known = self._rates.get(key, _UNKNOWN)
             if known is _UNKNOWN:
-                known = self._rates[(entry.family, model)] = self.catalogue.rates(entry.family, model)
+                known = self._rates[key] = self.catalogue.rates(entry.family, model)
             rates = known  # type: ignore[assignment]
         return rates.cost(usage) if rates is not None else None
 
@@ -227,9 +237,10 @@ class ReliableProvider(Provider):
         stream: bool = False,
         ttft_ms: float | None = None,
     ) -> Attempt:
-        status = error.status if isinstance(error, ProviderError) else None
+        status = None
         if error is not None:
-            retry_after = error.retry_after if isinstance(error, ProviderError) else retry_after
+            if isinstance(error, ProviderError):
+                status, retry_after = error.status, error.retry_after
             detail = detail or error_detail(error)
         return Attempt(
             provider=entry.profile,
@@ -260,28 +271,27 @@ class ReliableProvider(Provider):
             AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
         """
         scope = current_scope()
-        walk = _Walk(self, scope)
-        walk.requested = model
+        walk = _Walk(self, scope, model)
         recovery = None
         if scope is not None:
             scope.walk_entries = len(self.entries)
             if scope.recovery is not None and scope.recovery.walk == self.id:
                 recovery, scope.recovery = scope.recovery, None
-        has_images = any(not isinstance(m.content, str) and m.images for m in request.messages)
-        n = len(self.entries)
+        images = has_images(request.messages)
+        several = len(self.entries) > 1
         for i, entry in enumerate(self.entries):
             tries = self.tries
             if recovery is not None and recovery.entry == i:
                 tries = recovery.tries
                 if tries == 0:
                     continue
-            served = entry.served_model(model)
-            if has_images and not entry.capabilities(model).vision:
+            served = entry.model if entry.model is not None else model
+            if images and not entry.capabilities(model).vision:
                 continue
-            if walk.context_skip(entry, served):
+            if walk.context_overflow and walk.too_small(entry, served):
                 continue
-            now = self.clock()
-            if n > 1:
+            if several:
+                now = self.clock()
                 until = self.cooling_until(entry, now)
                 if until is not None:
                     walk.record(
@@ -293,12 +303,12 @@ class ReliableProvider(Provider):
             result = await self._try_entry(walk, i, entry, request, served, temperature, tries)
             if result is not None:
                 if scope is not None:
-                    scope.served = RouteRef(provider=entry.profile, model=served)
+                    scope.served = entry.route(served)
                     scope.served_entry = (self.id, i)
                 return result
         if walk.context_overflow:
             raise ContextWindowExceeded(limit=walk.context_limit, attempts=walk.attempts)
-        if has_images and not any(e.capabilities(model).vision for e in self.entries):
+        if images and not any(e.capabilities(model).vision for e in self.entries):
             raise UnsupportedRequest("the request has images and no entry of this route accepts images")
         raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
 
@@ -315,12 +325,12 @@ class ReliableProvider(Provider):
         backoff = self.base_backoff
         last_entry = i == len(self.entries) - 1
         for t in range(1, tries + 1):
-            choice = entry.keys.pick(self.clock())
+            started = self.clock()
+            choice = entry.keys.pick(started)
             if choice is None:
                 walk.record(self._no_key_attempt(entry, i, served))
                 return None
             provider = entry.providers[choice.index]
-            started = self.clock()
             t0 = time.perf_counter()
             try:
                 if request.tools:
@@ -496,14 +506,14 @@ class _Walk:
 
     __slots__ = ("attempts", "context_limit", "context_models", "context_overflow", "owner", "requested", "scope")
 
-    def __init__(self, owner: ReliableProvider, scope: DispatchScope | None) -> None:
+    def __init__(self, owner: ReliableProvider, scope: DispatchScope | None, requested: str) -> None:
         self.owner = owner
         self.scope = scope
         self.attempts: list[Attempt] = []
         self.context_overflow = False
         self.context_limit: int | None = None
         self.context_models: set[tuple[str, str]] = set()
-        self.requested = ""
+        self.requested = requested
 
     def record(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
@@ -525,13 +535,17 @@ class _Walk:
         window = self.owner.context_window(entry, model)
         return window is not None and self.context_limit is not None and window <= self.context_limit
 
-    def context_skip(self, entry: Entry, model: str) -> bool:
-        """Skip this entry because an earlier one overflowed and it is known to be too small."""
-        return self.context_overflow and self.too_small(entry, model)
-
     def larger_entry_remains(self, failed_index: int, requested: str) -> bool:
         """Whether an entry after ``failed_index`` is not known to be too small."""
         return any(not self.too_small(e, e.served_model(requested)) for e in self.owner.entries[failed_index + 1 :])
+
+
+def has_images(messages: Sequence[Message]) -> bool:
+    """Whether any message carries an image (a loop: cheaper than ``any`` over a generator, on every call)."""
+    for m in messages:  # noqa: SIM110
+        if type(m.content) is not str and m.images:
+            return True
+    return False
 
 
 def outcome_of(cls: ErrorClass) -> Outcome:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from turnout._fast import fast_init
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.types import ChatResponse, ToolCall, Usage
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
     """An accepted answer with its attribution.

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
+from turnout._fast import fast_init
 from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
@@ -22,6 +23,7 @@ log = logging.getLogger("turnout.router")
 HINT_PREFIX = "hint:"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where a request goes: the walk, the model to send, and the hint that chose it (None: default)."""
@@ -49,6 +51,7 @@ class Router(Provider):
         self.default = default
         self.default_model = default_model
         self.routes = dict(routes or {})
+        self._default_target = Target(default, default_model if default_model is not None else "", None)
 
     def resolve(self, model: str | None) -> Target:
         """The target for ``model``: a recognised hint's route, else the default target.
@@ -63,8 +66,9 @@ class Router(Provider):
                 return Target(route[0], route[1], name)
             log.warning("unknown route hint %r; staying on the default target", name)
             return Target(self.default, model, None)
-        chosen = model if model is not None else self.default_model
-        return Target(self.default, chosen if chosen is not None else "", None)
+        if model is None:
+            return self._default_target
+        return Target(self.default, model, None)
 
     def targets(self) -> list[ReliableProvider]:
         """Every distinct walk: the default one first, then route targets in route order."""

@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import orjson
 
+from turnout._fast import fast_init
+
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 _ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 
@@ -24,6 +26,7 @@ FINISH_LENGTH = "length"
 FINISH_CONTENT_FILTER = "content_filter"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextPart:
     """A piece of text inside a message."""
@@ -65,6 +68,7 @@ class ImagePart:
 ContentPart: TypeAlias = TextPart | ImagePart
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
     """A tool call requested by the model.
@@ -86,6 +90,7 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One chat message.
@@ -153,6 +158,7 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
@@ -180,6 +186,7 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
@@ -211,10 +218,10 @@ class ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
         return cls(
             messages=coerce_messages(messages),
-            tools=coerce_tools(tools or ()),
+            tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
             tool_choice=tool_choice,
-            stop=tuple(stop),
+            stop=tuple(stop) if stop else (),
         )
 
     @property
@@ -223,6 +230,7 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResponse:
     """One provider's complete answer.
@@ -248,12 +256,18 @@ class ChatResponse:
     @property
     def is_semantically_empty(self) -> bool:
         """No text once ``<think>`` spans are removed, and no tool calls: not an answer."""
-        return not self.tool_calls and not strip_think_tags(self.text)
+        if self.tool_calls:
+            return False
+        text = self.text
+        if "<think>" in text:
+            return not strip_think_tags(text)
+        return not text or text.isspace()
 
 
 # --- stream events ---------------------------------------------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of answer text."""
@@ -262,6 +276,7 @@ class TextDelta:
     type: ClassVar[Literal["text"]] = "text"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     """A piece of reasoning/thinking text."""
@@ -290,10 +305,9 @@ def _one_field_factory(cls: type[Any]) -> Callable[[str], Any]:
 
 #: ``TextDelta(text=...)`` for hot paths.
 text_delta: Callable[[str], TextDelta] = _one_field_factory(TextDelta)
-#: ``ReasoningDelta(text=...)`` for hot paths.
-reasoning_delta: Callable[[str], ReasoningDelta] = _one_field_factory(ReasoningDelta)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
     """A complete tool call, emitted once its arguments are assembled."""
@@ -302,6 +316,7 @@ class ToolCallEvent:
     type: ClassVar[Literal["tool_call"]] = "tool_call"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderToolEvent:
     """A tool the provider executed itself (web search, code interpreter): observability only.
@@ -318,6 +333,7 @@ class ProviderToolEvent:
     type: ClassVar[Literal["provider_tool"]] = "provider_tool"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent:
     """Token usage for the whole stream so far (cumulative; the last one wins)."""
@@ -326,6 +342,7 @@ class UsageEvent:
     type: ClassVar[Literal["usage"]] = "usage"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     """The stream completed: the protocol's completion signal was seen."""

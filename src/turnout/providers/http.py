@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
+from turnout._fast import fast_init
 from turnout.config.secrets import scrub
 from turnout.errors import ProtocolError, ProviderConnectionError, ProviderError, ProviderTimeout
 
@@ -46,6 +47,7 @@ class Target:
     secrets: tuple[str, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HttpResponse:
     """A complete (non-streaming) response."""
