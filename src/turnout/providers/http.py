@@ -3,7 +3,8 @@
 Time bounds per attempt (SPEC 7.3): ``connect`` (opening the connection), ``first_token`` (from sending
 the request to the response headers and, for a stream, its first body byte), ``idle`` (silence between
 body bytes) and ``total`` (the whole attempt). Body bytes are watched by a lazy watchdog that reads the
-connection's byte counter a few times per idle period, so reading a chunk costs nothing extra.
+connection's byte counter a few times per idle period, so reading a chunk costs nothing extra, and one timer
+per event loop checks every attempt in flight, so an attempt that ends in time costs no timer at all.
 
 Every aiohttp and socket exception is translated here, at one boundary, into a
 :class:`~turnout.errors.ProviderError` subclass (``raise ... from exc``).
@@ -12,6 +13,7 @@ Every aiohttp and socket exception is translated here, at one boundary, into a
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -58,112 +60,136 @@ class HttpResponse:
 
 
 class _Watchdog:
-    """One timer per attempt: bounds the wait for the response headers, then the body's bytes.
+    """The time bounds of one attempt: the wait for the response headers, then the body's bytes.
 
     Before the headers it cancels the waiting task at the first-token (or total) deadline; the caller turns
     that cancellation into :class:`ProviderTimeout`. Once the body is attached, instead of re-arming a timer
     on every chunk, it checks the connection's byte counter a few times per idle period and injects a
-    :class:`ProviderTimeout` into the body reader when a bound has passed.
+    :class:`ProviderTimeout` into the body reader when a bound has passed. It owns no timer: the client's
+    :class:`_Deadlines` checks every attempt in flight from one.
     """
 
-    __slots__ = (
-        "_content",
-        "_first",
-        "_handle",
-        "_idle",
-        "_last",
-        "_loop",
-        "_seen",
-        "_target",
-        "_task",
-        "_total",
-        "fired",
-    )
+    __slots__ = ("_content", "_first", "_idle", "_last", "_seen", "_step", "_target", "_task", "_total", "fired")
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
         task: asyncio.Task[Any],
-        *,
+        now: float,
         first_deadline: float,
         idle: float,
         total_deadline: float,
         target: Target,
     ) -> None:
-        self._loop = loop
         self._task = task
         self._content: aiohttp.StreamReader | None = None
         self._first = first_deadline
         self._idle = idle
+        # Poll before the first byte too: the idle bound must start as soon as bytes flow, not at the
+        # first-token deadline.
+        self._step = max(idle / 4, 0.01)
         self._total = total_deadline
         self._target = target
         self._seen = -1
-        self._last = loop.time()
-        self._handle: asyncio.TimerHandle | None = None
+        self._last = now
         self.fired: str | None = None  # the phase whose bound ended the header wait
-        self._arm(self._last)
 
-    def attach(self, content: aiohttp.StreamReader) -> None:
-        """The headers arrived: watch the body from now on (the pending timer carries over)."""
+    def attach(self, content: aiohttp.StreamReader, now: float) -> None:
+        """The headers arrived: watch the body from now on."""
         self._content = content
-        self._last = self._loop.time()
+        self._last = now
 
-    def _arm(self, now: float) -> None:
-        # Poll before the first byte too: the idle bound must start as soon as bytes flow, not at the
-        # first-token deadline.
-        step = max(self._idle / 4, 0.01)
+    def due(self, now: float) -> float:
+        """When this attempt should next be checked."""
         if self._seen <= 0:
-            due = min(now + step, self._first, self._total)
-        else:
-            due = min(now + step, self._last + self._idle, self._total)
-        self._handle = self._loop.call_at(max(due, now + 0.001), self._check)
+            return min(now + self._step, self._first, self._total)
+        return min(now + self._step, self._last + self._idle, self._total)
 
-    def _check(self) -> None:
-        now = self._loop.time()
+    def check(self, now: float) -> float | None:
+        """Enforce the bounds at ``now``; the next time to check, or None when there is nothing left to watch."""
         content = self._content
         if content is None:  # still waiting for the headers
             if now >= self._total or now >= self._first:
-                self._handle = None
                 self.fired = "first_token" if self._first <= self._total else "total"
                 self._task.cancel()
                 return None
-            self._arm(now)
-            return None
+            return self.due(now)
         if content.is_eof():
             # The whole body arrived: a consumer slower than the bounds must still read it.
-            self._handle = None
             return None
         seen = content.total_raw_bytes
         if seen != self._seen and seen > 0:
             self._seen = seen
             self._last = now
         if now >= self._total:
-            return self._fire("total", self._total)
-        if self._seen <= 0 and now >= self._first:
-            return self._fire("first_token", None)
-        if self._seen > 0 and now - self._last >= self._idle:
-            return self._fire("idle", self._idle)
-        self._arm(now)
+            self._fire(content, "total", self._total)
+        elif self._seen <= 0 and now >= self._first:
+            self._fire(content, "first_token", None)
+        elif self._seen > 0 and now - self._last >= self._idle:
+            self._fire(content, "idle", self._idle)
+        else:
+            return self.due(now)
         return None
 
-    def _fire(self, phase: str, seconds: float | None) -> None:
-        self._handle = None
+    def _fire(self, content: aiohttp.StreamReader, phase: str, seconds: float | None) -> None:
         what = {"total": "the attempt's total time", "first_token": "the first token", "idle": "more stream data"}
-        exc = ProviderTimeout(
-            f"timed out waiting for {what[phase]}",
-            phase=phase,
-            seconds=seconds,
-            provider=self._target.provider,
-            model=self._target.model,
+        content.set_exception(
+            ProviderTimeout(
+                f"timed out waiting for {what[phase]}",
+                phase=phase,
+                seconds=seconds,
+                provider=self._target.provider,
+                model=self._target.model,
+            )
         )
-        assert self._content is not None
-        self._content.set_exception(exc)
 
-    def cancel(self) -> None:
-        """Stop the timer."""
+
+class _Deadlines:
+    """One timer for all the attempts in flight on an event loop.
+
+    A timer per attempt (armed, then cancelled when the answer arrives in time) costs more than the rest of
+    the transport; here an attempt only joins and leaves a set. The timer fires when the soonest attempt is
+    due, checks every attempt, and re-arms for the next; with nothing in flight it is not re-armed.
+    """
+
+    __slots__ = ("_handle", "_loop", "_watched", "_when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._watched: dict[_Watchdog, None] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf
+
+    def add(self, watchdog: _Watchdog, now: float) -> None:
+        """Watch an attempt."""
+        self._watched[watchdog] = None
+        due = watchdog.due(now)
+        if due < self._when:
+            self._arm(due, now)
+
+    def discard(self, watchdog: _Watchdog) -> None:
+        """Stop watching an attempt."""
+        self._watched.pop(watchdog, None)
+
+    def _arm(self, when: float, now: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
-            self._handle = None
+        self._when = when
+        self._handle = self._loop.call_at(max(when, now + 0.001), self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        self._when = math.inf
+        now = self._loop.time()
+        soonest = math.inf
+        watched = self._watched
+        for watchdog in list(watched):
+            due = watchdog.check(now)
+            if due is None:
+                watched.pop(watchdog, None)
+            elif due < soonest:
+                soonest = due
+        if soonest < math.inf:
+            self._arm(soonest, now)
 
 
 class StreamingResponse:
@@ -259,6 +285,7 @@ class HttpClient:
         self._limit = connection_limit
         self._ssl: dict[str, ssl.SSLContext] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._deadlines: _Deadlines | None = None
 
     def session(self) -> aiohttp.ClientSession:
         """The shared session (created on first call)."""
@@ -306,23 +333,23 @@ class HttpClient:
     ) -> tuple[aiohttp.ClientResponse, _Watchdog]:
         """Send the request and wait for the response headers (bounded); start the body watchdog."""
         loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines._loop is not loop:
+            deadlines = self._deadlines = _Deadlines(loop)
         start = loop.time()
         task = asyncio.current_task()
         assert task is not None
-        watchdog = _Watchdog(
-            loop,
-            task,
-            first_deadline=start + timeouts.first_token,
-            idle=timeouts.idle,
-            total_deadline=start + timeouts.total,
-            target=target,
-        )
+        watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
+        deadlines.add(watchdog, start)
+        session = self._session
+        if session is None or session.closed:
+            session = self.session()
         try:
-            resp = await self.session().post(
+            resp = await session.post(
                 url, data=body, headers=headers, timeout=self._client_timeout(timeouts.connect), ssl=ssl_context
             )
         except asyncio.CancelledError:
-            watchdog.cancel()
+            deadlines.discard(watchdog)
             if watchdog.fired is None or task.uncancel() > 0:
                 raise  # a cancellation of the caller, not our deadline
             first = watchdog.fired == "first_token"
@@ -335,7 +362,7 @@ class HttpClient:
                 model=target.model,
             ) from None
         except aiohttp.ConnectionTimeoutError as exc:
-            watchdog.cancel()
+            deadlines.discard(watchdog)
             raise ProviderTimeout(
                 f"timed out connecting after {timeouts.connect:g}s",
                 phase="connect",
@@ -344,19 +371,19 @@ class HttpClient:
                 model=target.model,
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            watchdog.cancel()
+            deadlines.discard(watchdog)
             raise ProviderConnectionError(
                 scrub(f"connection failed: {type(exc).__name__}: {exc}", target.secrets)[:500],
                 provider=target.provider,
                 model=target.model,
             ) from exc
-        watchdog.attach(resp.content)
+        watchdog.attach(resp.content, loop.time())
         return resp, watchdog
 
-    @staticmethod
-    def _finish(resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
-        """Stop the watchdog; reuse the connection when the body was read to its end, else close it."""
-        watchdog.cancel()
+    def _finish(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
+        """Stop watching; reuse the connection when the body was read to its end, else close it."""
+        if self._deadlines is not None:
+            self._deadlines.discard(watchdog)
         if resp.content.at_eof():
             resp.release()
         else:
