@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from turnout.attribution import DispatchScope, enter_scope, exit_scope, fallback_notice
+from turnout.attribution import DispatchScope, RouteRef, fallback_notice
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
 from turnout.errors import (
     AllProvidersFailed,
@@ -79,7 +79,7 @@ _call_numbers = itertools.count(1)
 
 def new_call_id() -> str:
     """A unique call id: a per-process random prefix and a counter (cheaper than a UUID per call)."""
-    return f"{_CALL_PREFIX}{next(_call_numbers):010x}"
+    return _CALL_PREFIX + format(next(_call_numbers), "010x")
 
 
 class CancelWatcher:
@@ -123,12 +123,14 @@ class Call:
 
     __slots__ = ("call_id", "client", "reply", "requested", "scope", "started", "stream", "target")
 
-    def __init__(self, client: Client, target: Target, *, stream: bool) -> None:
+    def __init__(self, client: Client, target: Target, *, stream: bool, requested: RouteRef | None = None) -> None:
         self.client = client
         self.target = target
         self.stream = stream
-        first = target.walk.entries[0]
-        self.requested = first.route(first.model if first.model is not None else target.model)
+        if requested is None:
+            first = target.walk.entries[0]
+            requested = first.route(first.served_model(target.model))
+        self.requested = requested
         self.scope = DispatchScope()
         self.call_id = new_call_id()
         self.started = time.time()
@@ -163,9 +165,15 @@ class Call:
                     accepted_index=accepted,
                 )
             )
-        return Reply.of(
-            without_think(response),
-            requested=self.requested,
+        if "<think>" in response.text:
+            response = without_think(response)
+        return Reply(
+            text=response.text,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            reasoning=response.reasoning,
+            requested=requested,
             served=served,
             fallback=notice,
             attempts=attempts,
@@ -234,6 +242,7 @@ class Client:
             jitter=jitter,
         )
         self.router = self.factory.router()
+        self._default: tuple[Target, RouteRef] | None = None
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -342,17 +351,25 @@ class Client:
             ConfigError: The options name an unknown profile, or no model is known.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target = self.route(model=model, provider=provider, sender=sender)
-        call = Call(self, target, stream=False)
-        token = enter_scope(call.scope)
+        call = self._call(model, provider, sender, stream=False)
+        target = call.target
         try:
-            response = await target.walk.chat(request, target.model, temperature)
+            response = await target.walk.chat_in_scope(request, target.model, temperature, call.scope)
         except BaseException as exc:
             call.fail(exc)
             raise
-        finally:
-            exit_scope(token)
         return call.accept(response)
+
+    def _call(self, model: str | None, provider: str | None, sender: str | None, *, stream: bool) -> Call:
+        """A new call to the route these options select (the default route's is resolved once)."""
+        if model is None and provider is None and sender is None:
+            default = self._default
+            if default is None:
+                target = self.route()
+                first = target.walk.entries[0]
+                default = self._default = (target, first.route(first.served_model(target.model)))
+            return Call(self, default[0], stream=stream, requested=default[1])
+        return Call(self, self.route(model=model, provider=provider, sender=sender), stream=stream)
 
     def stream(
         self,
@@ -376,8 +393,8 @@ class Client:
         still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target = self.route(model=model, provider=provider, sender=sender)
-        return ReplyStream(Call(self, target, stream=True), request, temperature, show_reasoning=show_reasoning)
+        call = self._call(model, provider, sender, stream=True)
+        return ReplyStream(call, request, temperature, show_reasoning=show_reasoning)
 
     async def turn(
         self,
@@ -412,8 +429,7 @@ class Client:
             tool_choice: As for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target = self.route(model=model, provider=provider, sender=sender)
-        call = Call(self, target, stream=True)
+        call = self._call(model, provider, sender, stream=True)
         state = TurnState()
         if cancel is not None and cancel.is_set():
             cancelled = TurnCancelled()

@@ -60,14 +60,17 @@ class Rates:
     def cost(self, usage: Usage) -> float:
         """The cost of ``usage``; cached and cache-write tokens are priced apart from plain input."""
         total_in = usage.input_tokens
-        cached = usage.cached_input_tokens if self.cached_input is not None else 0
-        written = usage.cache_write_tokens if self.cache_write is not None else 0
-        plain = max(total_in - cached - written, 0)
-        cost = plain * self.input.at(total_in) + usage.output_tokens * self.output.at(total_in)
-        if self.cached_input is not None:
-            cost += cached * self.cached_input.at(total_in)
-        if self.cache_write is not None:
-            cost += written * self.cache_write.at(total_in)
+        inp, out, cached_rate, write_rate = self.input, self.output, self.cached_input, self.cache_write
+        cached = usage.cached_input_tokens if cached_rate is not None else 0
+        written = usage.cache_write_tokens if write_rate is not None else 0
+        plain = total_in - cached - written
+        cost = (plain if plain > 0 else 0) * (inp.at(total_in) if inp.tiers else inp.base) + usage.output_tokens * (
+            out.at(total_in) if out.tiers else out.base
+        )
+        if cached_rate is not None:
+            cost += cached * cached_rate.at(total_in)
+        if write_rate is not None:
+            cost += written * write_rate.at(total_in)
         return cost / 1_000_000
 
 

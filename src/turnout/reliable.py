@@ -28,8 +28,9 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope
 from turnout.classify import error_class_of, is_dead_key_error
@@ -262,15 +263,22 @@ class ReliableProvider(Provider):
 
     # --- the walk ---------------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
-        """Walk the entries until one answers (SPEC 6).
+    def chat(  # returns the walk's coroutine without another frame around it
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> Coroutine[Any, Any, ChatResponse]:
+        """Walk the entries until one answers (SPEC 6), recording attempts in the current dispatch scope.
 
         Raises:
             RefusalError: The model refused and the profile does not route refusals.
             ContextWindowExceeded: The request is too large for every remaining entry.
             AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
         """
-        scope = current_scope()
+        return self.chat_in_scope(request, model, temperature, current_scope())
+
+    async def chat_in_scope(
+        self, request: ChatRequest, model: str, temperature: float | None, scope: DispatchScope | None
+    ) -> ChatResponse:
+        """:meth:`chat`, recording its attempts in ``scope`` (the client passes its call's scope)."""
         walk = _Walk(self, scope, model)
         recovery = None
         if scope is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from turnout._fast import fast_init
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
-from turnout.types import ChatResponse, ToolCall, Usage
+from turnout.types import ToolCall, Usage
 
 
 @fast_init
@@ -37,31 +37,6 @@ class Reply:
     fallback: FallbackNotice | None
     attempts: tuple[Attempt, ...]
     call_id: str
-
-    @classmethod
-    def of(
-        cls,
-        response: ChatResponse,
-        *,
-        requested: RouteRef,
-        served: RouteRef,
-        fallback: FallbackNotice | None,
-        attempts: tuple[Attempt, ...],
-        call_id: str,
-    ) -> Reply:
-        """A reply from the accepted response and its attribution."""
-        return cls(
-            text=response.text,
-            tool_calls=response.tool_calls,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-            reasoning=response.reasoning,
-            requested=requested,
-            served=served,
-            fallback=fallback,
-            attempts=attempts,
-            call_id=call_id,
-        )
 
     @property
     def notice(self) -> str | None:

@@ -427,7 +427,9 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
         return (Message(role="user", content=messages),)
     out: list[Message] = []
     for i, m in enumerate(messages):
-        if isinstance(m, Message):
+        if type(m) is dict:  # the common case first: an exact dict, no ABC check
+            out.append(_message_from_dict(m, i))
+        elif isinstance(m, Message):
             out.append(m)
         elif isinstance(m, Mapping):
             out.append(_message_from_dict(m, i))

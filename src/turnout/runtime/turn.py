@@ -27,7 +27,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from turnout.attribution import Attempt, Outcome, Recovery, dispatch_scope
+from turnout.attribution import Attempt, Outcome, Recovery
 from turnout.errors import (
     EmptyCompletion,
     ProviderError,
@@ -228,8 +228,7 @@ async def turn_outputs(
     scope.served = None
     scope.served_entry = None
     try:
-        with dispatch_scope(scope):
-            recovered = await walk.chat(request, model, temperature)
+        recovered = await walk.chat_in_scope(request, model, temperature, scope)
     except BaseException as exc:
         if hasattr(exc, "attempts"):
             exc.attempts = tuple(scope.attempts)
