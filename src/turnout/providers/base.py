@@ -28,6 +28,9 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
 _AUTH_BY_PROTOCOL = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
 
+_dumps = orjson.dumps
+_loads = orjson.loads
+
 #: Parse failures that mean "the provider sent something malformed", never a crash.
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
 
@@ -336,20 +339,22 @@ class HTTPAdapter(Provider):
 
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
         """One non-streaming call."""
-        body = orjson.dumps(self.build_body(request, model, temperature, False))
-        target = self.target(model)
+        settings = self.settings
         resp = await self.http.post(
             self.url(model, False),
             headers=self._headers,
-            body=body,
-            timeouts=self.settings.timeouts,
-            target=target,
-            max_bytes=self.settings.max_response_bytes,
+            body=_dumps(self.build_body(request, model, temperature, False)),
+            timeouts=settings.timeouts,
+            target=self.target(model),
+            max_bytes=settings.max_response_bytes,
             ssl_context=self._ssl,
         )
         if resp.status >= 400:
             raise self.error(resp.status, resp.headers, resp.body, model)
-        data = loads(resp.body, provider=self.settings.profile, model=model)
+        try:
+            data = _loads(resp.body)
+        except orjson.JSONDecodeError as exc:
+            raise ProtocolError("malformed response: invalid JSON", provider=settings.profile, model=model) from exc
         try:
             parsed = self.parse_response(data, model)
         except MALFORMED as exc:

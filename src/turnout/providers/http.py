@@ -342,12 +342,11 @@ class HttpClient:
         watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
         deadlines.add(watchdog, start)
         session = self._session
-        if session is None or session.closed:
+        if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
             session = self.session()
+        timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
         try:
-            resp = await session.post(
-                url, data=body, headers=headers, timeout=self._client_timeout(timeouts.connect), ssl=ssl_context
-            )
+            resp = await session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context)
         except asyncio.CancelledError:
             deadlines.discard(watchdog)
             if watchdog.fired is None or task.uncancel() > 0:

@@ -90,6 +90,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         self._max_key = "max_completion_tokens" if official else "max_tokens"
         self._stream_options = vendor not in _NO_STREAM_OPTIONS
         self._url = self._endpoint()
+        self._extras = bool(s.provider_extra) or s.chat_template_kwargs is not None
 
     def _endpoint(self) -> str:
         base, _, query = self.settings.base_url.partition("?")
@@ -122,10 +123,11 @@ class OpenAIChatAdapter(HTTPAdapter):
                 body["tool_choice"] = (
                     choice if choice in _TOOL_CHOICES else {"type": "function", "function": {"name": choice}}
                 )
-        temp = self.temperature(temperature)
+        s = self.settings
+        temp = temperature if temperature is not None else s.temperature
         if temp is not None:
             body["temperature"] = temp
-        max_tokens = self.max_tokens(request)
+        max_tokens = request.max_tokens or s.max_tokens
         if max_tokens:
             body[self._max_key] = max_tokens
         if request.stop:
@@ -134,21 +136,23 @@ class OpenAIChatAdapter(HTTPAdapter):
             body["stream"] = True
             if self._stream_options:
                 body["stream_options"] = {"include_usage": True}
-        return self.with_merged_extras(body)
+        return self.with_merged_extras(body) if self._extras else body
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         merge = self.settings.merge_system_into_user
         system: list[str] = []
         out: list[dict[str, Any]] = []
         for m in messages:
-            if m.role == "system":
+            role = m.role
+            if role == "system":
                 if merge:
                     system.append(m.text)
                 else:
                     out.append({"role": "system", "content": m.text})
-            elif m.role == "user":
-                out.append({"role": "user", "content": _user_content(m)})
-            elif m.role == "assistant":
+            elif role == "user":
+                content = m.content
+                out.append({"role": "user", "content": content if type(content) is str else _user_content(m)})
+            elif role == "assistant":
                 msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
                 if m.tool_calls:
                     msg["tool_calls"] = [
@@ -189,26 +193,29 @@ class OpenAIChatAdapter(HTTPAdapter):
             raise _filtered(provider=profile, model=model)
         if raw_finish == "error":
             raise self.in_band_error(ErrorFacts(message="the provider finished the answer with an error"), model)
-        text: list[str] = []
-        reasoning: list[str] = []
         field = message.get("reasoning_content") or message.get("reasoning")
-        if isinstance(field, str) and field:
-            reasoning.append(field)
+        reasoning = field if isinstance(field, str) and field else None
         content = message.get("content")
-        if isinstance(content, str):
-            text.append(content)
+        if type(content) is str:
+            text = content
         elif isinstance(content, list):
+            texts: list[str] = []
+            thoughts = [reasoning] if reasoning else []
             for is_reasoning, piece in content_parts(content):
-                (reasoning if is_reasoning else text).append(piece)
-        calls = tuple(_tool_call(c) for c in message.get("tool_calls") or ())
+                (thoughts if is_reasoning else texts).append(piece)
+            text, reasoning = "".join(texts), "".join(thoughts) or None
+        else:
+            text = ""
+        raw_calls = message.get("tool_calls")
+        calls = tuple(_tool_call(c) for c in raw_calls) if raw_calls else ()
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
         return ChatResponse(
-            text="".join(text),
+            text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
-            reasoning="".join(reasoning) or None,
+            reasoning=reasoning,
             finish_reason=unified_finish(raw_finish, bool(calls)),
             model=reported if isinstance(reported, str) and reported else model,
             request_id=request_id if isinstance(request_id, str) and request_id else None,

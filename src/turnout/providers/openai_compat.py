@@ -30,6 +30,8 @@ _MAX_NESTED = 500
 
 def _int(value: Any) -> int:
     """A token count as an int (0 for null, missing or non-numeric values)."""
+    if type(value) is int:
+        return value if value > 0 else 0
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):
@@ -54,8 +56,8 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     if isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
         cache_write = _int(details.get("cache_write_tokens"))
-    if not cached:
-        cached = _int(raw.get("prompt_cache_hit_tokens"))
+    if not cached and "prompt_cache_hit_tokens" in raw:
+        cached = _int(raw["prompt_cache_hit_tokens"])
     out_details = raw.get("completion_tokens_details")
     reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, dict) else 0
     total = raw.get("total_tokens")
