@@ -407,19 +407,23 @@ class ReliableProvider(Provider):
                     await self.sleep(self.backoff_sleep(backoff, None))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            walk.record(
-                self._attempt(
-                    entry,
-                    i,
-                    served,
-                    "ok",
-                    try_number=t,
-                    choice=choice,
-                    started=started,
-                    elapsed=elapsed,
-                    usage=response.usage,
-                )
+            # The success path: the attempt goes straight to the call's records (the walk is over).
+            usage = response.usage
+            attempt = Attempt(
+                provider=entry.profile,
+                model=served,
+                outcome="ok",
+                key_id=choice.key_id,
+                usage=usage,
+                cost_usd=self.cost(entry, served, usage) if usage is not None else None,
+                started_at=started,
+                duration_ms=elapsed * 1000.0,
+                entry=i,
+                try_number=t,
             )
+            walk.attempts.append(attempt)
+            if walk.scope is not None:
+                walk.scope.attempts.append(attempt)
             return response
         return None
 
@@ -520,17 +524,19 @@ class _Walk:
         self.attempts: list[Attempt] = []
         self.context_overflow = False
         self.context_limit: int | None = None
-        self.context_models: set[tuple[str, str]] = set()
+        self.context_models: set[tuple[str, str]] | None = None  # made on the first context-window failure
         self.requested = requested
 
     def record(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
         if self.scope is not None:
-            self.scope.add(attempt)
+            self.scope.attempts.append(attempt)
 
     def context_failed(self, entry: Entry, model: str) -> None:
         """Remember that ``model`` on ``entry`` rejected the request as too large."""
         self.context_overflow = True
+        if self.context_models is None:
+            self.context_models = set()
         self.context_models.add((entry.family, model))
         window = self.owner.context_window(entry, model)
         if window is not None:
@@ -538,7 +544,7 @@ class _Walk:
 
     def too_small(self, entry: Entry, model: str) -> bool:
         """The entry is known to be too small: the same model failed, or its window is no larger."""
-        if (entry.family, model) in self.context_models:
+        if self.context_models is not None and (entry.family, model) in self.context_models:
             return True
         window = self.owner.context_window(entry, model)
         return window is not None and self.context_limit is not None and window <= self.context_limit
