@@ -562,9 +562,12 @@ def has_images(messages: Sequence[Message]) -> bool:
     return False
 
 
+_OUTCOMES: dict[ErrorClass, Outcome] = {c: c.value for c in ErrorClass}
+
+
 def outcome_of(cls: ErrorClass) -> Outcome:
     """The ledger outcome of an error class (the same names)."""
-    return cls.value
+    return _OUTCOMES[cls]
 
 
 def error_detail(exc: BaseException) -> str:

@@ -18,12 +18,8 @@ from typing import TYPE_CHECKING
 from turnout.attribution import DispatchScope, Outcome, RouteRef
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import ErrorClass, ProviderError, StreamingUnsupported
-from turnout.reliable import outcome_of
-from turnout.types import (
-    ChatRequest,
-    StreamEvent,
-    Usage,
-)
+from turnout.reliable import has_images, outcome_of
+from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
 
 if TYPE_CHECKING:
     from turnout.reliable import Entry, ReliableProvider
@@ -35,12 +31,12 @@ _OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 def eligible_entry(owner: ReliableProvider, request: ChatRequest, model: str) -> int | None:
     """Index of the first entry that can stream this request now, or None."""
     now = owner.clock()
-    has_images = any(m.images for m in request.messages)
+    images = has_images(request.messages)
     for i, entry in enumerate(owner.entries):
         caps = entry.capabilities(model)
         if not caps.streaming or (request.tools and not caps.streaming_tool_events):
             continue
-        if has_images and not caps.vision:
+        if images and not caps.vision:
             continue
         if len(owner.entries) > 1 and owner.cooling_until(entry, now) is not None:
             continue
@@ -88,10 +84,9 @@ async def stream_first_eligible(
             async for batch in upstream:
                 if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
                     ttft = (time.perf_counter() - t0) * 1000.0
-                for event in batch:
-                    if event.type == "usage":
-                        usage = event.usage
-                if batch[-1].type == "final":  # Final is always the last event of a stream
+                if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
+                    usage = [e for e in batch if type(e) is UsageEvent][-1].usage
+                if type(batch[-1]) is Final:  # Final is always the last event of a stream
                     outcome = "ok"
                 yield batch
     except (asyncio.CancelledError, GeneratorExit):

@@ -228,7 +228,7 @@ class AnthropicAdapter(HTTPAdapter):
         facts = _error_facts(data)
         request_id = data.get("request_id")
         if isinstance(request_id, str) and "request-id" not in headers:
-            headers = {**headers, "request-id": request_id}
+            headers = {**{k.lower(): v for k, v in headers.items()}, "request-id": request_id}
         return ErrorFacts(
             status=status,
             error_type=facts.error_type,

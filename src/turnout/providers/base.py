@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Self
 
 import orjson
+from multidict import CIMultiDictProxy
 
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
@@ -314,7 +315,8 @@ class HTTPAdapter(Provider):
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes, model: str | None) -> ProviderError:
         """A classified error for an HTTP error response."""
-        lowered = {k.lower(): v for k, v in headers.items()}
+        # aiohttp's headers are case-insensitive already; anything else gets lowercased names
+        lowered = headers if isinstance(headers, CIMultiDictProxy) else {k.lower(): v for k, v in headers.items()}
         try:
             facts = self.error_facts(status, lowered, body)
         except MALFORMED:

@@ -16,7 +16,6 @@ import asyncio
 import math
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,8 +421,7 @@ class HttpClient:
         finally:
             self._finish(resp, watchdog)
 
-    @asynccontextmanager
-    async def stream(
+    def stream(
         self,
         url: str,
         *,
@@ -432,14 +430,30 @@ class HttpClient:
         timeouts: Timeouts,
         target: Target,
         ssl_context: ssl.SSLContext | bool = True,
-    ) -> AsyncIterator[StreamingResponse]:
-        """POST ``body`` and yield the open response once its headers arrived.
+    ) -> _OpenStream:
+        """POST ``body``; use as ``async with``: it gives the open response once its headers arrived.
 
         Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
         upstream sees the client go; a body read to its end releases the connection to the pool.
         """
-        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
-        try:
-            yield StreamingResponse(resp, watchdog)
-        finally:
-            self._finish(resp, watchdog)
+        return _OpenStream(self, (url, headers, body, timeouts, target, ssl_context))
+
+
+class _OpenStream:
+    """The context of one streaming request (:meth:`HttpClient.stream`)."""
+
+    __slots__ = ("_args", "_client", "_open")
+
+    def __init__(self, client: HttpClient, args: tuple[Any, ...]) -> None:
+        self._client = client
+        self._args = args
+        self._open: tuple[aiohttp.ClientResponse, _Watchdog] | None = None
+
+    async def __aenter__(self) -> StreamingResponse:
+        resp, watchdog = self._open = await self._client._open(*self._args)
+        return StreamingResponse(resp, watchdog)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._open is not None:
+            self._client._finish(*self._open)
+            self._open = None
