@@ -8,7 +8,7 @@ multiplications.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,21 +56,35 @@ class Rates:
     output: _Rate
     cached_input: _Rate | None = None
     cache_write: _Rate | None = None
+    #: ``(input, output, cached, write)`` base rates when no rate is tiered (the cost is then four products).
+    _flat: tuple[float, float, float | None, float | None] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rates = (self.input, self.output, self.cached_input, self.cache_write)
+        flat = None
+        if not any(r is not None and r.tiers for r in rates):
+            cached, write = (r.base if r is not None else None for r in rates[2:])
+            flat = (self.input.base, self.output.base, cached, write)
+        object.__setattr__(self, "_flat", flat)
 
     def cost(self, usage: Usage) -> float:
         """The cost of ``usage``; cached and cache-write tokens are priced apart from plain input."""
         total_in = usage.input_tokens
-        inp, out, cached_rate, write_rate = self.input, self.output, self.cached_input, self.cache_write
+        flat = self._flat
+        if flat is not None:
+            in_rate, out_rate, cached_rate, write_rate = flat
+        else:
+            in_rate, out_rate = self.input.at(total_in), self.output.at(total_in)
+            cached_rate = self.cached_input.at(total_in) if self.cached_input is not None else None
+            write_rate = self.cache_write.at(total_in) if self.cache_write is not None else None
         cached = usage.cached_input_tokens if cached_rate is not None else 0
         written = usage.cache_write_tokens if write_rate is not None else 0
         plain = total_in - cached - written
-        cost = (plain if plain > 0 else 0) * (inp.at(total_in) if inp.tiers else inp.base) + usage.output_tokens * (
-            out.at(total_in) if out.tiers else out.base
-        )
+        cost = (plain if plain > 0 else 0) * in_rate + usage.output_tokens * out_rate
         if cached_rate is not None:
-            cost += cached * cached_rate.at(total_in)
+            cost += cached * cached_rate
         if write_rate is not None:
-            cost += written * write_rate.at(total_in)
+            cost += written * write_rate
         return cost / 1_000_000
 
 
