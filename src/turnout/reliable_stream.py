@@ -85,7 +85,7 @@ async def stream_first_eligible(
                 if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
                     ttft = (time.perf_counter() - t0) * 1000.0
                 if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
-                    usage = [e for e in batch if type(e) is UsageEvent][-1].usage
+                    usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                 if type(batch[-1]) is Final:  # Final is always the last event of a stream
                     outcome = "ok"
                 yield batch

@@ -112,7 +112,9 @@ async def turn_outputs(
     builder = ResponseBuilder()
     add = builder.add
     texts = builder.text_parts
-    forwarded = state.forwarded
+    if events_visible:
+        # Every answer text piece is shown as it is collected: the shown text and the answer's text are one list.
+        state.forwarded = texts
     think = ThinkSplitter()
     thinking = False  # a think tag is open or may be starting: text goes through the splitter
     draft_text = ""
@@ -132,7 +134,6 @@ async def turn_outputs(
                         # the common case, no think tag in sight: forward as it is
                         texts.append(text)
                         if events_visible:
-                            forwarded.append(text)
                             state.visible = True
                             yield event
                         if draft is not None:
@@ -154,7 +155,6 @@ async def turn_outputs(
                             text_event = event if piece is getattr(event, "text", None) else TextDelta(text=piece)
                             add(text_event)
                             if events_visible:
-                                forwarded.append(piece)
                                 state.visible = True
                                 yield text_event
                             if draft is not None:
