@@ -176,21 +176,22 @@ class OpenAIChatAdapter(HTTPAdapter):
 
     def parse_response(self, data: Any, model: str) -> ChatResponse:
         """A ``chat.completion`` object → the answer; raises ``RefusalError`` for refusals and filters."""
-        if not isinstance(data, dict):
+        if type(data) is not dict:
             raise TypeError("response is not a JSON object")
-        if data.get("error") and not data.get("choices"):
-            raise self.in_band_error(facts_from_object(data, status=None, headers={}), model)
-        choices = data["choices"]
+        choices = data.get("choices")
+        if not choices:
+            if data.get("error"):
+                raise self.in_band_error(facts_from_object(data, status=None, headers={}), model)
+            choices = data["choices"]  # missing: KeyError; empty: IndexError below (a malformed response)
         first = choices[0]
         choice = first if first.get("index", 0) == 0 else next((c for c in choices if c.get("index") == 0), first)
         message = choice.get("message") or {}
-        profile = self.settings.profile
         refusal = message.get("refusal")
-        if isinstance(refusal, str) and refusal:
-            raise _refusal(refusal, provider=profile, model=model)
+        if refusal and isinstance(refusal, str):
+            raise _refusal(refusal, provider=self.settings.profile, model=model)
         raw_finish = choice.get("finish_reason")
         if raw_finish == "content_filter":
-            raise _filtered(provider=profile, model=model)
+            raise _filtered(provider=self.settings.profile, model=model)
         if raw_finish == "error":
             raise self.in_band_error(ErrorFacts(message="the provider finished the answer with an error"), model)
         field = message.get("reasoning_content") or message.get("reasoning")
