@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from turnout._fast import fast_init
 from turnout.config.secrets import scrub
 from turnout.errors import ErrorClass, ProviderError, RefusalError
 
@@ -121,6 +122,7 @@ AUTH_TYPES = frozenset(
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorFacts:
     """What an adapter knows about one failure, before it is classified.
@@ -130,7 +132,7 @@ class ErrorFacts:
         error_type: The provider's error ``type`` (Gemini: ``status`` such as ``RESOURCE_EXHAUSTED``).
         error_code: The provider's error ``code`` as text (``context_length_exceeded``, ``insufficient_quota``).
         message: The provider's message (scrubbed of secrets before it is kept).
-        headers: Response headers with lowercased names.
+        headers: Response headers: case-insensitive (aiohttp's), or a mapping with lowercased names.
         retry_delay: Gemini ``RetryInfo.retryDelay`` (``"37s"``).
         quota_ids: Gemini ``QuotaFailure`` quota ids (``...PerMinute...``, ``...PerDay...``).
         reason: Gemini ``ErrorInfo.reason`` (``API_KEY_INVALID``).
@@ -152,19 +154,40 @@ def _low(s: str | None) -> str:
     return s.lower() if s else ""
 
 
-def _has(text: str, phrases: Iterable[str]) -> bool:
-    return any(p in text for p in phrases)
+def _has(text: str, phrases: tuple[str, ...]) -> bool:
+    for phrase in phrases:  # noqa: SIM110 - a plain loop is cheaper than any() over a generator
+        if phrase in text:
+            return True
+    return False
+
+
+def _lowered(facts: ErrorFacts) -> tuple[str, str, str, str]:
+    """``error_code``, ``error_type``, ``reason`` and ``message`` of ``facts``, lowercased (``""`` for None).
+
+    Computed once per failure and handed to the checks below, which all compare lowercased text.
+    """
+    code, etype, reason, message = facts.error_code, facts.error_type, facts.reason, facts.message
+    return (
+        code.lower() if code else "",
+        etype.lower() if etype else "",
+        reason.lower() if reason else "",
+        message.lower() if message else "",
+    )
 
 
 def is_context_window(facts: ErrorFacts) -> bool:
     """The request is larger than the model's context window."""
-    if _low(facts.error_code) == "context_length_exceeded":
+    return _context_window(facts.status, _low(facts.error_code), _low(facts.message))
+
+
+def _context_window(status: int | None, code: str, text: str) -> bool:
+    if code == "context_length_exceeded":
         return True
-    if facts.status == 429:
+    if status == 429:
         return False
-    if facts.status is not None and not 400 <= facts.status < 500:
+    if status is not None and not 400 <= status < 500:
         return False
-    return _has(_low(facts.message), CONTEXT_WINDOW_HINTS)
+    return _has(text, CONTEXT_WINDOW_HINTS)
 
 
 REFUSAL_HINTS = (
@@ -185,23 +208,32 @@ def is_refusal(facts: ErrorFacts) -> bool:
     content filtering policy", and the plain-text forms of protocols without a typed code (a Gemini 400
     ``INVALID_ARGUMENT`` that "violates the content policy", Ollama's "blocked by a content filter").
     """
-    if _low(facts.error_code) in REFUSAL_CODES or _low(facts.reason) in REFUSAL_CODES:
+    return _refusal(facts.status, _low(facts.error_code), _low(facts.reason), _low(facts.message))
+
+
+def _refusal(status: int | None, code: str, reason: str, text: str) -> bool:
+    if code in REFUSAL_CODES or reason in REFUSAL_CODES:
         return True
-    return facts.status in (None, 400) and _has(_low(facts.message), REFUSAL_HINTS)
+    return status in (None, 400) and _has(text, REFUSAL_HINTS)
 
 
 def is_auth_failure(facts: ErrorFacts) -> bool:
     """The credential itself was rejected: the key is dead for this process."""
-    if facts.status == 401:
+    code, etype, reason, text = _lowered(facts)
+    return _auth_failure(facts.status, code, etype, reason, text)
+
+
+def _auth_failure(status: int | None, code: str, etype: str, reason: str, text: str) -> bool:
+    if status == 401:
         return True
-    if facts.status == 403:  # a moderation block (OpenRouter) says nothing about the key
-        return not _has(_low(facts.message), MODERATION_HINTS)
-    if _low(facts.reason) in ("api_key_invalid", "api_key_expired"):
+    if status == 403:  # a moderation block (OpenRouter) says nothing about the key
+        return not _has(text, MODERATION_HINTS)
+    if reason in ("api_key_invalid", "api_key_expired"):
         return True
-    if _low(facts.error_type) in AUTH_TYPES or _low(facts.error_code) in AUTH_TYPES:
+    if etype in AUTH_TYPES or code in AUTH_TYPES:
         return True
     # Some providers reject a bad key with a plain 400 (or say so in text only): last resort, strong phrases.
-    return facts.status in (None, 400) and _has(_low(facts.message), KEY_REJECTED_HINTS)
+    return status in (None, 400) and _has(text, KEY_REJECTED_HINTS)
 
 
 def _has_retry_hint(facts: ErrorFacts) -> bool:
@@ -215,13 +247,15 @@ def _timed_quota(facts: ErrorFacts) -> bool:
 
 def classify(facts: ErrorFacts) -> ErrorClass:
     """The error class of a failure described by ``facts`` (SPEC section 5)."""
-    code = _low(facts.error_code)
-    etype = _low(facts.error_type)
-    text = _low(facts.message)
+    code, etype, reason, text = _lowered(facts)
+    return _classify(facts, code, etype, reason, text)
+
+
+def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) -> ErrorClass:
     status = facts.status
-    if is_refusal(facts):
+    if _refusal(status, code, reason, text):
         return ErrorClass.REFUSAL
-    if is_context_window(facts):
+    if _context_window(status, code, text):
         return ErrorClass.CONTEXT_WINDOW
     if status == 402:
         return ErrorClass.RATE_LIMITED_NON_RETRYABLE
@@ -250,12 +284,15 @@ def classify(facts: ErrorFacts) -> ErrorClass:
         return ErrorClass.RETRYABLE
     if etype in NON_RETRYABLE_TYPES or code in NON_RETRYABLE_TYPES or code == "model_not_found":
         return ErrorClass.NON_RETRYABLE
-    return classify_text(text)
+    return _classify_lowered(text)
 
 
 def classify_text(text: str) -> ErrorClass:
     """Last resort: classify a bare message by the seed's phrase lists (never by numbers in it)."""
-    low = text.lower()
+    return _classify_lowered(text.lower())
+
+
+def _classify_lowered(low: str) -> ErrorClass:
     if _has(low, CONTEXT_WINDOW_HINTS):
         return ErrorClass.CONTEXT_WINDOW
     if _has(low, BUSINESS_RATE_LIMIT_HINTS):
@@ -277,6 +314,13 @@ _TEXT_HINTS = (
     re.compile(r"retry[-_]after[:\s]\s*(\d+(?:\.\d+)?)", re.IGNORECASE),
     re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)\b", re.IGNORECASE),
     re.compile(r"retry after (\d+(?:\.\d+)?) seconds?", re.IGNORECASE),
+)
+#: Every pattern of ``_TEXT_HINTS`` needs this in the lowercased message (even with IGNORECASE, only
+#: ``t``/``T``, ``r``/``R`` and ``y``/``Y`` match these letters), so a message without it skips the searches.
+_TEXT_HINT_NEEDS = "try"
+#: ``(x-ratelimit-reset-*, x-ratelimit-remaining-*)`` for tokens, then requests.
+_RATELIMIT_HEADERS = tuple(
+    (f"x-ratelimit-reset-{kind}", f"x-ratelimit-remaining-{kind}") for kind in ("tokens", "requests")
 )
 
 
@@ -334,19 +378,19 @@ def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time)
         if v is not None:
             return v
     resets = []
-    for kind in ("tokens", "requests"):
-        reset = h.get(f"x-ratelimit-reset-{kind}")
+    for reset_header, remaining_header in _RATELIMIT_HEADERS:
+        reset = h.get(reset_header)
         if reset is None:
             continue
         v = _finite(parse_duration(reset))
         if v is None:
             continue
-        if h.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+        if h.get(remaining_header, "").strip() == "0":
             return v
         resets.append(v)
     if resets and facts.status == 429:
         return min(resets)
-    if facts.message:
+    if facts.message and _TEXT_HINT_NEEDS in facts.message.lower():
         for pattern in _TEXT_HINTS:
             m = pattern.search(facts.message)
             if m:
@@ -369,8 +413,10 @@ def provider_error(
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
     message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
-    error_class = classify(facts)
+    code, etype, reason, text = _lowered(facts)
+    error_class = _classify(facts, code, etype, reason, text)
     kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
+    headers = facts.headers
     return kind(
         message,
         error_class=error_class,
@@ -380,8 +426,8 @@ def provider_error(
         error_type=facts.error_type,
         error_code=facts.error_code,
         retry_after=retry_after_seconds(facts),
-        request_id=request_id or facts.headers.get("x-request-id") or facts.headers.get("request-id"),
-        auth_failure=is_auth_failure(facts),
+        request_id=request_id or headers.get("x-request-id") or headers.get("request-id"),
+        auth_failure=_auth_failure(facts.status, code, etype, reason, text),
     )
 
 

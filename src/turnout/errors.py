@@ -97,7 +97,7 @@ class ProviderError(TurnoutError):
         request_id: str | None = None,
         auth_failure: bool = False,
     ) -> None:
-        super().__init__(message)
+        self.args = (message,)  # what Exception.__init__(message) sets, without the call
         self.message = message
         self.auth_failure = auth_failure
         self.error_class = error_class if error_class is not None else self.default_class

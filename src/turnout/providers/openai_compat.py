@@ -141,6 +141,8 @@ def _text(value: Any) -> str:
 
 def _code(value: Any) -> str | None:
     """An error ``code`` as text (OpenRouter and Mistral send integers, OpenAI strings or null)."""
+    if type(value) is str:
+        return value or None
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | str):
@@ -173,7 +175,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     Args:
         data: The decoded body (or stream chunk) holding the error.
         status: The HTTP status (None for an error inside a 200 stream).
-        headers: Response headers with lowercased names (retry hints are read from them).
+        headers: Response headers, case-insensitive or with lowercased names (retry hints are read from them).
     """
     err = data.get("error")
     if isinstance(err, str):
@@ -181,17 +183,19 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
         return ErrorFacts(
             status=status, headers=headers, message=err, error_type=etype if isinstance(etype, str) else None
         )
-    source: Mapping[str, Any] = err if isinstance(err, Mapping) else data
+    # The Mapping checks here are guarded by ``type(...) is dict`` / ``is not None``: decoded JSON objects are
+    # dicts and absent fields are None, and both spare the (slower) ABC check.
+    source: Mapping[str, Any] = err if type(err) is dict or isinstance(err, Mapping) else data
     message = _text(source.get("message")) or _text(source.get("detail"))
     etype = source.get("type")
     error_type = etype if isinstance(etype, str) else None
     error_code = _code(source.get("code"))
     reason = None
     inner = source.get("innererror")
-    if isinstance(inner, Mapping):
+    if inner is not None and isinstance(inner, Mapping):
         reason = _code(inner.get("code"))
     meta = source.get("metadata")
-    if isinstance(meta, Mapping):
+    if meta is not None and isinstance(meta, Mapping):
         raw = meta.get("raw")
         if isinstance(raw, str) and raw:
             up_message, up_type, up_code = _unwrap_raw(raw)
@@ -224,8 +228,9 @@ def error_facts(status: int, headers: Mapping[str, str], body: bytes) -> ErrorFa
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
-    if isinstance(data, list) and data:
-        data = data[0]
-    if not isinstance(data, Mapping):
-        return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
+    if type(data) is not dict:  # the usual error object needs none of these checks
+        if isinstance(data, list) and data:
+            data = data[0]
+        if not isinstance(data, Mapping):
+            return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
     return facts_from_object(data, status=status, headers=headers)
