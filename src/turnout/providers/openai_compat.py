@@ -49,17 +49,23 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     so they are added. xAI leaves reasoning tokens out of ``completion_tokens`` (its ``total_tokens`` is
     prompt + completion + reasoning), OpenAI counts them in; the total tells which.
     """
-    prompt = _int(raw.get("prompt_tokens"))
-    completion = _int(raw.get("completion_tokens"))
+    prompt = raw.get("prompt_tokens")
+    if type(prompt) is not int or prompt < 0:  # plain non-negative ints skip the normalising call
+        prompt = _int(prompt)
+    completion = raw.get("completion_tokens")
+    if type(completion) is not int or completion < 0:
+        completion = _int(completion)
     details = raw.get("prompt_tokens_details")
     cached = cache_write = 0
-    if isinstance(details, dict):
+    if details is not None and isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
         cache_write = _int(details.get("cache_write_tokens"))
     if not cached and "prompt_cache_hit_tokens" in raw:
         cached = _int(raw["prompt_cache_hit_tokens"])
     out_details = raw.get("completion_tokens_details")
-    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, dict) else 0
+    reasoning = (
+        _int(out_details.get("reasoning_tokens")) if out_details is not None and isinstance(out_details, dict) else 0
+    )
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
