@@ -224,6 +224,7 @@ class HTTPAdapter(Provider):
         self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
         self._headers: dict[str, str] = {"Content-Type": "application/json", **settings.extra_headers}
         self._headers.update(self.auth_headers(self.api_key))
+        http.pin(self._headers)
         self._ssl = http.ssl_context(settings.ssl_ca)
         self._caps = self._capabilities()
         self._targets: dict[str | None, Target] = {}

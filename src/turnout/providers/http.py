@@ -285,6 +285,31 @@ class HttpClient:
         self._ssl: dict[str, ssl.SSLContext] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._deadlines: _Deadlines | None = None
+        self._pinned: dict[int, Mapping[str, str]] = {}
+        self._bound: dict[int, tuple[Mapping[str, str], float, aiohttp.ClientSession]] = {}
+
+    def pin(self, headers: Mapping[str, str]) -> None:
+        """Declare ``headers`` the fixed headers of one credential (this very object, never mutated).
+
+        Requests made with this object then go through a session of their own that sends them as its
+        defaults, sharing the connection pool, instead of merging them into every request.
+        """
+        self._pinned[id(headers)] = headers
+
+    def _bound_session(self, headers: Mapping[str, str], connect: float) -> aiohttp.ClientSession | None:
+        """The session for pinned ``headers`` (made on first use); None when they are not pinned."""
+        if not self._owns or self._pinned.get(id(headers)) is not headers:
+            return None
+        base = self.session()
+        session = aiohttp.ClientSession(
+            connector=base.connector,
+            connector_owner=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            headers={"User-Agent": USER_AGENT, **headers},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect),
+        )
+        self._bound[id(headers)] = (headers, connect, session)
+        return session
 
     def session(self) -> aiohttp.ClientSession:
         """The shared session (created on first call)."""
@@ -310,7 +335,10 @@ class HttpClient:
         return ctx
 
     async def aclose(self) -> None:
-        """Close the session if this client created it."""
+        """Close the sessions this client created."""
+        bound, self._bound = self._bound, {}
+        for _, _, session in bound.values():
+            await session.close()  # not the pool's owner: the pool closes with the shared session
         if self._session is not None and self._owns and not self._session.closed:
             await self._session.close()
         self._session = None
@@ -340,12 +368,19 @@ class HttpClient:
         assert task is not None
         watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
         deadlines.add(watchdog, start)
-        session = self._session
-        if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
-            session = self.session()
-        timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
+        bound = self._bound.get(id(headers))
+        if bound is not None and bound[0] is headers and bound[1] == timeouts.connect:
+            request = bound[2].post(url, data=body, ssl=ssl_context)
+        elif (session := self._bound_session(headers, timeouts.connect)) is not None:
+            request = session.post(url, data=body, ssl=ssl_context)
+        else:
+            session = self._session
+            if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
+                session = self.session()
+            timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
+            request = session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context)
         try:
-            resp = await session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context)
+            resp = await request
         except asyncio.CancelledError:
             deadlines.discard(watchdog)
             if watchdog.fired is None or task.uncancel() > 0:
