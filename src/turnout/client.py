@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from turnout.attribution import DispatchScope, RouteRef, fallback_notice
+from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
 from turnout.errors import (
     AllProvidersFailed,
@@ -143,11 +143,7 @@ class Call:
         served = scope.served or requested
         later = scope.served_entry is not None and scope.served_entry[1] > 0
         is_fallback = later or (served is not requested and served != requested)
-        notice = (
-            fallback_notice(requested, served, intra_family=self.client.config.notices.intra_family)
-            if is_fallback
-            else None
-        )
+        notice = self.client.notice(requested, served) if is_fallback else None
         attempts = tuple(scope.attempts)
         if self.client.ledger is not None:
             accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
@@ -243,6 +239,7 @@ class Client:
         )
         self.router = self.factory.router()
         self._default: tuple[Target, RouteRef] | None = None
+        self._notices: dict[tuple[int, int], tuple[RouteRef, RouteRef, FallbackNotice]] = {}
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -314,6 +311,18 @@ class Client:
         return target
 
     # --- calls -------------------------------------------------------------------------------
+
+    def notice(self, requested: RouteRef, served: RouteRef) -> FallbackNotice:
+        """The fallback notice from ``requested`` to ``served`` (made once per pair of routes)."""
+        key = (id(requested), id(served))
+        known = self._notices.get(key)
+        if known is not None and known[0] is requested and known[1] is served:
+            return known[2]
+        notice = fallback_notice(requested, served, intra_family=self.config.notices.intra_family)
+        if len(self._notices) >= 256:
+            self._notices.clear()
+        self._notices[key] = (requested, served, notice)  # the routes are held, so their ids stay theirs
+        return notice
 
     def record(self, call: CallRecord) -> None:
         """Send a finished call to the ledger (no-op without one)."""
