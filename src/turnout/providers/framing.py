@@ -103,6 +103,30 @@ class SSEParser:
             raise ProtocolError(f"stream line longer than {limit} bytes")
         return out
 
+    def lead(self, chunk: bytes) -> tuple[list[bytes], bytes]:
+        """The data of the complete, one-line, unnamed ``data:`` events that ``chunk`` starts with, and the rest.
+
+        What nearly every stream is made of, split off without building an event each. Only between events
+        (nothing carried over from earlier chunks, no CR in sight); otherwise nothing is split off. The rest
+        goes to :meth:`feed`, which continues from a clean boundary.
+        """
+        if self._tail or self._data or self._event or self._cr or b"\r" in chunk:
+            return [], chunk
+        out: list[bytes] = []
+        append = out.append
+        pos = 0
+        end = len(chunk)
+        find = chunk.find
+        starts = chunk.startswith
+        limit = self._max
+        while starts(b"data: ", pos):
+            nl = find(b"\n", pos)
+            if nl < 0 or nl + 1 >= end or chunk[nl + 1] != 10 or nl - pos > limit:
+                break
+            append(chunk[pos + 6 : nl])
+            pos = nl + 2
+        return out, chunk[pos:] if pos else chunk
+
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:
         if len(line) > self._max:  # also when the whole line arrived in one read
             raise ProtocolError(f"stream line longer than {self._max} bytes")

@@ -320,10 +320,11 @@ class ChatStreamDecoder(StreamDecoder):
         append = out.append
         fast = 0  # chunks decoded inline
         try:
-            for name, data in self._sse.feed(chunk):
-                if name or data[:1] != b"{":
-                    if self._event(name, data, out):
-                        break
+            payloads, rest = self._sse.lead(chunk)
+            for data in payloads:
+                if data[:1] != b"{":
+                    if self._event("", data, out):
+                        return out
                     continue
                 try:
                     obj = _loads(data)
@@ -350,7 +351,11 @@ class ChatStreamDecoder(StreamDecoder):
                             if content:
                                 append(text_delta(content))
                             continue
-                self._object(name, obj, out)
+                self._object("", obj, out)
+            if rest:
+                for name, data in self._sse.feed(rest):
+                    if self._event(name, data, out):
+                        break
         except TurnoutError as exc:
             return self.defer(exc, out)
         finally:
