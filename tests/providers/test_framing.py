@@ -292,3 +292,50 @@ def test_ndjson_arbitrary_bytes_and_splits(body: bytes, cuts: list[int]) -> None
             ndjson_all(pieces, max_line=64)
         return
     assert ndjson_all(pieces, max_line=64) == expected
+
+
+# --- SSE: the leading one-line events a decoder takes without events ------------------------------
+
+
+def sse_lead_then_feed(pieces: list[bytes]) -> list[SSEEvent]:
+    """What a decoder sees when it takes each chunk's leading one-line events first, then feeds the rest."""
+    parser = SSEParser()
+    events: list[SSEEvent] = []
+    for piece in pieces:
+        payloads, rest = parser.lead(piece)
+        events += [("", data) for data in payloads]
+        if rest:
+            events += parser.feed(rest)
+    events += parser.finish()
+    return events
+
+
+def test_lead_splits_only_complete_one_line_events_at_a_boundary() -> None:
+    parser = SSEParser()
+    assert parser.lead(b'data: {"a":1}\n\ndata: [DONE]\n\nevent: x\ndata: y\n\n') == (
+        [b'{"a":1}', b"[DONE]"],
+        b"event: x\ndata: y\n\n",
+    )
+    assert parser.lead(b"data: cut") == ([], b"data: cut")  # no line break: left to feed
+    assert parser.lead(b"data: a\ndata: b\n\n") == ([], b"data: a\ndata: b\n\n")  # two data lines
+    assert parser.lead(b"data: a\r\n\r\n") == ([], b"data: a\r\n\r\n")  # CR: left to feed
+    parser.feed(b"data: half")
+    assert parser.lead(b" done\n\n") == ([], b" done\n\n")  # something carried over: not a boundary
+
+
+def test_lead_respects_the_line_bound() -> None:
+    parser = SSEParser(max_line=8)
+    payloads, rest = parser.lead(b"data: 0123456789\n\n")
+    assert payloads == []
+    with pytest.raises(ProtocolError):
+        parser.feed(rest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_lead_then_feed_equals_feed_at_every_split(data: st.DataObject) -> None:
+    body = SAMPLE.replace(b"data: unterminated", b'data: {"b":2}\n\ndata: [DONE]\n\n')
+    body = b'data: {"x":1}\n\ndata: {"y":2}\n\n' + body
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=6)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert sse_lead_then_feed(pieces) == sse_all([body])[0]
