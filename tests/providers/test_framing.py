@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -297,9 +298,9 @@ def test_ndjson_arbitrary_bytes_and_splits(body: bytes, cuts: list[int]) -> None
 # --- SSE: the leading one-line events a decoder takes without events ------------------------------
 
 
-def sse_lead_then_feed(pieces: list[bytes]) -> list[SSEEvent]:
+def sse_lead_then_feed(pieces: list[bytes], *, max_line: int | None = None) -> list[SSEEvent]:
     """What a decoder sees when it takes each chunk's leading one-line events first, then feeds the rest."""
-    parser = SSEParser()
+    parser = SSEParser() if max_line is None else SSEParser(max_line)
     events: list[SSEEvent] = []
     for piece in pieces:
         payloads, rest = parser.lead(piece)
@@ -339,3 +340,64 @@ def test_lead_then_feed_equals_feed_at_every_split(data: st.DataObject) -> None:
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=6)))
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     assert sse_lead_then_feed(pieces) == sse_all([body])[0]
+
+
+def test_lead_splits_a_chunk_of_one_line_events_whole() -> None:
+    """A chunk made only of one-line events is split at once; what follows its last blank line is the rest."""
+    events = [b'{"n":%d,"t":"data: x"}' % i for i in range(50)]
+    chunk = b"".join(b"data: " + e + b"\n\n" for e in events) + b'data: {"half'
+    assert SSEParser().lead(chunk) == (events, b'data: {"half')
+    assert SSEParser().lead(b"data: \n\n") == ([b""], b"")
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b"data: a\n\ndata: b\ndata: c\n\ndata: d\n\n",  # a two-line event in the middle
+        b"data: a\n\n\ndata: b\n\n",  # an extra blank line
+        b"data: a\n\nevent: e\ndata: b\n\n",  # a named event
+        b"data: a\n\n: keep-alive\n\ndata: b\n\n",  # a comment
+        b"data: a\n\ndata:b\n\n",  # no space after the colon
+        b"data: a\n\ndata: b\n\n\n",  # ends with an extra line break
+    ],
+)
+def test_lead_leaves_anything_but_one_line_events_to_feed(chunk: bytes) -> None:
+    """Whatever the whole split cannot take still decodes exactly as :meth:`SSEParser.feed` decodes it."""
+    assert sse_lead_then_feed([chunk]) == sse_all([chunk])[0]
+
+
+_SSE_PART = st.sampled_from(
+    [
+        b"data: ",
+        b"data:",
+        b"data: data: ",
+        b"event: e\n",
+        b": c\n",
+        b"\n",
+        b"\n\n",
+        b"\n\ndata: ",
+        b"id: 1\n",
+        b'{"t":"x"}',
+        b"[DONE]",
+        b"0123456789",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SSE_PART, max_size=24), st.lists(st.integers(0, 400), max_size=4), st.sampled_from([12, 40, 1 << 20]))
+def test_lead_then_feed_equals_feed_on_any_body(parts: list[bytes], cuts: list[int], max_line: int) -> None:
+    """On arbitrary bodies, cut anywhere and with any line bound, lead-then-feed dispatches what feed does."""
+    body = b"".join(parts)
+    cuts = sorted(min(c, len(body)) for c in cuts)
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+
+    def outcome(decode: Callable[[], object]) -> object:
+        try:
+            return decode()
+        except ProtocolError:
+            return "ProtocolError"
+
+    assert outcome(lambda: sse_lead_then_feed(pieces, max_line=max_line)) == outcome(
+        lambda: sse_all(pieces, max_line=max_line)[0]
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from provider_kit import Reply, bytewise, fixture_path, make_adapter, random_splits, two_way_splits
 
@@ -720,3 +720,112 @@ async def test_non_stream_malformed_body(server: Any, http: HttpClient) -> None:
     with pytest.raises(ProviderError) as info:
         await a.chat(REQUEST, MODEL)
     assert info.value.error_class is ErrorClass.RETRYABLE and not isinstance(info.value, ProtocolError)
+
+
+# --- the inline path for plain text chunks decodes what the general path decodes ---------------------------
+
+_VALUES = [None, "", "hi", "<b>", 0, "0", [], {}, [{"type": "text", "text": "p"}]]
+_GONE = "<gone>"  # a change that deletes the key
+
+
+def _perturbed(plain: dict[str, Any], changes: list[tuple[str, str, Any]]) -> Any:
+    """``plain`` with each ``(where, key, value)`` applied to the chunk, its choice or its delta (when still there)."""
+    chunk: Any = orjson.loads(orjson.dumps(plain))
+    for where, key, value in changes:
+        target = chunk
+        if where != "chunk":
+            choices = chunk.get("choices") if isinstance(chunk, dict) else None
+            target = choices[0] if isinstance(choices, list) and choices else None
+            if where == "delta":
+                target = target.get("delta") if isinstance(target, dict) else None
+        if not isinstance(target, dict):
+            continue
+        if value == _GONE:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    return chunk
+
+
+_CHANGES = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("chunk"),
+            st.sampled_from(["choices", "model", "usage", "x_groq", "error", "object"]),
+            st.sampled_from(
+                [*_VALUES, _GONE, "m-2", {"message": "boom"}, "chat.completion.done", {"usage": {"prompt_tokens": 3}}]
+            ),
+        ),
+        st.tuples(
+            st.just("choice"),
+            st.sampled_from(["index", "delta", "finish_reason"]),
+            st.sampled_from([*_VALUES, _GONE, 1, "stop", "length"]),
+        ),
+        st.tuples(
+            st.just("delta"),
+            st.sampled_from(["content", "role", "refusal", "reasoning_content", "tool_calls"]),
+            st.sampled_from([*_VALUES, _GONE, "assistant"]),
+        ),
+    ),
+    max_size=2,
+)
+_CHUNKS = st.one_of(
+    st.builds(
+        _perturbed,
+        st.builds(
+            lambda text, model: {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}],
+            },
+            st.sampled_from(["", "hi", "a <b>"]),
+            st.sampled_from(["m-1", "m-2"]),
+        ),
+        _CHANGES,
+    ),
+    st.sampled_from(_VALUES),
+)
+
+
+def _decoded(decode: Any) -> tuple[list[StreamEvent], str | None]:
+    """The events up to the first error, and that error's type (None: the stream completed)."""
+    events: list[StreamEvent] = []
+    try:
+        decode(events)
+    except TurnoutError as exc:
+        return events, type(exc).__name__
+    return events, None
+
+
+def _plain(**changes: Any) -> dict[str, Any]:
+    chunk = {"model": "m-1", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+    return {**chunk, **changes}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_CHUNKS, max_size=6))
+@example([_plain(object="chat.completion.done")])
+@example([_plain(x_groq={"usage": {"prompt_tokens": 3, "completion_tokens": 1}})])
+@example([_plain(usage={"prompt_tokens": 3, "completion_tokens": 1})])
+@example([_plain(model="m-1"), _plain(model="m-2")])
+@example([_plain(choices=[{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}])])
+@example([_plain(choices=[{"index": 0, "delta": {"content": [{"type": "text", "text": "p"}]}}])])
+@example([_plain(choices=[{"index": 1, "delta": {"content": "hi"}}])])
+def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any]) -> None:
+    """``feed`` takes plain text chunks inline; every chunk shape gives the events ``_object`` gives."""
+
+    def by_feed(events: list[StreamEvent]) -> None:
+        decoder: Any = adapter().decoder(MODEL)
+        for chunk in chunks:
+            events += decoder.feed(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        events += decoder.feed(b"data: [DONE]\n\n")
+        events += decoder.finish()
+
+    def by_object(events: list[StreamEvent]) -> None:
+        decoder: Any = adapter().decoder(MODEL)
+        for chunk in chunks:
+            decoder._object("", chunk, events)
+        decoder._event("", b"[DONE]", events)
+
+    assert _decoded(by_feed) == _decoded(by_object)

@@ -112,13 +112,20 @@ class SSEParser:
         """
         if self._tail or self._data or self._event or self._cr or b"\r" in chunk:
             return [], chunk
+        limit = self._max
+        end = chunk.rfind(b"\n\n") + 2
+        if end > 7 and chunk.startswith(b"data: "):
+            # All at once when every complete event is one: split at each "\n\ndata: ", then check that
+            # those separators and the final blank line hold every line break (so no event has a second line).
+            payloads = chunk[6 : end - 2].split(b"\n\ndata: ")
+            if chunk.count(b"\n", 0, end) == 2 * len(payloads) and max(map(len, payloads)) + 6 <= limit:
+                return payloads, chunk[end:]
         out: list[bytes] = []
         append = out.append
         pos = 0
         end = len(chunk)
         find = chunk.find
         starts = chunk.startswith
-        limit = self._max
         while starts(b"data: ", pos):
             nl = find(b"\n", pos)
             if nl < 0 or nl + 1 >= end or chunk[nl + 1] != 10 or nl - pos > limit:

@@ -41,13 +41,15 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
-    text_delta,
 )
 
 #: What a stream is missing when it ends too early.
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _loads = orjson.loads
+#: ``TextDelta(text=...)`` in two C calls, for the inline path that makes one per streamed token.
+_new = object.__new__
+_set_text = TextDelta.__dict__["text"].__set__
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
@@ -332,25 +334,31 @@ class ChatStreamDecoder(StreamDecoder):
                     raise ProtocolError(
                         "malformed stream event: invalid JSON", provider=self._provider, model=self._model
                     ) from exc
-                if type(obj) is dict and "error" not in obj and obj.get("usage") is None and "x_groq" not in obj:
-                    choices = obj.get("choices")
-                    if type(choices) is list and len(choices) == 1:
-                        choice = choices[0]
-                        if (
-                            type(choice) is dict
-                            and choice.get("finish_reason") is None
-                            and choice.get("index") in (0, None)
-                            and type(delta := choice.get("delta")) is dict
-                            and len(delta) == 1
-                            and type(content := delta.get("content")) is str
-                            and obj.get("object") != "chat.completion.done"
-                        ):
-                            fast += 1
-                            if self._reported is None and type(reported := obj.get("model")) is str and reported:
-                                self._reported = reported
-                            if content:
-                                append(text_delta(content))
-                            continue
+                try:  # the common shape; when nothing raises, obj, choice and delta are dicts
+                    (choice,) = obj["choices"]
+                    delta = choice["delta"]
+                    content = delta["content"]
+                except (KeyError, TypeError, ValueError):
+                    pass
+                else:
+                    if (
+                        type(content) is str
+                        and len(delta) == 1
+                        and choice.get("finish_reason") is None
+                        and choice.get("index") in (0, None)
+                        and "error" not in obj
+                        and obj.get("usage") is None
+                        and "x_groq" not in obj
+                        and obj.get("object") != "chat.completion.done"
+                    ):
+                        fast += 1
+                        if self._reported is None and type(reported := obj.get("model")) is str and reported:
+                            self._reported = reported
+                        if content:
+                            td = _new(TextDelta)
+                            _set_text(td, content)
+                            append(td)
+                        continue
                 self._object("", obj, out)
             if rest:
                 for name, data in self._sse.feed(rest):
@@ -418,9 +426,8 @@ class ChatStreamDecoder(StreamDecoder):
         self._chunks += 1
         if obj.get("error"):
             raise self._error(obj)
-        reported = obj.get("model")
-        if isinstance(reported, str) and reported:
-            self._reported = reported
+        if self._reported is None and isinstance(reported := obj.get("model"), str) and reported:
+            self._reported = reported  # the first model a chunk names (as on the inline path)
         usage = chunk_usage(obj)
         if usage is not None:
             self._usage = usage
