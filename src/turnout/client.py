@@ -34,7 +34,7 @@ from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
-from turnout.reply import Reply
+from turnout.reply import Reply, new_reply
 from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, TurnState, call_sink, turn_outputs
 from turnout.state import MemoryStore, StateStore
@@ -163,7 +163,7 @@ class Call:
             )
         if "<think>" in response.text:
             response = without_think(response)
-        return Reply(
+        return new_reply(
             text=response.text,
             tool_calls=response.tool_calls,
             usage=response.usage,

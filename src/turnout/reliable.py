@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequ
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope
+from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
@@ -243,7 +243,7 @@ class ReliableProvider(Provider):
             if isinstance(error, ProviderError):
                 status, retry_after = error.status, error.retry_after
             detail = detail or error_detail(error)
-        return Attempt(
+        return new_attempt(
             provider=entry.profile,
             model=model,
             outcome=outcome,
@@ -409,7 +409,7 @@ class ReliableProvider(Provider):
                 continue
             # The success path: the attempt goes straight to the call's records (the walk is over).
             usage = response.usage
-            attempt = Attempt(
+            attempt = new_attempt(
                 provider=entry.profile,
                 model=served,
                 outcome="ok",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnout._fast import fast_init
+from turnout._fast import fast_init, fast_new
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.types import ToolCall, Usage
 
@@ -53,3 +53,7 @@ class Reply:
     def model(self) -> str:
         """The served model."""
         return self.served.model
+
+
+#: ``Reply(...)`` for hot paths (see :func:`turnout._fast.fast_new`).
+new_reply = fast_new(Reply)

@@ -15,6 +15,7 @@ from turnout.types import (
     ToolCallEvent,
     Usage,
     UsageEvent,
+    new_chat_response,
 )
 
 
@@ -64,7 +65,7 @@ class ResponseBuilder:
 
     def build(self) -> ChatResponse:
         """The response the events so far describe."""
-        return ChatResponse(
+        return new_chat_response(
             text=self.text,
             tool_calls=tuple(self.tool_calls),
             usage=self.usage,

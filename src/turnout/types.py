@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import orjson
 
@@ -216,7 +216,7 @@ class ChatRequest:
         stop: Sequence[str] = (),
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
-        return cls(
+        return (new_chat_request if cls is ChatRequest else cls)(
             messages=coerce_messages(messages),
             tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
@@ -286,7 +286,7 @@ class ReasoningDelta:
 
 
 #: ``TextDelta(text=...)`` for hot paths (a decoder makes one per streamed token).
-text_delta: Callable[[str], TextDelta] = fast_new(TextDelta)
+text_delta = cast(Callable[[str], TextDelta], fast_new(TextDelta))
 
 
 @fast_init
@@ -429,7 +429,7 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
 _SIMPLE_ROLES = frozenset(("system", "user", "assistant"))
 
 
-_new_message = fast_new(Message)
+_new_message = cast(Callable[[str, str], Message], fast_new(Message))
 
 
 def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
@@ -510,3 +510,13 @@ def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpe
         params = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
         out.append(ToolSpec(name=str(fn["name"]), description=str(fn.get("description") or ""), parameters=params))
     return tuple(out)
+
+
+# --- constructors for hot paths ----------------------------------------------------------------
+# Each takes what its class takes and builds the same record, without the class call (see turnout._fast).
+
+new_usage = fast_new(Usage)
+new_chat_request = fast_new(ChatRequest)
+new_chat_response = fast_new(ChatResponse)
+new_usage_event = fast_new(UsageEvent)
+new_final = fast_new(Final)

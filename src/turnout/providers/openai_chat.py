@@ -41,6 +41,9 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
+    new_chat_response,
+    new_final,
+    new_usage_event,
 )
 
 #: What a stream is missing when it ends too early.
@@ -214,7 +217,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return ChatResponse(
+        return new_chat_response(
             text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
@@ -527,9 +530,9 @@ class ChatStreamDecoder(StreamDecoder):
     def _complete_into(self, out: list[StreamEvent]) -> None:
         self._flush_calls(out)
         if self._usage is not None:
-            out.append(UsageEvent(usage=usage_from(self._usage)))
+            out.append(new_usage_event(usage=usage_from(self._usage)))
         out.append(
-            Final(finish_reason=unified_finish(self._finish, self._any_calls), model=self._reported or self._model)
+            new_final(finish_reason=unified_finish(self._finish, self._any_calls), model=self._reported or self._model)
         )
         self.done = True
 

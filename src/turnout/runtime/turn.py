@@ -46,6 +46,7 @@ from turnout.types import (
     TextDelta,
     ToolCallEvent,
     UsageEvent,
+    new_final,
 )
 
 #: A sink: a plain callable, sync or async.
@@ -212,7 +213,7 @@ async def turn_outputs(
                 yield tool
             if usage_event is not None:
                 yield usage_event
-            yield Final(finish_reason=response.finish_reason, model=response.model)
+            yield new_final(finish_reason=response.finish_reason, model=response.model)
             call.reply = call.accept(response)
             return
         _relabel_stream_attempt(scope.attempts, "empty", builder.usage)
