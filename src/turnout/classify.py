@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from turnout._fast import fast_init, fast_new
 from turnout.config.secrets import scrub
-from turnout.errors import ErrorClass, ProviderError, RefusalError
+from turnout.errors import ErrorClass, ProviderError, RefusalError, new_provider_error
 
 # --- the seed's phrase lists (ZeroClaw reliable.rs), lowercased ------------------------------------
 
@@ -419,7 +419,7 @@ def provider_error(
     message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
     code, etype, reason, text = _lowered(facts)
     error_class = _classify(facts, code, etype, reason, text)
-    kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
+    kind = RefusalError if error_class is ErrorClass.REFUSAL else new_provider_error
     headers = facts.headers
     return kind(
         message,

@@ -116,6 +116,43 @@ class ProviderError(TurnoutError):
         return f"{prefix}{self.message}"
 
 
+_new_exception = BaseException.__new__
+
+
+def new_provider_error(
+    message: str,
+    *,
+    error_class: ErrorClass,
+    provider: str | None,
+    model: str | None,
+    status: int | None,
+    error_type: str | None,
+    error_code: str | None,
+    retry_after: float | None,
+    request_id: str | None,
+    auth_failure: bool,
+) -> ProviderError:
+    """``ProviderError(message, ...)``, built without the class call (a failover builds one per failed try).
+
+    The same ``args`` and attributes, set in one go: calling an exception class with keywords packs them
+    into a dict for ``__init__``, then stores each attribute on its own.
+    """
+    exc: ProviderError = _new_exception(ProviderError, message)
+    exc.__dict__ = {
+        "message": message,
+        "auth_failure": auth_failure,
+        "error_class": error_class,
+        "provider": provider,
+        "model": model,
+        "status": status,
+        "error_type": error_type,
+        "error_code": error_code,
+        "retry_after": retry_after,
+        "request_id": request_id,
+    }
+    return exc
+
+
 class ProviderTimeout(ProviderError):
     """A time bound of one attempt was exceeded.
 

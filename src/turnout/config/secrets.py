@@ -81,7 +81,10 @@ def scrub(text: str, secrets: list[str] | tuple[str, ...]) -> str:
         # On ASCII text str.lower() agrees with the patterns' IGNORECASE matching, so the literals found in
         # the lowercased text say which key shapes can match at all: none (nothing to do), or a few, redacted
         # by the same alternatives in the same order (the shapes left out could not have matched).
-        found = _KEY_LITERAL.findall(text.lower())
+        low = text.lower()
+        if "-" not in low and "_" not in low and "aiza" not in low and "bearer " not in low:
+            return text  # every literal has one of these (checked below, at import)
+        found = _KEY_LITERAL.findall(low)
         return _shapes_for(frozenset(found)).sub("[REDACTED]", text) if found else text
     return _KEY_SHAPES.sub("[REDACTED]", text) if _KEY_HINT.search(text) else text
 
@@ -98,6 +101,8 @@ _SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _KEY_HINT = re.compile(r"sk-|xox[bp]-|gh[pou]_|github_pat_|AIza|Bearer ", re.IGNORECASE)
 _KEY_SHAPES = re.compile("(?:" + "|".join(shape for shape, _ in _SHAPES) + ")", re.IGNORECASE)
 _KEY_LITERAL = re.compile("|".join(re.escape(literal) for _, literals in _SHAPES for literal in literals))
+if not all(any(m in lit for m in ("-", "_", "aiza", "bearer ")) for _, lits in _SHAPES for lit in lits):
+    raise RuntimeError("scrub's quick check misses a key-shape literal")  # pragma: no cover
 #: Key shape patterns by the set of literals found (at most 2**9 sets, each compiled once).
 _SHAPES_BY_LITERALS: dict[frozenset[str], re.Pattern[str]] = {}
 
