@@ -124,15 +124,22 @@ async def turn_outputs(
     usage_event: UsageEvent | None = None
     completed = False
     stream_error: BaseException | None = None
+    plain = cancel is None and draft is None and events_visible  # text events need nothing but a yield
     try:
         async with aclosing(walk.stream_batches_in_scope(request, model, temperature, scope)) as upstream:
             async for batch in upstream:
                 for event in batch:
+                    if plain and not thinking and type(event) is TextDelta and "<" not in (text := event.text) and text:
+                        # the commonest case: shown as it is
+                        texts.append(text)
+                        state.visible = True
+                        yield event
+                        continue
                     if cancel is not None and cancel.is_set():
                         raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
                     kind = event.type
                     if kind == "text" and not thinking and "<" not in (text := event.text) and text:
-                        # the common case, no think tag in sight: forward as it is
+                        # no think tag in sight: forward as it is
                         texts.append(text)
                         if events_visible:
                             state.visible = True
