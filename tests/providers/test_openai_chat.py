@@ -812,6 +812,8 @@ def _plain(**changes: Any) -> dict[str, Any]:
 @example([_plain(choices=[{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}])])
 @example([_plain(choices=[{"index": 0, "delta": {"content": [{"type": "text", "text": "p"}]}}])])
 @example([_plain(choices=[{"index": 1, "delta": {"content": "hi"}}])])
+@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": "no"}}])])
+@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "tool_calls": []}}])])
 def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any]) -> None:
     """``feed`` takes plain text chunks inline; every chunk shape gives the events ``_object`` gives."""
 

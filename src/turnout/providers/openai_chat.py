@@ -59,6 +59,20 @@ _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
 
 
+def _plain_delta(delta: dict[str, Any]) -> bool:
+    """A delta whose keys besides ``content`` say nothing: the assistant role, an absent refusal (first chunks)."""
+    for key, value in delta.items():
+        if key == "role":
+            if value != "assistant":
+                return False
+        elif key == "refusal":
+            if value is not None:
+                return False
+        elif key != "content":
+            return False
+    return True
+
+
 def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
@@ -346,7 +360,7 @@ class ChatStreamDecoder(StreamDecoder):
                 else:
                     if (
                         type(content) is str
-                        and len(delta) == 1
+                        and (len(delta) == 1 or _plain_delta(delta))
                         and choice.get("finish_reason") is None
                         and choice.get("index") in (0, None)
                         and "error" not in obj
