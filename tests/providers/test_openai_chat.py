@@ -743,7 +743,7 @@ def _perturbed(plain: dict[str, Any], changes: list[tuple[str, str, Any]]) -> An
         if value == _GONE:
             target.pop(key, None)
         else:
-            target[key] = value
+            target[key] = orjson.loads(orjson.dumps(value))  # a copy: the sampled values are shared
     return chunk
 
 
