@@ -103,3 +103,18 @@ def test_fast_new_takes_the_class_keywords() -> None:
         make(provider="a.b", model="m", outcome="ok", bogus=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         fast_new(text_delta)  # not a class
+
+
+def test_a_plain_subclass_keeps_its_class() -> None:
+    """A subclass that inherits the generated ``__init__`` is built as itself, not as the twin's class."""
+
+    class Tagged(_WithWeakref):
+        pass
+
+    class Noted(Attempt):
+        __slots__ = ("note",)
+
+    made = Noted(provider="a.b", model="m", outcome="ok")
+    assert type(made) is Noted and made.provider == "a.b" and type(Tagged(name="x")) is Tagged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.provider = "c.d"  # type: ignore[misc]

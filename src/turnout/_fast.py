@@ -89,8 +89,20 @@ def fast_init(cls: type[T]) -> type[T]:
     fields, namespace = _plan(cls)
     positional, keyword, body = _setters(fields, namespace, cls, "self")
     if namespace["_twin"] is not None and body:
-        # ``self`` is the twin while its slots are filled (the frozen class's __setattr__ refuses every store).
-        body = ["    _become(self, '__class__', _twin)", *body, "    self.__class__ = _cls"]
+        # ``self`` is the twin while its slots are filled (the frozen class's __setattr__ refuses every store);
+        # an instance of a subclass, which the twin does not mirror, is filled through the descriptors.
+        twin = namespace.pop("_twin")
+        namespace["_twin"] = None
+        _, _, through_descriptors = _setters(fields, namespace, cls, "self")
+        namespace["_twin"] = twin
+        body = [
+            "    if self.__class__ is _cls:",
+            "        _become(self, '__class__', _twin)",
+            *("    " + line for line in body),
+            "        self.__class__ = _cls",
+            "    else:",
+            *("    " + line for line in through_descriptors),
+        ]
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
