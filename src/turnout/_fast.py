@@ -51,16 +51,15 @@ def _twin(cls: type[Any]) -> type[Any] | None:
 
 
 def _setters(
-    fields: list[dataclasses.Field[Any]], namespace: dict[str, Any], cls: type[Any], target: str
+    fields: list[dataclasses.Field[Any]], namespace: dict[str, Any], cls: type[Any], *, plain: bool
 ) -> tuple[list[str], list[str], list[str]]:
-    """``(positional params, keyword-only params, body lines)`` setting every field on ``target``.
+    """``(positional params, keyword-only params, body lines)`` setting every field on ``self``.
 
-    With a twin, a field is a plain store on the twin instance; without one, a call to the slot's descriptor.
+    ``plain``: each field is a plain store (on the twin instance); otherwise a call to the slot's descriptor.
     """
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
-    plain = namespace["_twin"] is not None
     for i, f in enumerate(fields):
         if f.default is not dataclasses.MISSING:
             namespace[f"_default{i}"] = f.default
@@ -72,10 +71,10 @@ def _setters(
             param, value = f.name, f.name
         (keyword if f.kw_only else positional).append(param)
         if plain:
-            body.append(f"    {target}.{f.name} = {value}")
+            body.append(f"    self.{f.name} = {value}")
         else:
             namespace[f"_set{i}"] = vars(cls)[f.name].__set__
-            body.append(f"    _set{i}({target}, {value})")
+            body.append(f"    _set{i}(self, {value})")
     return positional, keyword, body
 
 
@@ -87,14 +86,12 @@ def _compile(src: str, namespace: dict[str, Any], name: str) -> Any:
 def fast_init(cls: type[T]) -> type[T]:
     """Give the frozen, slotted dataclass ``cls`` an ``__init__`` that fills its slots with plain stores."""
     fields, namespace = _plan(cls)
-    positional, keyword, body = _setters(fields, namespace, cls, "self")
+    positional, keyword, body = _setters(fields, namespace, cls, plain=False)
     if namespace["_twin"] is not None and body:
         # ``self`` is the twin while its slots are filled (the frozen class's __setattr__ refuses every store);
         # an instance of a subclass, which the twin does not mirror, is filled through the descriptors.
-        twin = namespace.pop("_twin")
-        namespace["_twin"] = None
-        _, _, through_descriptors = _setters(fields, namespace, cls, "self")
-        namespace["_twin"] = twin
+        through_descriptors = body
+        _, _, body = _setters(fields, namespace, cls, plain=True)
         body = [
             "    if self.__class__ is _cls:",
             "        _become(self, '__class__', _twin)",
@@ -125,7 +122,7 @@ def fast_new(cls: Callable[P, T]) -> Callable[P, T]:
     fields, namespace = _plan(cls)
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__")
-    positional, keyword, body = _setters(fields, namespace, cls, "self")
+    positional, keyword, body = _setters(fields, namespace, cls, plain=namespace["_twin"] is not None)
     params = ", ".join([*positional, *keyword])
     name = f"new_{cls.__name__}"
     if namespace["_twin"] is not None:

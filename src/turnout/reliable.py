@@ -362,23 +362,20 @@ class ReliableProvider(Provider):
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
                 cls = error_class_of(exc)
-                failed = exc if isinstance(exc, ProviderError) else None
-                hint = failed.retry_after if failed is not None else None
                 walk.record(
-                    new_attempt(
-                        provider=entry.profile,
-                        model=served,
-                        outcome=outcome_of(cls),
-                        status=failed.status if failed is not None else None,
-                        key_id=choice.key_id,
-                        started_at=started,
-                        duration_ms=elapsed * 1000.0,
-                        retry_after=hint,
-                        entry=i,
+                    self._attempt(
+                        entry,
+                        i,
+                        served,
+                        outcome_of(cls),
                         try_number=t,
-                        detail=error_detail(exc),
+                        choice=choice,
+                        started=started,
+                        elapsed=elapsed,
+                        error=exc,
                     )
                 )
+                hint = exc.retry_after if isinstance(exc, ProviderError) else None
                 action = await self._after_failure(walk, entry, choice, exc, cls, hint, last_entry)
                 if action == "raise":
                     raise
