@@ -21,7 +21,7 @@ from bench.contenders import (
     TurnoutClient,
 )
 from bench.settings import Settings
-from bench.stats import Lane, Summary, alternate, summarize
+from bench.stats import Lane, Summary, alternate, ratio_interval, summarize
 
 
 @dataclass(slots=True, kw_only=True)
@@ -32,6 +32,8 @@ class ScenarioResult:
     title: str
     summaries: list[Summary]
     seconds: float
+    #: Per contender (not the floor): a 90 % interval of its median ratio to the floor, rounds resampled.
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -40,6 +42,18 @@ class ScenarioResult:
 
     def get(self, name: str) -> Summary:
         return next(s for s in self.summaries if s.name == name)
+
+    @classmethod
+    def of(cls, key: str, title: str, lanes: Sequence[Lane], seconds: float, batch: int) -> ScenarioResult:
+        """The summaries of alternated lanes (the floor first), with each contender's ratio interval."""
+        floor = lanes[0].samples
+        return cls(
+            key=key,
+            title=title,
+            summaries=[summarize(lane.name, lane.samples) for lane in lanes],
+            seconds=seconds,
+            intervals={lane.name: ratio_interval(floor, lane.samples, batch) for lane in lanes[1:]},
+        )
 
 
 async def _run(
@@ -55,9 +69,7 @@ async def _run(
     finally:
         for c in contenders:
             await c.aclose()
-    return ScenarioResult(
-        key=key, title=title, summaries=[summarize(lane.name, lane.samples) for lane in lanes], seconds=seconds
-    )
+    return ScenarioResult.of(key, title, lanes, seconds, batch)
 
 
 async def non_streaming(url: str, s: Settings, tmp: Path) -> ScenarioResult:
@@ -135,12 +147,7 @@ async def failover(url: str, s: Settings) -> ScenarioResult:
     finally:
         for c in contenders:
             await c.aclose()
-    result = ScenarioResult(
-        key="failover",
-        title="Failover after a 429",
-        summaries=[summarize(lane.name, lane.samples) for lane in lanes],
-        seconds=seconds,
-    )
+    result = ScenarioResult.of("failover", "Failover after a 429", lanes, seconds, s.failover_batch)
     result.notes.append(
         f"With `Retry-After: 0` the attempts of a call are {first}; the next call's are {again}: a zero hint "
         "opens a zero-length cooldown (SPEC 6.5: the cooldown lasts the hint), so every call asks the primary "

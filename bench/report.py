@@ -45,6 +45,8 @@ class Verdict:
     measured: str
     limit: str
     met: bool | None
+    #: For a ratio: the 90 % interval of the ratio with the run's rounds resampled ("" otherwise).
+    interval: str = ""
 
 
 def _mark(met: bool | None) -> str:
@@ -60,7 +62,15 @@ def verdicts(r: Results) -> list[Verdict]:
             out.append(Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None))
             return
         ratio = scenario.get(name).ratio(scenario.floor)
-        out.append(Verdict(target=target, measured=f"{ratio:.2f} ×", limit=f"≤ {limit:.2f} ×", met=ratio <= limit))
+        out.append(
+            Verdict(
+                target=target,
+                measured=f"{ratio:.2f} ×",
+                limit=f"≤ {limit:.2f} ×",
+                met=ratio <= limit,
+                interval=_interval(scenario, name),
+            )
+        )
 
     ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10)
     ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15)
@@ -128,6 +138,11 @@ def verdicts(r: Results) -> list[Verdict]:
     return out
 
 
+def _interval(s: ScenarioResult, name: str) -> str:
+    low, high = s.intervals.get(name, (math.nan, math.nan))
+    return "–" if math.isnan(low) else f"{low:.2f}–{high:.2f}"
+
+
 def _failover_name(r: Results, which: str) -> str:
     names = [s.name for s in r.failover.summaries] if r.failover else []
     return next((n for n in names if which in n), which)
@@ -145,13 +160,14 @@ def _us(v: float) -> str:
 def _calls_table(s: ScenarioResult) -> list[str]:
     floor = s.floor
     rows = [
-        "| contender | calls | median µs | p99 µs | × floor (median) | × floor (p99) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| contender | calls | median µs | p99 µs | × floor (median) | 90 % interval | × floor (p99) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for x in s.summaries:
+        interval = "" if x is floor else _interval(s, x.name)
         rows.append(
             f"| {x.name} | {x.n} | {_us(x.median_us)} | {_us(x.p99_us)} "
-            f"| {x.ratio(floor):.2f} | {x.p99_ratio(floor):.2f} |"
+            f"| {x.ratio(floor):.2f} | {interval} | {x.p99_ratio(floor):.2f} |"
         )
     return rows
 
@@ -161,7 +177,12 @@ def _calls_section(title: str, s: ScenarioResult | None, failure: str | None, wh
     if s is None:
         return [*out, f"Not measured: {failure or 'skipped'}", ""]
     out += _calls_table(s)
-    out += ["", f"Alternating batches, {s.seconds:.1f} s in all. The floor is the first row.", ""]
+    out += [
+        "",
+        f"Alternating batches, {s.seconds:.1f} s in all. The floor is the first row; the interval is the "
+        "median ratio's, rounds resampled.",
+        "",
+    ]
     out += [f"- {n}" for n in s.notes]
     return [*out, ""]
 
@@ -296,10 +317,16 @@ def markdown(r: Results) -> str:
         "",
         "## Targets (issue 9)",
         "",
-        "| target | measured | limit | |",
-        "|---|---:|---:|---|",
+        "| target | measured | 90 % interval | limit | |",
+        "|---|---:|---:|---:|---|",
     ]
-    lines += [f"| {v.target} | {v.measured} | {v.limit} | {_mark(v.met)} |" for v in verdicts(r)]
+    lines += [f"| {v.target} | {v.measured} | {v.interval} | {v.limit} | {_mark(v.met)} |" for v in verdicts(r)]
+    lines += [
+        "",
+        "A ratio's *90 % interval* comes from resampling the run's rounds (each round keeps its floor batch and its "
+        "contender batch together): it shows how much the verdict depends on which rounds this run happened to "
+        "get, not the drift between whole runs, which on a shared machine can be larger.",
+    ]
     if r.failures:
         lines += ["", "Scenarios that could not run:"] + [f"- {k}: {v}" for k, v in r.failures.items()]
     lines += ["", "## Commands", ""] + [f"- `{c}`" for c in r.commands] + [""]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -102,3 +103,34 @@ async def alternate(lanes: Sequence[Lane], *, rounds: int, batch: int, warmup: i
         if perf() - started > budget_s:
             break
     return time.perf_counter() - started
+
+
+def ratio_interval(
+    floor: Sequence[float],
+    samples: Sequence[float],
+    batch: int,
+    *,
+    level: float = 0.90,
+    resamples: int = 400,
+    seed: int = 9,
+) -> tuple[float, float]:
+    """A bootstrap interval for ``median(samples) / median(floor)`` that resamples whole rounds.
+
+    :func:`alternate` appends one batch per lane and round, so round ``r`` is ``[r * batch, (r + 1) * batch)`` in
+    both lanes. A resampled round keeps the floor's batch and the contender's batch of that round together, with
+    the drift they shared; what the interval shows is how much the ratio depends on which rounds the run happened
+    to get. It says nothing of drift that lasts a whole run. The seed is fixed, so a report is reproducible.
+    """
+    rounds = min(len(floor), len(samples)) // batch
+    if rounds < 2:
+        return math.nan, math.nan
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        pick = [rng.randrange(rounds) for _ in range(rounds)]
+        a = [x for r in pick for x in floor[r * batch : (r + 1) * batch]]
+        b = [x for r in pick for x in samples[r * batch : (r + 1) * batch]]
+        ratios.append(statistics.median(b) / statistics.median(a))
+    ratios.sort()
+    tail = (1.0 - level) / 2
+    return percentile(ratios, tail), percentile(ratios, 1.0 - tail)

@@ -409,6 +409,33 @@ async def test_expired_cooldown_cleans_itself() -> None:
     assert r.store.cooldowns(clock.now) == {}
 
 
+class _RecordingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, float]] = []
+
+    async def set_cooldown(self, key: str, until: float) -> None:
+        self.writes.append((key, until))
+        await super().set_cooldown(key, until)
+
+
+@pytest.mark.parametrize(("retry_after", "writes"), [("0", 0), ("0.5", 1), (None, 1)])
+async def test_zero_length_cooldown_is_not_written(retry_after: str | None, writes: int) -> None:
+    """A zero hint cools nothing down, so nothing goes to the store (a shared one would pay a write for it)."""
+    clock, store = FakeClock(), _RecordingStore()
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    r = walk(
+        E("openai.a", "m", [Scripted(err(429, headers=headers))]),
+        E("openai.b", "m", [Scripted("ok")]),
+        clock=clock,
+        store=store,
+    )
+    with dispatch_scope() as scope:
+        assert (await r.chat(req(), "m")).text == "ok"
+    assert [a.outcome for a in scope.attempts] == ["rate_limited", "ok"]
+    assert [key for key, _ in store.writes] == ["openai.a"] * writes
+
+
 async def test_single_entry_429_is_retried_with_retry_after() -> None:
     """With a single entry a 429 is retried after max(backoff, Retry-After)."""
     clock = FakeClock()

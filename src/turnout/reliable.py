@@ -216,9 +216,14 @@ class ReliableProvider(Provider):
         return wait
 
     async def cool_down(self, key: str, hint: float | None) -> None:
-        """Cool ``key`` down for the hint (capped at 60 s), else 10 s."""
+        """Cool ``key`` down for the hint (capped at 60 s), else 10 s.
+
+        A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written, so a shared
+        store is not asked to keep a deadline that has already passed.
+        """
         seconds = min(hint, MAX_COOLDOWN_S) if hint is not None else DEFAULT_COOLDOWN_S
-        await self.store.set_cooldown(key, self.clock() + seconds)
+        if seconds > 0:
+            await self.store.set_cooldown(key, self.clock() + seconds)
 
     def _attempt(
         self,
@@ -572,6 +577,8 @@ def outcome_of(cls: ErrorClass) -> Outcome:
 
 def error_detail(exc: BaseException) -> str:
     """A content-free tag for an exception (no message text)."""
+    if type(exc) is ProviderError:  # an HTTP error response, the common case: no subclass to tell apart
+        return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
     if isinstance(exc, ProviderTimeout):
         return f"timeout:{exc.phase}"
     if isinstance(exc, StreamTruncated):

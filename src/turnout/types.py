@@ -216,6 +216,8 @@ class ChatRequest:
         stop: Sequence[str] = (),
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
+        if cls is ChatRequest and not tools and max_tokens is None and tool_choice is None and not stop:
+            return new_chat_request(messages=coerce_messages(messages))  # the common case: messages alone
         return (new_chat_request if cls is ChatRequest else cls)(
             messages=coerce_messages(messages),
             tools=coerce_tools(tools) if tools else (),
