@@ -831,3 +831,100 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any]) -> Non
         decoder._event("", b"[DONE]", events)
 
     assert _decoded(by_feed) == _decoded(by_object)
+
+
+# --- the plain-answer path of parse_response reads what the general path reads ----------------------------
+
+
+def _perturbed_answer(plain: dict[str, Any], changes: list[tuple[str, str, Any]]) -> Any:
+    """A ``chat.completion`` with each ``(where, key, value)`` applied to it, its choice or its message."""
+    answer: Any = orjson.loads(orjson.dumps(plain))
+    for where, key, value in changes:
+        target = answer
+        if where != "answer":
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            target = choices[0] if isinstance(choices, list) and choices else None
+            if where == "message":
+                target = target.get("message") if isinstance(target, dict) else None
+        if not isinstance(target, dict):
+            continue
+        if value == _GONE:
+            target.pop(key, None)
+        else:
+            target[key] = orjson.loads(orjson.dumps(value))
+    return answer
+
+
+_PLAIN_ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "m-1",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hi", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+_ANSWER_CHANGES = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("answer"),
+            st.sampled_from(["choices", "model", "usage", "id", "error"]),
+            st.sampled_from(
+                [
+                    *_VALUES,
+                    _GONE,
+                    "m-2",
+                    {"message": "boom"},
+                    {"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": 1}},
+                    [{"index": 0, "message": {"content": "a"}}, {"index": 1, "message": {"content": "b"}}],
+                ]
+            ),
+        ),
+        st.tuples(
+            st.just("choice"),
+            st.sampled_from(["index", "message", "finish_reason"]),
+            st.sampled_from([*_VALUES, _GONE, 1, "stop", "length", "tool_calls", "content_filter", "error", "eos"]),
+        ),
+        st.tuples(
+            st.just("message"),
+            st.sampled_from(["content", "refusal", "reasoning_content", "reasoning", "tool_calls"]),
+            st.sampled_from(
+                [
+                    *_VALUES,
+                    _GONE,
+                    "no",
+                    [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                ]
+            ),
+        ),
+    ),
+    max_size=3,
+)
+
+
+def _parsed(parse: Any, data: Any) -> Any:
+    """What a parser returns, or the type and message of what it raises (ids of generated tool calls aside)."""
+    try:
+        response = parse(data, MODEL)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return replace(response, tool_calls=tuple(replace(c, id="") for c in response.tool_calls))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.builds(_perturbed_answer, st.just(_PLAIN_ANSWER), _ANSWER_CHANGES), st.sampled_from(_VALUES)))
+@example(_PLAIN_ANSWER)
+@example(_perturbed_answer(_PLAIN_ANSWER, [("choice", "finish_reason", "length")]))
+@example(_perturbed_answer(_PLAIN_ANSWER, [("message", "refusal", "no")]))
+@example(_perturbed_answer(_PLAIN_ANSWER, [("message", "reasoning_content", "hmm")]))
+@example(_perturbed_answer(_PLAIN_ANSWER, [("choice", "index", 1)]))
+@example(_perturbed_answer(_PLAIN_ANSWER, [("answer", "id", "")]))
+def test_plain_answers_parse_as_the_general_path_does(data: Any) -> None:
+    """``parse_response`` reads a plain answer by indexing; every shape gives what ``parse_general`` gives."""
+    a: Any = adapter()
+    assert _parsed(a.parse_response, data) == _parsed(a.parse_general, data)
