@@ -595,6 +595,22 @@ async def test_images_skip_entries_without_vision() -> None:
     assert text_only.calls == []
 
 
+async def test_image_requests_are_routed_alike_before_and_after_text_requests() -> None:
+    """What the walk learns about its entries' vision per model does not leak from one request to the next."""
+    from turnout.types import ChatRequest
+
+    text_only = Scripted("blind", "blind", caps=Capabilities(native_tools=True))
+    vision = Scripted("seen", "seen")
+    r = walk(E("ollama.a", "l", [text_only]), E("openai.b", "m", [vision]))
+    image = ChatRequest(messages=(Message.user([ImagePart(url="data:image/png;base64,AAAA")]),))
+    assert (await r.chat(req(), "l")).text == "blind"
+    assert (await r.chat(image, "l")).text == "seen"
+    assert (await r.chat(req(), "l")).text == "blind"
+    assert (await r.chat(image, "l")).text == "seen"
+    seeing = walk(E("openai.a", "m", [Scripted("first")]), E("openai.b", "m", [Scripted("second")]))
+    assert (await seeing.chat(image, "m")).text == "first"
+
+
 async def test_images_without_any_vision_entry_are_unsupported() -> None:
     """A request with an image and no entry that can see images is a typed UnsupportedRequest."""
     from turnout.errors import UnsupportedRequest

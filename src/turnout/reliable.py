@@ -61,7 +61,6 @@ MAX_RETAINED_EVENTS = 8
 MAX_AGGREGATE_BYTES = 2048
 
 _walk_ids = itertools.count(1)
-_UNKNOWN = object()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -88,10 +87,13 @@ class Entry:
     #: The family part of :attr:`profile`.
     family: str = field(init=False)
     _ref: RouteRef | None = field(init=False, repr=False, compare=False)
+    #: The catalogue's rates for the last model priced: ``(model, catalogue, rates)``.
+    _priced: tuple[str, Catalogue, Rates | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.family = self.profile.partition(".")[0]
         self._ref = None
+        self._priced = None
 
     @property
     def pinned(self) -> bool:
@@ -156,7 +158,8 @@ class ReliableProvider(Provider):
         self.jitter = jitter
         self.name = name
         self.id = next(_walk_ids)
-        self._rates: dict[tuple[str, str], Rates | None] = {}
+        self._several = len(self.entries) > 1
+        self._vision: dict[str, bool] = {}
 
     # --- capabilities ---------------------------------------------------------------------
 
@@ -190,13 +193,25 @@ class ReliableProvider(Provider):
         if usage is None:
             return None
         rates = entry.rates
-        if rates is None:
-            key = (entry.family, model)
-            known = self._rates.get(key, _UNKNOWN)
-            if known is _UNKNOWN:
-                known = self._rates[key] = self.catalogue.rates(entry.family, model)
-            rates = known  # type: ignore[assignment]
+        if rates is None:  # the catalogue's, kept on the entry for the model it last priced
+            priced = entry._priced
+            if priced is None or priced[0] != model or priced[1] is not self.catalogue:
+                priced = entry._priced = (model, self.catalogue, self.catalogue.rates(entry.family, model))
+            rates = priced[2]
         return rates.cost(usage) if rates is not None else None
+
+    def may_hold_images(self, request: ChatRequest, model: str) -> bool:
+        """Whether ``request`` has images and some entry does not accept them for ``model``.
+
+        When every entry accepts images, a request's images change nothing about the walk, so its messages
+        are not scanned (the answer per model is kept: capabilities do not change).
+        """
+        every = self._vision.get(model)
+        if every is None:
+            if len(self._vision) > 64:
+                self._vision.clear()
+            every = self._vision[model] = all(e.capabilities(model).vision for e in self.entries)
+        return not every and has_images(request.messages)
 
     def cooling_until(self, entry: Entry, now: float) -> float | None:
         """When the entry's profile stops cooling down (profile cooldown, or every live key cooling)."""
@@ -290,8 +305,8 @@ class ReliableProvider(Provider):
             scope.walk_entries = len(self.entries)
             if scope.recovery is not None and scope.recovery.walk == self.id:
                 recovery, scope.recovery = scope.recovery, None
-        images = has_images(request.messages)
-        several = len(self.entries) > 1
+        images = self.may_hold_images(request, model)
+        several = self._several
         for i, entry in enumerate(self.entries):
             tries = self.tries
             if recovery is not None and recovery.entry == i:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from turnout.attribution import DispatchScope, Outcome, RouteRef
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import ErrorClass, ProviderError, StreamingUnsupported
-from turnout.reliable import has_images, outcome_of
+from turnout.reliable import outcome_of
 from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ _OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 def eligible_entry(owner: ReliableProvider, request: ChatRequest, model: str) -> int | None:
     """Index of the first entry that can stream this request now, or None."""
     now = owner.clock()
-    images = has_images(request.messages)
+    images = owner.may_hold_images(request, model)
     for i, entry in enumerate(owner.entries):
         caps = entry.capabilities(model)
         if not caps.streaming or (request.tools and not caps.streaming_tool_events):

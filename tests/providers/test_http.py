@@ -6,7 +6,9 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from provider_kit import RecordingServer, make_adapter
@@ -188,6 +190,40 @@ async def test_connect_refused(http: HttpClient) -> None:
         await _read_all(http, f"http://127.0.0.1:{_free_port()}/", _bounds())
     assert info.value.error_class is ErrorClass.RETRYABLE
     assert info.value.provider == "test.http" and info.value.model == "m-1"
+
+
+async def _post(http: HttpClient, url: str, timeouts: Timeouts) -> bytes:
+    return (await http.post(url, headers={}, body=b"{}", timeouts=timeouts, target=TARGET, max_bytes=1000)).body
+
+
+_SENDS = pytest.mark.parametrize("send", [_post, _read_all], ids=["post", "stream"])
+
+
+@_SENDS
+async def test_failures_before_the_headers_keep_their_cause(
+    http: HttpClient, raw_server: dict[str, str], send: Any
+) -> None:
+    """A refused connection is the cause of its ProviderConnectionError; our own deadline is no one's cause."""
+    with pytest.raises(ProviderConnectionError) as refused:
+        await send(http, f"http://127.0.0.1:{_free_port()}/", _bounds())
+    assert isinstance(refused.value.__cause__, aiohttp.ClientError)
+    with pytest.raises(ProviderTimeout) as timed_out:
+        await send(http, raw_server["silent"], _bounds(first=0.1))
+    assert timed_out.value.phase == "first_token"
+    assert timed_out.value.__cause__ is None and timed_out.value.__suppress_context__
+
+
+@_SENDS
+async def test_a_callers_cancellation_before_the_headers_stays_a_cancellation(
+    http: HttpClient, raw_server: dict[str, str], send: Any
+) -> None:
+    """Cancelling the caller while it waits for headers raises CancelledError, not a timeout; nothing is left armed."""
+    task = asyncio.ensure_future(send(http, raw_server["silent"], _bounds(first=5.0)))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert http._deadlines is not None and not http._deadlines._watched
 
 
 async def test_reset_before_headers(http: HttpClient, raw_server: dict[str, str]) -> None:

@@ -15,18 +15,20 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from turnout._fast import fast_init
+from turnout._fast import fast_init, fast_new
 from turnout.config.secrets import scrub
 from turnout.errors import ProtocolError, ProviderConnectionError, ProviderError, ProviderTimeout
 
 USER_AGENT = "turnout/0.1"
+#: What sending a request and waiting for its headers may raise (translated by ``HttpClient._failed``).
+_SEND_FAILURES = (asyncio.CancelledError, aiohttp.ClientError, OSError)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +58,9 @@ class HttpResponse:
     status: int
     headers: CIMultiDictProxy[str]
     body: bytes
+
+
+_new_response = fast_new(HttpResponse)
 
 
 class _Watchdog:
@@ -349,7 +354,7 @@ class HttpClient:
             timeout = self._timeouts[connect] = aiohttp.ClientTimeout(total=None, sock_connect=connect)
         return timeout
 
-    async def _open(
+    def _start(
         self,
         url: str,
         headers: Mapping[str, str],
@@ -357,8 +362,11 @@ class HttpClient:
         timeouts: Timeouts,
         target: Target,
         ssl_context: ssl.SSLContext | bool,
-    ) -> tuple[aiohttp.ClientResponse, _Watchdog]:
-        """Send the request and wait for the response headers (bounded); start the body watchdog."""
+    ) -> tuple[Awaitable[aiohttp.ClientResponse], _Watchdog]:
+        """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers.
+
+        Whoever awaits it translates a failure with :meth:`_failed`, then calls :meth:`_attach`.
+        """
         loop = asyncio.get_running_loop()
         deadlines = self._deadlines
         if deadlines is None or deadlines._loop is not loop:
@@ -370,47 +378,74 @@ class HttpClient:
         deadlines.add(watchdog, start)
         bound = self._bound.get(id(headers))
         if bound is not None and bound[0] is headers and bound[1] == timeouts.connect:
-            request = bound[2].post(url, data=body, ssl=ssl_context)
-        elif (session := self._bound_session(headers, timeouts.connect)) is not None:
-            request = session.post(url, data=body, ssl=ssl_context)
-        else:
-            session = self._session
-            if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
-                session = self.session()
-            timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
-            request = session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context)
-        try:
-            resp = await request
-        except asyncio.CancelledError:
-            deadlines.discard(watchdog)
-            if watchdog.fired is None or task.uncancel() > 0:
-                raise  # a cancellation of the caller, not our deadline
+            return bound[2].post(url, data=body, ssl=ssl_context), watchdog
+        if (session := self._bound_session(headers, timeouts.connect)) is not None:
+            return session.post(url, data=body, ssl=ssl_context), watchdog
+        session = self._session
+        if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
+            session = self.session()
+        timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
+        return session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context), watchdog
+
+    def _failed(
+        self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target
+    ) -> ProviderError | None:
+        """The typed error for a request that failed before its headers arrived (None: re-raise ``exc`` as it is).
+
+        A cancellation is ours only when the watchdog's deadline caused it; any other is the caller's.
+        """
+        if self._deadlines is not None:
+            self._deadlines.discard(watchdog)
+        error: ProviderError
+        if isinstance(exc, asyncio.CancelledError):
+            if watchdog.fired is None or watchdog._task.uncancel() > 0:
+                return None
             first = watchdog.fired == "first_token"
             seconds = timeouts.first_token if first else timeouts.total
-            raise ProviderTimeout(
+            error = ProviderTimeout(
                 f"timed out after {seconds:g}s waiting for the response",
                 phase=watchdog.fired,
                 seconds=seconds,
                 provider=target.provider,
                 model=target.model,
-            ) from None
-        except aiohttp.ConnectionTimeoutError as exc:
-            deadlines.discard(watchdog)
-            raise ProviderTimeout(
+            )
+            error.__cause__, error.__suppress_context__ = None, True  # as ``raise ... from None``
+            return error
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            error = ProviderTimeout(
                 f"timed out connecting after {timeouts.connect:g}s",
                 phase="connect",
                 seconds=timeouts.connect,
                 provider=target.provider,
                 model=target.model,
-            ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            deadlines.discard(watchdog)
-            raise ProviderConnectionError(
+            )
+        else:
+            error = ProviderConnectionError(
                 scrub(f"connection failed: {type(exc).__name__}: {exc}", target.secrets)[:500],
                 provider=target.provider,
                 model=target.model,
-            ) from exc
-        watchdog.attach(resp.content, loop.time())
+            )
+        error.__cause__ = exc  # as ``raise ... from exc``
+        return error
+
+    async def _open(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeouts: Timeouts,
+        target: Target,
+        ssl_context: ssl.SSLContext | bool,
+    ) -> tuple[aiohttp.ClientResponse, _Watchdog]:
+        """Send the request and wait for the response headers (bounded); the watchdog then watches the body."""
+        request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
+        try:
+            resp = await request
+        except _SEND_FAILURES as exc:
+            if (error := self._failed(exc, watchdog, timeouts, target)) is None:
+                raise
+            raise error  # noqa: B904 - the cause is set by _failed
+        watchdog.attach(resp.content, asyncio.get_running_loop().time())
         return resp, watchdog
 
     def _finish(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
@@ -440,7 +475,14 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ProtocolError: The body is larger than ``max_bytes``.
         """
-        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
+        request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
+        try:
+            resp = await request
+        except _SEND_FAILURES as exc:
+            if (error := self._failed(exc, watchdog, timeouts, target)) is None:
+                raise
+            raise error  # noqa: B904 - the cause is set by _failed
+        watchdog.attach(resp.content, asyncio.get_running_loop().time())
         try:
             length = resp.content_length
             if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
@@ -452,7 +494,7 @@ class HttpClient:
                     raise _lost_connection(exc, target, resp.status) from exc
             else:
                 data = await _read_limited(resp, max_bytes, target)
-            return HttpResponse(resp.status, resp.headers, data)
+            return _new_response(resp.status, resp.headers, data)
         finally:
             self._finish(resp, watchdog)
 
