@@ -44,16 +44,28 @@ class ScenarioResult:
         return next(s for s in self.summaries if s.name == name)
 
     @classmethod
-    def of(cls, key: str, title: str, lanes: Sequence[Lane], seconds: float, batch: int) -> ScenarioResult:
+    def of(cls, key: str, title: str, lanes: Sequence[Lane], seconds: float) -> ScenarioResult:
         """The summaries of alternated lanes (the floor first), with each contender's ratio interval."""
-        floor = lanes[0].samples
+        floor = lanes[0].by_round
         return cls(
             key=key,
             title=title,
             summaries=[summarize(lane.name, lane.samples) for lane in lanes],
             seconds=seconds,
-            intervals={lane.name: ratio_interval(floor, lane.samples, batch) for lane in lanes[1:]},
+            intervals={lane.name: ratio_interval(floor, lane.by_round) for lane in lanes[1:]},
         )
+
+
+def _slow_note(s: Settings) -> str:
+    return (
+        "The floor and Turnout run in every round; the openai SDK and LiteLLM, which no target judges, in one round "
+        f"out of {s.slow_every} (their ratios and intervals pair their batches with the floor's of the same rounds)."
+    )
+
+
+def _judged(contender: Any) -> bool:
+    """The floor and Turnout run in every round; the slower contenders every ``slow_every`` rounds."""
+    return isinstance(contender, Raw | TurnoutClient)
 
 
 async def _run(
@@ -64,12 +76,12 @@ async def _run(
             got = await getattr(c, method)()
             if got != expected:
                 raise RuntimeError(f"{c.name} returned {got[:60]!r}, not the upstream's answer")
-        lanes = [Lane(c.name, getattr(c, method)) for c in contenders]
+        lanes = [Lane(c.name, getattr(c, method), every=1 if _judged(c) else s.slow_every) for c in contenders]
         seconds = await alternate(lanes, rounds=rounds, batch=batch, warmup=s.warmup, budget_s=s.budget_s)
     finally:
         for c in contenders:
             await c.aclose()
-    return ScenarioResult.of(key, title, lanes, seconds, batch)
+    return ScenarioResult.of(key, title, lanes, seconds)
 
 
 async def non_streaming(url: str, s: Settings, tmp: Path) -> ScenarioResult:
@@ -82,6 +94,7 @@ async def non_streaming(url: str, s: Settings, tmp: Path) -> ScenarioResult:
         LiteLLMRouter(url),
     ]
     result = await _run("chat", "Non-streaming call", contenders, "chat", EXPECTED_CHAT, s.chat_rounds, s.chat_batch, s)
+    result.notes.append(_slow_note(s))
     result.notes.append(
         "`turnout` runs with `ledger=False`; `turnout (ledger on)` writes every call to a SQLite ledger "
         "(background thread) and is shown for information, not judged."
@@ -102,6 +115,7 @@ async def streaming(url: str, s: Settings) -> ScenarioResult:
         s.stream_batch,
         s,
     )
+    result.notes.append(_slow_note(s))
     result.notes.append("`turnout` runs with `ledger=False`. Every contender asks for `stream_options.include_usage`.")
     return result
 
@@ -147,7 +161,7 @@ async def failover(url: str, s: Settings) -> ScenarioResult:
     finally:
         for c in contenders:
             await c.aclose()
-    result = ScenarioResult.of("failover", "Failover after a 429", lanes, seconds, s.failover_batch)
+    result = ScenarioResult.of("failover", "Failover after a 429", lanes, seconds)
     result.notes.append(
         f"With `Retry-After: 0` the attempts of a call are {first}; the next call's are {again}: a zero hint "
         "opens a zero-length cooldown (SPEC 6.5: the cooldown lasts the hint), so every call asks the primary "

@@ -65,7 +65,7 @@ def verdicts(r: Results) -> list[Verdict]:
         out.append(
             Verdict(
                 target=target,
-                measured=f"{ratio:.2f} ×",
+                measured=f"{ratio:.3f} ×",  # the verdict compares this unrounded ratio
                 limit=f"≤ {limit:.2f} ×",
                 met=ratio <= limit,
                 interval=_interval(scenario, name),

@@ -17,6 +17,8 @@ class Settings:
     stream_batch: int
     failover_rounds: int
     failover_batch: int
+    #: The contenders no target judges (the openai SDK, LiteLLM) run in every this-many-th round only.
+    slow_every: int
     #: An in-process scenario stops after the round that crosses this many seconds.
     budget_s: float
     streams: int
@@ -32,13 +34,14 @@ class Settings:
 FULL = Settings(
     name="full",
     warmup=50,
-    chat_rounds=40,
+    chat_rounds=120,
     chat_batch=50,
-    stream_rounds=30,
+    stream_rounds=90,
     stream_batch=20,
-    failover_rounds=40,
+    failover_rounds=120,
     failover_batch=50,
-    budget_s=90.0,
+    slow_every=3,
+    budget_s=120.0,
     streams=1000,
     stream_waves=3,
     startup_runs=5,
@@ -57,6 +60,7 @@ QUICK = Settings(
     stream_batch=10,
     failover_rounds=8,
     failover_batch=25,
+    slow_every=2,
     budget_s=15.0,
     streams=1000,
     stream_waves=1,

@@ -23,34 +23,46 @@ def test_summary_reports_microseconds() -> None:
     assert (s.n, s.median_us, s.mean_us) == (3, 2000.0, 2000.0)
 
 
-def _rounds(per_round: list[tuple[float, float]], batch: int) -> tuple[list[float], list[float]]:
+Rounds = dict[int, list[float]]
+
+
+def _rounds(per_round: list[tuple[float, float]], batch: int) -> tuple[Rounds, Rounds]:
+    """Batches of the floor and of a lane per round: the floor around ``base``, the lane ``factor`` times that."""
     rng = random.Random(1)
-    floor: list[float] = []
-    other: list[float] = []
-    for base, factor in per_round:
-        floor += [base * (1 + rng.uniform(-0.01, 0.01)) for _ in range(batch)]
-        other += [base * factor * (1 + rng.uniform(-0.01, 0.01)) for _ in range(batch)]
+    floor: Rounds = {}
+    other: Rounds = {}
+    for r, (base, factor) in enumerate(per_round):
+        floor[r] = [base * (1 + rng.uniform(-0.01, 0.01)) for _ in range(batch)]
+        other[r] = [base * factor * (1 + rng.uniform(-0.01, 0.01)) for _ in range(batch)]
     return floor, other
 
 
 def test_ratio_interval_brackets_a_steady_ratio_tightly() -> None:
     """When every round has the same ratio, the interval is narrow around it, whatever the drift in level."""
     floor, other = _rounds([(100.0 + 10 * r, 1.2) for r in range(30)], batch=20)
-    low, high = ratio_interval(floor, other, 20)
+    low, high = ratio_interval(floor, other)
     assert 1.17 < low <= 1.2 <= high < 1.23
 
 
 def test_ratio_interval_widens_when_rounds_disagree() -> None:
     """Rounds whose ratios differ give a wider interval than rounds that agree."""
     floor, other = _rounds([(100.0, 1.0 if r % 2 else 1.4) for r in range(30)], batch=20)
-    low, high = ratio_interval(floor, other, 20)
-    steady = ratio_interval(*_rounds([(100.0, 1.2)] * 30, batch=20), 20)
+    low, high = ratio_interval(floor, other)
+    steady = ratio_interval(*_rounds([(100.0, 1.2)] * 30, batch=20))
     assert high - low > 3 * (steady[1] - steady[0])
     assert low < 1.2 < high
 
 
+def test_ratio_interval_pairs_the_rounds_both_ran() -> None:
+    """A lane that ran every third round is compared with the floor's batches of those rounds only."""
+    floor, other = _rounds([(100.0 if r % 3 == 0 else 300.0, 1.2) for r in range(30)], batch=20)
+    sparse = {r: batch for r, batch in other.items() if r % 3 == 0}
+    low, high = ratio_interval(floor, sparse)
+    assert 1.18 < low <= high < 1.22  # the floor's batches of the other rounds (3 × slower) would give 0.4-1.2
+
+
 def test_ratio_interval_is_reproducible_and_needs_two_rounds() -> None:
-    """The same samples give the same interval; one round gives none."""
+    """The same samples give the same interval; one common round gives none."""
     floor, other = _rounds([(100.0, 1.1 + r / 100) for r in range(10)], batch=10)
-    assert ratio_interval(floor, other, 10) == ratio_interval(floor, other, 10)
-    assert all(math.isnan(v) for v in ratio_interval(floor[:10], other[:10], 10))
+    assert ratio_interval(floor, other) == ratio_interval(floor, other)
+    assert all(math.isnan(v) for v in ratio_interval(floor, {0: other[0]}))
