@@ -65,7 +65,7 @@ def verdicts(r: Results) -> list[Verdict]:
         out.append(
             Verdict(
                 target=target,
-                measured=f"{ratio:.3f} ×",  # the verdict compares this unrounded ratio
+                measured=_ratio_text(ratio, limit),
                 limit=f"≤ {limit:.2f} ×",
                 met=ratio <= limit,
                 interval=_interval(scenario, name),
@@ -136,6 +136,14 @@ def verdicts(r: Results) -> list[Verdict]:
         )
     )
     return out
+
+
+def _ratio_text(ratio: float, limit: float) -> str:
+    """The ratio with enough decimals that the verdict (on the unrounded ratio) can be read off it."""
+    text = f"{ratio:.3f}"
+    if float(text) == limit and ratio != limit:
+        text = f"{ratio:.4f}"
+    return f"{text} ×"
 
 
 def _interval(s: ScenarioResult, name: str) -> str:
