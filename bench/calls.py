@@ -34,6 +34,8 @@ class ScenarioResult:
     seconds: float
     #: Per contender (not the floor): a 90 % interval of its median ratio to the floor, rounds resampled.
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Per contender: the floor's summary over the rounds that contender ran (all rounds for most).
+    floors: dict[str, Summary] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -43,16 +45,29 @@ class ScenarioResult:
     def get(self, name: str) -> Summary:
         return next(s for s in self.summaries if s.name == name)
 
+    def floor_of(self, name: str) -> Summary:
+        """The floor to compare ``name`` with: its calls in the rounds ``name`` ran too."""
+        return self.floors.get(name, self.floor)
+
+    def ratio(self, name: str) -> float:
+        """``name``'s median over its floor's median."""
+        return self.get(name).ratio(self.floor_of(name))
+
     @classmethod
     def of(cls, key: str, title: str, lanes: Sequence[Lane], seconds: float) -> ScenarioResult:
         """The summaries of alternated lanes (the floor first), with each contender's ratio interval."""
-        floor = lanes[0].by_round
+        floor = lanes[0]
         return cls(
             key=key,
             title=title,
             summaries=[summarize(lane.name, lane.samples) for lane in lanes],
             seconds=seconds,
-            intervals={lane.name: ratio_interval(floor, lane.by_round) for lane in lanes[1:]},
+            intervals={lane.name: ratio_interval(floor.by_round, lane.by_round) for lane in lanes[1:]},
+            floors={
+                lane.name: summarize(floor.name, [x for r in lane.by_round for x in floor.by_round.get(r, ())])
+                for lane in lanes[1:]
+                if lane.every != 1
+            },
         )
 
 

@@ -61,7 +61,7 @@ def verdicts(r: Results) -> list[Verdict]:
         if scenario is None:
             out.append(Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None))
             return
-        ratio = scenario.get(name).ratio(scenario.floor)
+        ratio = scenario.ratio(name)
         out.append(
             Verdict(
                 target=target,
@@ -175,7 +175,7 @@ def _calls_table(s: ScenarioResult) -> list[str]:
         interval = "" if x is floor else _interval(s, x.name)
         rows.append(
             f"| {x.name} | {x.n} | {_us(x.median_us)} | {_us(x.p99_us)} "
-            f"| {x.ratio(floor):.2f} | {interval} | {x.p99_ratio(floor):.2f} |"
+            f"| {x.ratio(s.floor_of(x.name)):.2f} | {interval} | {x.p99_ratio(s.floor_of(x.name)):.2f} |"
         )
     return rows
 
@@ -396,8 +396,8 @@ def plot(r: Results, path: Path) -> bool:
         ax.set_xscale("log")
         ax.set_xlim(left=s.floor.median_us / 2)  # log bars need a common origin below the floor
         ax.set_title(f"{s.title}: per-call time, µs (bar: median, tick: p99; × floor)", fontsize=10)
-        for y, m in enumerate(med):
-            ax.text(m, y, f"  {m / s.floor.median_us:.2f}×", va="center", fontsize=8)
+        for y, name in enumerate(names):
+            ax.text(med[y], y, f"  {s.ratio(name):.2f}×", va="center", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()

@@ -66,3 +66,24 @@ def test_ratio_interval_is_reproducible_and_needs_two_rounds() -> None:
     floor, other = _rounds([(100.0, 1.1 + r / 100) for r in range(10)], batch=10)
     assert ratio_interval(floor, other) == ratio_interval(floor, other)
     assert all(math.isnan(v) for v in ratio_interval(floor, {0: other[0]}))
+
+
+def test_a_lane_that_skips_rounds_is_compared_with_the_floor_of_its_own_rounds() -> None:
+    """A contender run one round in three has its ratio against the floor's calls of those rounds only."""
+    from bench.calls import ScenarioResult
+    from bench.stats import Lane
+
+    async def nothing() -> None:
+        return None
+
+    floor, every, sparse = Lane("floor", nothing), Lane("every", nothing), Lane("sparse", nothing, every=3)
+    for r in range(9):
+        level = 100.0 if r % 3 == 0 else 200.0  # the machine is faster in the rounds the sparse lane runs
+        for lane, factor in ((floor, 1.0), (every, 1.1), (sparse, 2.0)):
+            if r % lane.every == 0:
+                lane.by_round[r] = [level * factor * 1e-6] * 5
+                lane.samples += lane.by_round[r]
+    result = ScenarioResult.of("k", "t", [floor, every, sparse], 1.0)
+    assert math.isclose(result.ratio("sparse"), 2.0)
+    assert math.isclose(result.ratio("every"), 1.1)
+    assert result.floor_of("every") is result.floor and result.floor_of("sparse").n == 15

@@ -365,7 +365,8 @@ class HttpClient:
     ) -> tuple[Awaitable[aiohttp.ClientResponse], _Watchdog]:
         """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers.
 
-        Whoever awaits it translates a failure with :meth:`_failed`, then calls :meth:`_attach`.
+        Whoever awaits it translates a failure with :meth:`_failed`; once the headers are in, the watchdog's
+        ``attach`` hands it the body to watch.
         """
         loop = asyncio.get_running_loop()
         deadlines = self._deadlines
