@@ -729,22 +729,25 @@ _GONE = "<gone>"  # a change that deletes the key
 
 
 def _perturbed(plain: dict[str, Any], changes: list[tuple[str, str, Any]]) -> Any:
-    """``plain`` with each ``(where, key, value)`` applied to the chunk, its choice or its delta (when still there)."""
-    chunk: Any = orjson.loads(orjson.dumps(plain))
+    """``plain`` with each ``(where, key, value)`` applied to it, its first choice, or that choice's delta/message.
+
+    A change whose place is gone (an earlier change removed or replaced it) is skipped.
+    """
+    obj: Any = orjson.loads(orjson.dumps(plain))
     for where, key, value in changes:
-        target = chunk
-        if where != "chunk":
-            choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        target = obj
+        if where not in ("chunk", "answer"):
+            choices = obj.get("choices") if isinstance(obj, dict) else None
             target = choices[0] if isinstance(choices, list) and choices else None
-            if where == "delta":
-                target = target.get("delta") if isinstance(target, dict) else None
+            if where != "choice":
+                target = target.get(where) if isinstance(target, dict) else None
         if not isinstance(target, dict):
             continue
         if value == _GONE:
             target.pop(key, None)
         else:
             target[key] = orjson.loads(orjson.dumps(value))  # a copy: the sampled values are shared
-    return chunk
+    return obj
 
 
 _CHANGES = st.lists(
@@ -835,26 +838,6 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any]) -> Non
 
 # --- the plain-answer path of parse_response reads what the general path reads ----------------------------
 
-
-def _perturbed_answer(plain: dict[str, Any], changes: list[tuple[str, str, Any]]) -> Any:
-    """A ``chat.completion`` with each ``(where, key, value)`` applied to it, its choice or its message."""
-    answer: Any = orjson.loads(orjson.dumps(plain))
-    for where, key, value in changes:
-        target = answer
-        if where != "answer":
-            choices = answer.get("choices") if isinstance(answer, dict) else None
-            target = choices[0] if isinstance(choices, list) and choices else None
-            if where == "message":
-                target = target.get("message") if isinstance(target, dict) else None
-        if not isinstance(target, dict):
-            continue
-        if value == _GONE:
-            target.pop(key, None)
-        else:
-            target[key] = orjson.loads(orjson.dumps(value))
-    return answer
-
-
 _PLAIN_ANSWER = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
@@ -917,13 +900,13 @@ def _parsed(parse: Any, data: Any) -> Any:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(st.builds(_perturbed_answer, st.just(_PLAIN_ANSWER), _ANSWER_CHANGES), st.sampled_from(_VALUES)))
+@given(st.one_of(st.builds(_perturbed, st.just(_PLAIN_ANSWER), _ANSWER_CHANGES), st.sampled_from(_VALUES)))
 @example(_PLAIN_ANSWER)
-@example(_perturbed_answer(_PLAIN_ANSWER, [("choice", "finish_reason", "length")]))
-@example(_perturbed_answer(_PLAIN_ANSWER, [("message", "refusal", "no")]))
-@example(_perturbed_answer(_PLAIN_ANSWER, [("message", "reasoning_content", "hmm")]))
-@example(_perturbed_answer(_PLAIN_ANSWER, [("choice", "index", 1)]))
-@example(_perturbed_answer(_PLAIN_ANSWER, [("answer", "id", "")]))
+@example(_perturbed(_PLAIN_ANSWER, [("choice", "finish_reason", "length")]))
+@example(_perturbed(_PLAIN_ANSWER, [("message", "refusal", "no")]))
+@example(_perturbed(_PLAIN_ANSWER, [("message", "reasoning_content", "hmm")]))
+@example(_perturbed(_PLAIN_ANSWER, [("choice", "index", 1)]))
+@example(_perturbed(_PLAIN_ANSWER, [("answer", "id", "")]))
 def test_plain_answers_parse_as_the_general_path_does(data: Any) -> None:
     """``parse_response`` reads a plain answer by indexing; every shape gives what ``parse_general`` gives."""
     a: Any = adapter()

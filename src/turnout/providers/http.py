@@ -363,11 +363,7 @@ class HttpClient:
         target: Target,
         ssl_context: ssl.SSLContext | bool,
     ) -> tuple[Awaitable[aiohttp.ClientResponse], _Watchdog]:
-        """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers.
-
-        Whoever awaits it translates a failure with :meth:`_failed`; once the headers are in, the watchdog's
-        ``attach`` hands it the body to watch.
-        """
+        """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers."""
         loop = asyncio.get_running_loop()
         deadlines = self._deadlines
         if deadlines is None or deadlines._loop is not loop:
@@ -476,14 +472,7 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ProtocolError: The body is larger than ``max_bytes``.
         """
-        request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
-        try:
-            resp = await request
-        except _SEND_FAILURES as exc:
-            if (error := self._failed(exc, watchdog, timeouts, target)) is None:
-                raise
-            raise error  # noqa: B904 - the cause is set by _failed
-        watchdog.attach(resp.content, asyncio.get_running_loop().time())
+        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
         try:
             length = resp.content_length
             if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
