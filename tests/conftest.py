@@ -14,12 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import RedisServer, free_port, redis_executable
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = (ROOT.parent / "shared" / "fixtures").resolve()
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture
 def fixtures() -> Path:
-    """The recorded provider payloads shipped beside the repository."""
+    """The recorded provider payloads kept in the repository (tests/fixtures, sources in SOURCES.md)."""
     assert FIXTURES.is_dir(), f"recorded fixtures not found at {FIXTURES}"
     return FIXTURES
 

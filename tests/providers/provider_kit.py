@@ -18,7 +18,7 @@ from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
 from turnout.types import Final, StreamEvent
 
-FIXTURES = (Path(__file__).resolve().parents[2].parent / "shared" / "fixtures").resolve()
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def fixture_path(rel: str) -> Path:

@@ -1,6 +1,6 @@
 """Anthropic Messages (``POST /v1/messages``).
 
-Streams follow ``shared/fixtures/anthropic/``: ``message_start``, a ``ping``, per block
+Streams follow ``tests/fixtures/anthropic/``: ``message_start``, a ``ping``, per block
 ``content_block_start`` / ``content_block_delta``… / ``content_block_stop`` (thinking blocks end with a
 ``signature_delta``; tool input arrives as ``input_json_delta`` fragments, the first one ``""``), then
 ``message_delta`` with the stop reason and cumulative usage, then ``message_stop``. Errors are

@@ -1,6 +1,6 @@
 """OpenAI Chat Completions (``POST /v1/chat/completions``), also every OpenAI-compatible vendor.
 
-Shapes follow the recorded payloads in ``shared/fixtures/openai/``: a role chunk first, one chunk
+Shapes follow the recorded payloads in ``tests/fixtures/openai/``: a role chunk first, one chunk
 per delta, ``finish_reason`` in its own chunk with an empty delta, the ``include_usage`` chunk with
 ``choices: []``, then ``data: [DONE]``. Reasoning uses the OpenAI-compatible ``reasoning_content``
 (DeepSeek, xAI, Moonshot); refusals use ``refusal`` / ``delta.refusal``.

@@ -2,7 +2,7 @@
 
 Streams use ``event: <type>`` + ``data: {"type": <type>, ..., "sequence_number": n}`` and end with a
 terminal event (``response.completed`` / ``response.incomplete`` / ``response.failed``), never
-``[DONE]`` (``shared/fixtures/openai/responses_stream_text.sse``). An in-band error is the recorded
+``[DONE]`` (``tests/fixtures/openai/responses_stream_text.sse``). An in-band error is the recorded
 pair: an ``error`` event with a nested ``error`` object, then ``response.failed``.
 """
 
