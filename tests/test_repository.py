@@ -6,7 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import FIXTURES, ROOT
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
 
 # A path that climbs out of the checkout to a sibling folder: ``../shared``, ``ROOT.parent / "shared"``,
 # ``parents[2].parent``.
