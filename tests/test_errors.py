@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 import turnout.errors as errors
 from turnout.errors import (
@@ -43,28 +42,3 @@ def test_provider_error_str_names_where() -> None:
     """A provider error says which provider, model and status failed."""
     e = ProviderError("boom", provider="openai.main", model="gpt-4.1", status=500)
     assert str(e) == "openai.main gpt-4.1 (HTTP 500): boom"
-
-
-def test_new_provider_error_builds_what_the_class_builds() -> None:
-    """The failover's fast constructor gives the same exception: args, attributes, text, pickling."""
-    import pickle
-
-    from turnout.errors import new_provider_error
-
-    fields: dict[str, Any] = {
-        "error_class": ErrorClass.RATE_LIMITED,
-        "provider": "openai.main",
-        "model": "gpt-4o",
-        "status": 429,
-        "error_type": "requests",
-        "error_code": "rate_limit_exceeded",
-        "retry_after": 1.5,
-        "request_id": "req-1",
-        "auth_failure": False,
-    }
-    fast = new_provider_error("slow down", **fields)
-    slow = ProviderError("slow down", **fields)
-    assert type(fast) is ProviderError and fast.args == slow.args and vars(fast) == vars(slow)
-    assert (str(fast), repr(fast)) == (str(slow), repr(slow))
-    again = pickle.loads(pickle.dumps(fast))
-    assert vars(again) == vars(slow) and again.args == slow.args

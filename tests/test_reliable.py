@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import Recovery, dispatch_scope
+from turnout.attribution import DispatchScope, dispatch_scope
 from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -15,7 +15,8 @@ from turnout.errors import (
     ProviderTimeout,
     RefusalError,
 )
-from turnout.reliable import aggregate_message
+from turnout.reliable import ContextLimits, Resume
+from turnout.report import aggregate_message
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
 
@@ -233,13 +234,13 @@ async def test_failover_keeps_rejected_and_accepted_routes_distinct() -> None:
     a = Scripted(ChatResponse(text="", usage=Usage(input_tokens=3, output_tokens=1)))
     b = Scripted("ok")
     r = walk(E("openai.primary", "model-a", [a]), E("anthropic.backup", "model-b", [b]), retries=0)
-    with dispatch_scope() as scope:
-        await r.chat(req(), "model-a")
+    scope = DispatchScope()
+    served = await r.run(req(), "model-a", None, scope)
     assert [(x.provider, x.model, x.outcome) for x in scope.attempts] == [
         ("openai.primary", "model-a", "empty"),
         ("anthropic.backup", "model-b", "ok"),
     ]
-    assert scope.served is not None and (scope.served.provider, scope.served.model) == ("anthropic.backup", "model-b")
+    assert (served.route.provider, served.route.model, served.entry) == ("anthropic.backup", "model-b", 1)
 
 
 async def test_attempts_hold_no_content() -> None:
@@ -640,10 +641,9 @@ async def test_pinned_entries_send_their_pin() -> None:
     """A pinned entry rewrites the model; an unpinned one forwards the caller's."""
     pinned, unpinned = Scripted(err(500)), Scripted("ok")
     r = walk(E("openai.a", "pin", [pinned]), E("openai.b", None, [unpinned]), retries=0)
-    with dispatch_scope() as scope:
-        await r.chat(req(), "requested")
+    served = await r.run(req(), "requested")
     assert pinned.calls == ["pin"] and unpinned.calls == ["requested"]
-    assert scope.served is not None and scope.served.model == "requested"
+    assert served.route.model == "requested"
 
 
 async def test_model_failover_tries_fallback_model() -> None:
@@ -658,21 +658,17 @@ async def test_recovery_skips_exactly_the_failed_entry() -> None:
     """A recovery walk skips only the entry whose stream failed, keeping earlier entries."""
     first, failed, later = Scripted(err(401)), Scripted("never"), Scripted("backup")
     r = walk(E("openai.a", "m", [first]), E("openai.b", "m", [failed]), E("openai.b", "m", [later]))
-    with dispatch_scope() as scope:
-        scope.recovery = Recovery(walk=r.id, entry=1, tries=0)
-        assert (await r.chat(req(), "m")).text == "backup"
+    served = await r.run(req(), "m", resume=Resume(entry=1, tries=0, limits=ContextLimits()))
+    assert served.response.text == "backup"
     assert (len(first.calls), len(failed.calls), len(later.calls)) == (1, 0, 1)
-    assert scope.recovery is None
 
 
 async def test_single_entry_recovery_gets_one_attempt() -> None:
     """A recovery with tries=1 makes exactly one attempt on the failed entry."""
     p = Scripted(err(500))
     r = walk(E("openai.a", "m", [p]), retries=3)
-    with dispatch_scope() as scope:
-        scope.recovery = Recovery(walk=r.id, entry=0, tries=1)
-        with pytest.raises(AllProvidersFailed):
-            await r.chat(req(), "m")
+    with pytest.raises(AllProvidersFailed):
+        await r.run(req(), "m", resume=Resume(entry=0, tries=1, limits=ContextLimits()))
     assert len(p.calls) == 1
 
 

@@ -101,7 +101,7 @@ async def test_complete_stream_is_accepted_with_attribution() -> None:
 
 
 async def test_failure_before_output_recovers_through_the_walk_skipping_the_failed_entry() -> None:
-    """A stream that fails before output is recovered once, non-streaming, on the next entry."""
+    """A stream that fails before output is retried on its entry, then recovered once, non-streaming, on the next."""
     fleet = Fleet(openai__primary=[err(503)], anthropic__backup=["from backup"])
     async with client(fleet) as c:
         sinks = Sinks()
@@ -110,15 +110,42 @@ async def test_failure_before_output_recovers_through_the_walk_skipping_the_fail
     assert fleet.calls("openai.primary") == []  # the failed entry is skipped in the recovery walk
     assert sinks.text == "from backup"
     assert reply.fallback is not None and reply.served.provider == "anthropic.backup"
-    assert [(a.provider, a.outcome, a.stream) for a in reply.attempts] == [
-        ("openai.primary", "retryable", True),
-        ("anthropic.backup", "ok", False),
+    assert [(a.provider, a.outcome, a.stream, a.try_number) for a in reply.attempts] == [
+        ("openai.primary", "retryable", True, 1),
+        ("openai.primary", "retryable", True, 2),
+        ("anthropic.backup", "ok", False, 1),
     ]
 
 
+async def test_stream_open_failure_is_retried_on_the_same_entry_like_chat() -> None:
+    """A 5xx at stream open gets chat's retries and backoff on the same entry: the primary still answers."""
+    clock = FakeClock()
+    fleet = Fleet(openai__primary=[err(500), "streamed"], anthropic__backup=["never"])
+    async with Client.from_toml(TWO, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False) as c:
+        stream = c.stream("hi")
+        events = [e async for e in stream]
+    reply = stream.response
+    assert [e.text for e in events if e.type == "text"] == ["streamed"]
+    assert reply.served.provider == "openai.primary" and reply.fallback is None
+    assert [(a.outcome, a.stream, a.try_number) for a in reply.attempts] == [("retryable", True, 1), ("ok", True, 2)]
+    assert len(clock.sleeps) == 1 and 0.25 <= clock.sleeps[0] <= 0.5  # the jittered first backoff of 500 ms
+    assert fleet.calls("anthropic.backup") == [] and fleet.calls("openai.primary") == []
+
+
+async def test_stream_open_rate_limit_on_a_single_entry_waits_the_retry_hint() -> None:
+    """A 429 with Retry-After at stream open on the only entry waits the hint and retries the stream."""
+    clock = FakeClock()
+    fleet = Fleet(openai__primary=[err(429, headers={"Retry-After": "3"}), "streamed"])
+    async with Client.from_toml(ONE, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False) as c:
+        reply = await c.turn("hi", events=Sinks().event)
+    assert reply.text == "streamed" and [a.outcome for a in reply.attempts] == ["rate_limited", "ok"]
+    assert clock.sleeps == [3.0]
+
+
 async def test_single_entry_failure_gets_one_recovery_attempt() -> None:
-    """With one entry, a failed stream gets one non-streaming recovery on it (ZeroClaw makes none)."""
-    fleet = Fleet(openai__primary=[err(503), "recovered"])
+    """With one entry, a stream that failed after it opened gets one non-streaming recovery on it."""
+    usage = UsageEvent(usage=Usage(input_tokens=1, output_tokens=0))
+    fleet = Fleet(openai__primary=[[usage, err(503)], "recovered"])
     async with client(fleet, ONE) as c:
         reply = await c.turn("hi", events=Sinks().event)
     assert reply.text == "recovered"
@@ -366,7 +393,7 @@ async def test_all_failed_recovery_raises_all_providers_failed() -> None:
     async with client(fleet) as c:
         with pytest.raises(AllProvidersFailed) as info:
             await c.turn("hi", events=Sinks().event)
-    assert [a.stream for a in info.value.attempts] == [True, False, False]
+    assert [a.stream for a in info.value.attempts] == [True, True, False, False]
 
 
 async def test_session_keeps_history_and_partial_text() -> None:

@@ -2,8 +2,8 @@
 
 Every provider call runs inside a :class:`DispatchScope` (a context variable, so concurrent calls in
 different tasks never mix their records). The reliable walk appends one :class:`Attempt` per physical
-call or cooldown skip and notes the route that answered; the caller commits the served route only once
-it accepts the answer, so a rejected answer never leaves a stale fallback notice.
+call or skip; the walk returns the route that answered, and the caller (:class:`turnout.call.Call`)
+commits it only once it accepts the answer, so a rejected answer never leaves a stale fallback notice.
 
 No record here holds prompt, response or provider error text, or a key: keys are named by key id.
 """
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from turnout._fast import fast_init, fast_new
 from turnout.types import Usage
 
 Outcome: TypeAlias = Literal[
@@ -35,7 +34,6 @@ Outcome: TypeAlias = Literal[
 ]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One physical provider call, or one cooldown skip.
@@ -80,11 +78,6 @@ class Attempt:
         return self.provider.partition(".")[0]
 
 
-#: ``Attempt(...)`` for hot paths (see :func:`turnout._fast.fast_new`).
-new_attempt = fast_new(Attempt)
-
-
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteRef:
     """A (profile, model) pair: what was requested, or what served."""
@@ -104,7 +97,6 @@ NOTICE_TEMPLATE = (
 )
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FallbackNotice:
     """Tells the user that another backend answered.
@@ -142,37 +134,15 @@ def fallback_notice(requested: RouteRef, served: RouteRef, *, intra_family: bool
     )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Recovery:
-    """A non-streaming recovery after a failed stream: which entry of which walk, and how many tries it gets.
-
-    ``tries`` is 0 to skip the entry whose stream failed, or 1 for one recovery attempt on it (a single-entry
-    walk, or a semantically empty stream with ``provider_retries > 0``).
-    """
-
-    walk: int
-    entry: int
-    tries: int
-
-
 @dataclass(slots=True)
 class DispatchScope:
-    """The records of one logical call (a chat, a stream, a turn).
+    """The attempt records of one logical call (a chat, a stream, a turn), in order.
 
     Attributes:
         attempts: Every attempt, in order.
-        served: The route of the last successful attempt (provisional until the caller accepts it).
-        served_entry: ``(walk id, entry index)`` of that attempt.
-        recovery: Set by the runtime before a non-streaming recovery of a failed stream.
-        walk_entries: Number of entries in the walk that last ran (used to size recoveries).
     """
 
     attempts: list[Attempt] = field(default_factory=list)
-    served: RouteRef | None = None
-    served_entry: tuple[int, int] | None = None
-    recovery: Recovery | None = None
-    walk_entries: int = 0
 
     def add(self, attempt: Attempt) -> None:
         """Record one attempt."""
@@ -185,16 +155,6 @@ _SCOPE: ContextVar[DispatchScope | None] = ContextVar("turnout_dispatch_scope", 
 def current_scope() -> DispatchScope | None:
     """The dispatch scope of the running call, if one is open."""
     return _SCOPE.get()
-
-
-def enter_scope(scope: DispatchScope) -> Token[DispatchScope | None]:
-    """Make ``scope`` current; pass the token to :func:`exit_scope` (a cheaper form of :func:`dispatch_scope`)."""
-    return _SCOPE.set(scope)
-
-
-def exit_scope(token: Token[DispatchScope | None]) -> None:
-    """Restore the scope that was current before :func:`enter_scope`."""
-    _SCOPE.reset(token)
 
 
 @contextmanager

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from turnout._fast import fast_init, fast_new
 from turnout.config.secrets import scrub
-from turnout.errors import ErrorClass, ProviderError, RefusalError, new_provider_error
+from turnout.errors import ErrorClass, ProviderError, RefusalError
 
 # --- the seed's phrase lists (ZeroClaw reliable.rs), lowercased ------------------------------------
 
@@ -122,7 +121,6 @@ AUTH_TYPES = frozenset(
 )
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorFacts:
     """What an adapter knows about one failure, before it is classified.
@@ -148,10 +146,6 @@ class ErrorFacts:
     quota_ids: tuple[str, ...] = ()
     reason: str | None = None
     in_band: bool = False
-
-
-#: ``ErrorFacts(...)`` for hot paths (see :func:`turnout._fast.fast_new`).
-new_error_facts = fast_new(ErrorFacts)
 
 
 def _low(s: str | None) -> str:
@@ -419,7 +413,7 @@ def provider_error(
     message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
     code, etype, reason, text = _lowered(facts)
     error_class = _classify(facts, code, etype, reason, text)
-    kind = RefusalError if error_class is ErrorClass.REFUSAL else new_provider_error
+    kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
     headers = facts.headers
     return kind(
         message,

@@ -10,36 +10,27 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
+from turnout.attribution import RouteRef
+from turnout.call import Call
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
-from turnout.errors import (
-    AllProvidersFailed,
-    ConfigError,
-    ContextWindowExceeded,
-    RefusalError,
-    StreamInterruptedAfterOutput,
-    TurnCancelled,
-)
+from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
-from turnout.reply import Reply, new_reply
+from turnout.reply import Reply
 from turnout.router import Router, Target
-from turnout.runtime import ReplyStream, Session, Sink, TurnState, call_sink, turn_outputs
+from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
-from turnout.streams import without_think
-from turnout.types import ChatRequest, ChatResponse, Message, ToolSpec
+from turnout.types import ChatRequest, Message, ToolSpec
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -56,141 +47,6 @@ def _state_store(config: Config) -> StateStore:
         assert config.state.url is not None  # checked when the config loaded
         return RedisStore(config.state.url, prefix=config.state.key_prefix)
     return MemoryStore()
-
-
-def error_outcome(exc: BaseException) -> str:
-    """The ledger outcome of a failed call."""
-    if isinstance(exc, AllProvidersFailed):
-        return "all_failed"
-    if isinstance(exc, RefusalError):
-        return "refusal"
-    if isinstance(exc, ContextWindowExceeded):
-        return "context_window"
-    if isinstance(exc, StreamInterruptedAfterOutput):
-        return "stream_interrupted"
-    if isinstance(exc, TurnCancelled | asyncio.CancelledError):
-        return "cancelled"
-    return type(exc).__name__
-
-
-_CALL_PREFIX = os.urandom(6).hex()
-_call_numbers = itertools.count(1)
-
-
-def new_call_id() -> str:
-    """A unique call id: a per-process random prefix and a counter (cheaper than a UUID per call)."""
-    return _CALL_PREFIX + format(next(_call_numbers), "010x")
-
-
-class CancelWatcher:
-    """Turns a ``cancel`` event into a prompt stop of the current task, wherever it is waiting.
-
-    The turn may be waiting for a silent upstream; setting the event cancels the task, and the turn turns
-    that cancellation (and only that one) back into :class:`~turnout.errors.TurnCancelled`.
-    """
-
-    __slots__ = ("_task", "_waiter", "fired")
-
-    def __init__(self, event: asyncio.Event) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self.fired = False
-        self._waiter = asyncio.ensure_future(event.wait())
-        self._waiter.add_done_callback(self._fire)
-
-    def _fire(self, waiter: asyncio.Future[Any]) -> None:
-        if not waiter.cancelled():
-            self.fired = True
-            self._task.cancel()
-
-    def uncancel(self) -> None:
-        """Undo the cancellation this watcher requested."""
-        self._task.uncancel()
-
-    def close(self) -> None:
-        """Stop watching."""
-        self._waiter.remove_done_callback(self._fire)
-        self._waiter.cancel()
-
-
-class Call:
-    """One logical call in flight: its target, requested route and dispatch scope.
-
-    Used by :class:`Client` and the streaming runtime to turn an accepted response into a :class:`Reply`
-    (and a ledger record), or to record a failure.
-    """
-
-    __slots__ = ("call_id", "client", "reply", "requested", "scope", "started", "stream", "target")
-
-    def __init__(self, client: Client, target: Target, *, stream: bool, requested: RouteRef | None = None) -> None:
-        self.client = client
-        self.target = target
-        self.stream = stream
-        if requested is None:
-            first = target.walk.entries[0]
-            requested = first.route(first.served_model(target.model))
-        self.requested = requested
-        self.scope = DispatchScope()
-        self.call_id = new_call_id()
-        self.started = time.time()
-        self.reply: Reply | None = None
-
-    def accept(self, response: ChatResponse) -> Reply:
-        """Commit the served route of an accepted answer and record the call."""
-        scope = self.scope
-        requested = self.requested
-        served = scope.served or requested
-        later = scope.served_entry is not None and scope.served_entry[1] > 0
-        is_fallback = later or (served is not requested and served != requested)
-        notice = self.client.notice(requested, served) if is_fallback else None
-        attempts = tuple(scope.attempts)
-        if self.client.ledger is not None:
-            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
-            self.client.record(
-                CallRecord(
-                    call_id=self.call_id,
-                    ts=self.started,
-                    surface=self.client.surface,
-                    stream=self.stream,
-                    requested=self.requested,
-                    served=served,
-                    fallback=is_fallback,
-                    outcome="ok",
-                    attempts=attempts,
-                    accepted_index=accepted,
-                )
-            )
-        if "<think>" in response.text:
-            response = without_think(response)
-        return new_reply(
-            text=response.text,
-            tool_calls=response.tool_calls,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-            reasoning=response.reasoning,
-            requested=requested,
-            served=served,
-            fallback=notice,
-            attempts=attempts,
-            call_id=self.call_id,
-        )
-
-    def fail(self, exc: BaseException) -> None:
-        """Record a failed call (its attempts stay in the ledger; no served route is committed)."""
-        self.client.record(
-            CallRecord(
-                call_id=self.call_id,
-                ts=self.started,
-                surface=self.client.surface,
-                stream=self.stream,
-                requested=self.requested,
-                served=None,
-                fallback=False,
-                outcome=error_outcome(exc),
-                attempts=tuple(self.scope.attempts),
-            )
-        )
 
 
 class Client:
@@ -239,7 +95,6 @@ class Client:
         )
         self.router = self.factory.router()
         self._default: tuple[Target, RouteRef] | None = None
-        self._notices: dict[tuple[int, int], tuple[RouteRef, RouteRef, FallbackNotice]] = {}
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -312,18 +167,6 @@ class Client:
 
     # --- calls -------------------------------------------------------------------------------
 
-    def notice(self, requested: RouteRef, served: RouteRef) -> FallbackNotice:
-        """The fallback notice from ``requested`` to ``served`` (made once per pair of routes)."""
-        key = (id(requested), id(served))
-        known = self._notices.get(key)
-        if known is not None and known[0] is requested and known[1] is served:
-            return known[2]
-        notice = fallback_notice(requested, served, intra_family=self.config.notices.intra_family)
-        if len(self._notices) >= 256:
-            self._notices.clear()
-        self._notices[key] = (requested, served, notice)  # the routes are held, so their ids stay theirs
-        return notice
-
     def record(self, call: CallRecord) -> None:
         """Send a finished call to the ledger (no-op without one)."""
         if self.ledger is not None:
@@ -360,25 +203,35 @@ class Client:
             ConfigError: The options name an unknown profile, or no model is known.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=False)
-        target = call.target
+        target, call = self._call(model, provider, sender, stream=False)
         try:
-            response = await target.walk.chat_in_scope(request, target.model, temperature, call.scope)
+            served = await target.walk.run(request, target.model, temperature, call.log)
         except BaseException as exc:
             call.fail(exc)
             raise
-        return call.accept(response)
+        return call.accept(served.response, served.route, served.entry)
 
-    def _call(self, model: str | None, provider: str | None, sender: str | None, *, stream: bool) -> Call:
-        """A new call to the route these options select (the default route's is resolved once)."""
+    def _call(
+        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool
+    ) -> tuple[Target, Call]:
+        """The target these options select, and a new call to it (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
             default = self._default
             if default is None:
                 target = self.route()
-                first = target.walk.entries[0]
-                default = self._default = (target, first.route(first.served_model(target.model)))
-            return Call(self, default[0], stream=stream, requested=default[1])
-        return Call(self, self.route(model=model, provider=provider, sender=sender), stream=stream)
+                default = self._default = (target, requested_route(target))
+            target, requested = default
+        else:
+            target = self.route(model=model, provider=provider, sender=sender)
+            requested = requested_route(target)
+        call = Call(
+            requested,
+            stream=stream,
+            ledger=self.ledger,
+            surface=self.surface,
+            intra_family=self.config.notices.intra_family,
+        )
+        return target, call
 
     def stream(
         self,
@@ -402,8 +255,8 @@ class Client:
         still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=True)
-        return ReplyStream(call, request, temperature, show_reasoning=show_reasoning)
+        target, call = self._call(model, provider, sender, stream=True)
+        return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
 
     async def turn(
         self,
@@ -438,30 +291,18 @@ class Client:
             tool_choice: As for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=True)
-        state = TurnState()
-        if cancel is not None and cancel.is_set():
-            cancelled = TurnCancelled()
-            call.fail(cancelled)
-            raise cancelled
-        outputs_gen = turn_outputs(
-            call, request, temperature, state, cancel, events_visible=events is not None, draft=draft
+        target, call = self._call(model, provider, sender, stream=True)
+        turn = Turn(
+            target.walk,
+            target.model,
+            request,
+            temperature,
+            call,
+            cancel=cancel,
+            events_visible=events is not None,
+            draft=draft,
         )
-        watcher = CancelWatcher(cancel) if cancel is not None else None
-        try:
-            async with aclosing(outputs_gen) as outputs:
-                async for event in outputs:
-                    await call_sink(events, event)
-        except asyncio.CancelledError:
-            if watcher is None or not watcher.fired:
-                raise
-            watcher.uncancel()
-            raise TurnCancelled(partial_text=state.partial_text, attempts=call.scope.attempts) from None
-        finally:
-            if watcher is not None:
-                watcher.close()
-        assert call.reply is not None
-        return call.reply
+        return await drive(turn, events)
 
     def session(self, provider: str | None = None, model: str | None = None, *, system: str | None = None) -> Session:
         """A conversation that keeps its history and its own profile/model overrides."""
@@ -476,3 +317,9 @@ class Client:
             "dead_keys": sorted(store.dead_keys()),
             "profiles": sorted(self.config.profiles()),
         }
+
+
+def requested_route(target: Target) -> RouteRef:
+    """What a call to ``target`` asks for: the first entry of its walk, with the model it would send."""
+    first = target.walk.entries[0]
+    return first.route(first.served_model(target.model))

@@ -97,7 +97,7 @@ class ProviderError(TurnoutError):
         request_id: str | None = None,
         auth_failure: bool = False,
     ) -> None:
-        self.args = (message,)  # what Exception.__init__(message) sets, without the call
+        super().__init__(message)
         self.message = message
         self.auth_failure = auth_failure
         self.error_class = error_class if error_class is not None else self.default_class
@@ -114,43 +114,6 @@ class ProviderError(TurnoutError):
         status = f" (HTTP {self.status})" if self.status is not None else ""
         prefix = f"{where}{status}: " if where or status else ""
         return f"{prefix}{self.message}"
-
-
-_new_exception = BaseException.__new__
-
-
-def new_provider_error(
-    message: str,
-    *,
-    error_class: ErrorClass,
-    provider: str | None,
-    model: str | None,
-    status: int | None,
-    error_type: str | None,
-    error_code: str | None,
-    retry_after: float | None,
-    request_id: str | None,
-    auth_failure: bool,
-) -> ProviderError:
-    """``ProviderError(message, ...)``, built without the class call (a failover builds one per failed try).
-
-    The same ``args`` and attributes, set in one go: calling an exception class with keywords packs them
-    into a dict for ``__init__``, then stores each attribute on its own.
-    """
-    exc: ProviderError = _new_exception(ProviderError, message)
-    exc.__dict__ = {
-        "message": message,
-        "auth_failure": auth_failure,
-        "error_class": error_class,
-        "provider": provider,
-        "model": model,
-        "status": status,
-        "error_type": error_type,
-        "error_code": error_code,
-        "retry_after": retry_after,
-        "request_id": request_id,
-    }
-    return exc
 
 
 class ProviderTimeout(ProviderError):
@@ -211,12 +174,23 @@ class RefusalError(ProviderError):
 
 
 class EmptyCompletion(ProviderError):
-    """The provider answered with no text (after removing ``<think>`` spans) and no tool calls."""
+    """The provider answered with no text (after removing ``<think>`` spans) and no tool calls.
+
+    Attributes:
+        usage: What the empty answer reported using (it stays on the rejected attempt).
+    """
 
     default_class = ErrorClass.EMPTY
 
-    def __init__(self, message: str = "provider completed without final text or tool calls", **kw: object) -> None:
+    def __init__(
+        self,
+        message: str = "provider completed without final text or tool calls",
+        *,
+        usage: Usage | None = None,
+        **kw: object,
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.usage = usage
 
 
 class ContextWindowExceeded(TurnoutError):

@@ -74,6 +74,14 @@ class KeyPool:
         """Whether some key can be used now (without advancing the rotation)."""
         return not self.ids or any(self.usable(i, now) for i in range(len(self.ids)))
 
+    def other_usable(self, index: int, now: float) -> bool:
+        """Whether a key other than the one at ``index`` can be used now."""
+        return any(self.usable(i, now) for i in range(len(self.ids)) if i != index)
+
+    def other_live(self, index: int) -> bool:
+        """Whether a key other than the one at ``index`` is not dead."""
+        return any(not self.store.is_dead(kid) for i, kid in enumerate(self.ids) if i != index)
+
     def soonest_key_free(self, now: float) -> float | None:
         """When the first cooling (not dead) key becomes usable again, if any is cooling."""
         ends = [

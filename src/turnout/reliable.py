@@ -1,66 +1,62 @@
-"""The reliable walk: retries, backoff, Retry-After, cooldowns, key rotation, and the aggregate error.
+"""The reliable walk: the entries of one route, tried in order with retries, backoff and key rotation.
 
-:class:`ReliableProvider` wraps the materialised entries of one route and implements the provider
-contract, so routers and clients compose it like any other provider. For each entry in order it makes up
-to ``provider_retries + 1`` tries; a success ends the walk. What each failure means comes from
-:mod:`turnout.classify`; what the walk does about it is decided here, in one place:
+:class:`ReliableProvider` implements the provider contract, so routers and clients compose it like any
+other provider. It answers in two ways:
 
-==========================  ===========================================================================
-class                       what the walk does
-==========================  ===========================================================================
-retryable                   retry the same entry after a backoff (raised to the Retry-After hint)
-rate_limited                key pool: cool that key down and retry at once with the next key;
-                            else, with other entries: cool the profile down and move on;
-                            else (single entry): retry after the backoff / Retry-After
-rate_limited_non_retryable  move on at once
-non_retryable               move on at once (a 401/403 key is dead; the next key of the pool is tried)
-context_window              never retry that model; skip to the next entry whose context window is larger
-                            or unknown; none left: ``ContextWindowExceeded``
-refusal                     raise ``RefusalError`` (unless the profile sets ``refusal_fallback``)
-timeout                     move on; retried only on the last entry
-empty                       retry after the backoff, then move on
-==========================  ===========================================================================
+- :meth:`ReliableProvider.run` walks the entries for one complete answer (SPEC 6) and returns it with the
+  entry that produced it (:class:`Served`);
+- :meth:`ReliableProvider.open_stream` picks the first entry that can stream the request and returns a
+  :class:`ReliableStream`: its batches come from that entry only, and a failure before the first batch
+  is retried on that entry like a non-streaming try (SPEC 6.7, 7.1). Whether a failed stream is recovered
+  is the streaming runtime's decision (:mod:`turnout.runtime`); :meth:`ReliableStream.resume_after`
+  says where such a recovery continues, and :meth:`run` takes it as ``resume``.
+
+What a failure means comes from :mod:`turnout.classify`; what the walk does about it comes from
+:func:`turnout.policy.decide`, for both forms, and is applied in one place (:meth:`ReliableProvider._settle`).
+Every attempt is recorded in the call's :class:`~turnout.attribution.DispatchScope`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypeVar
 
-from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
+from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
+    EmptyCompletion,
     ErrorClass,
     ProtocolError,
-    ProviderConnectionError,
     ProviderError,
-    ProviderTimeout,
     RefusalError,
-    StreamTruncated,
+    StreamingUnsupported,
     UnsupportedRequest,
 )
 from turnout.keys import KeyChoice, KeyPool
+from turnout.policy import Action, Position, Step, decide
 from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, aggregate_message, error_detail, outcome_of
 from turnout.state import MemoryStore, StateStore
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Message, StreamEvent, Usage
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, Message, StreamEvent, Usage, UsageEvent
 
 MIN_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 10.0
 MAX_RETRY_AFTER_S = 30.0
 MAX_COOLDOWN_S = 60.0
 DEFAULT_COOLDOWN_S = 10.0
-MAX_RETAINED_EVENTS = 8
-MAX_AGGREGATE_BYTES = 2048
 
-_walk_ids = itertools.count(1)
+T = TypeVar("T")
+
+#: Event kinds that are output: the first batch holding one marks the time to first token.
+_OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -86,14 +82,9 @@ class Entry:
     rates: Rates | None = None
     #: The family part of :attr:`profile`.
     family: str = field(init=False)
-    _ref: RouteRef | None = field(init=False, repr=False, compare=False)
-    #: The catalogue's rates for the last model priced: ``(model, catalogue, rates)``.
-    _priced: tuple[str, Catalogue, Rates | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.family = self.profile.partition(".")[0]
-        self._ref = None
-        self._priced = None
 
     @property
     def pinned(self) -> bool:
@@ -105,16 +96,70 @@ class Entry:
         return self.model if self.model is not None else requested
 
     def route(self, served: str) -> RouteRef:
-        """This entry's route for the model it serves (the last one is kept: calls rarely change models)."""
-        ref = self._ref
-        if ref is None or ref.model != served:
-            ref = self._ref = RouteRef(provider=self.profile, model=served)
-        return ref
+        """This entry's route for the model it serves."""
+        return RouteRef(provider=self.profile, model=served)
 
     def capabilities(self, requested: str | None = None) -> Capabilities:
         """The capabilities of this entry's model."""
         model = self.model if self.model is not None else requested
         return self.providers[0].capabilities(model)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """A complete answer of the walk and the entry that produced it.
+
+    Attributes:
+        response: The answer.
+        route: The profile and model that produced it.
+        entry: The index of that entry in the walk.
+    """
+
+    response: ChatResponse
+    route: RouteRef
+    entry: int
+
+
+class ContextLimits:
+    """What context-window failures taught a walk: the models that failed and the largest known window."""
+
+    __slots__ = ("failed_models", "limit")
+
+    def __init__(self) -> None:
+        self.failed_models: set[tuple[str, str]] = set()
+        self.limit: int | None = None
+
+    @property
+    def overflowed(self) -> bool:
+        """Whether some entry rejected the request as too large."""
+        return bool(self.failed_models)
+
+    def failed(self, entry: Entry, model: str, window: int | None) -> None:
+        """``model`` on ``entry`` (whose window is ``window``, when known) rejected the request as too large."""
+        self.failed_models.add((entry.family, model))
+        if window is not None:
+            self.limit = max(self.limit or 0, window)
+
+    def too_small(self, entry: Entry, model: str, window: int | None) -> bool:
+        """The entry is known to be too small: the same model failed, or its window is no larger."""
+        if (entry.family, model) in self.failed_models:
+            return True
+        return window is not None and self.limit is not None and window <= self.limit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """Where a non-streaming recovery of a failed stream continues (SPEC 7.3).
+
+    Attributes:
+        entry: The entry whose stream failed.
+        tries: How many tries that entry gets: 0 skips it, 1 is one recovery attempt on it.
+        limits: What the stream learned about context windows.
+    """
+
+    entry: int
+    tries: int
+    limits: ContextLimits
 
 
 class ReliableProvider(Provider):
@@ -157,11 +202,9 @@ class ReliableProvider(Provider):
         self.sleep = sleep
         self.jitter = jitter
         self.name = name
-        self.id = next(_walk_ids)
-        self._several = len(self.entries) > 1
         self._vision: dict[str, bool] = {}
 
-    # --- capabilities ---------------------------------------------------------------------
+    # --- what the route can do ----------------------------------------------------------------
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         """The first entry's capabilities; vision and native tools only if every entry has them."""
@@ -180,8 +223,6 @@ class ReliableProvider(Provider):
             for provider in entry.providers:
                 await provider.aclose()
 
-    # --- helpers ----------------------------------------------------------------------------
-
     def context_window(self, entry: Entry, model: str) -> int | None:
         """The entry's context window: the profile's setting, else the catalogue's, else None."""
         if entry.context_window is not None:
@@ -192,19 +233,14 @@ class ReliableProvider(Provider):
         """The cost of ``usage`` on this entry, or None when the price is unknown."""
         if usage is None:
             return None
-        rates = entry.rates
-        if rates is None:  # the catalogue's, kept on the entry for the model it last priced
-            priced = entry._priced
-            if priced is None or priced[0] != model or priced[1] is not self.catalogue:
-                priced = entry._priced = (model, self.catalogue, self.catalogue.rates(entry.family, model))
-            rates = priced[2]
+        rates = entry.rates if entry.rates is not None else self.catalogue.rates(entry.family, model)
         return rates.cost(usage) if rates is not None else None
 
     def may_hold_images(self, request: ChatRequest, model: str) -> bool:
         """Whether ``request`` has images and some entry does not accept them for ``model``.
 
         When every entry accepts images, a request's images change nothing about the walk, so its messages
-        are not scanned (the answer per model is kept: capabilities do not change).
+        are not scanned (the answer per model is kept: capabilities are fixed at construction).
         """
         every = self._vision.get(model)
         if every is None:
@@ -240,7 +276,119 @@ class ReliableProvider(Provider):
         if seconds > 0:
             await self.store.set_cooldown(key, self.clock() + seconds)
 
-    def _attempt(
+    # --- the non-streaming walk -------------------------------------------------------------------
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        """Walk the entries until one answers (SPEC 6), recording attempts in the current dispatch scope.
+
+        Raises:
+            RefusalError: The model refused and the profile does not route refusals.
+            ContextWindowExceeded: The request is too large for every remaining entry.
+            AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
+        """
+        return (await self.run(request, model, temperature, current_scope())).response
+
+    async def run(
+        self,
+        request: ChatRequest,
+        model: str,
+        temperature: float | None = None,
+        log: DispatchScope | None = None,
+        *,
+        resume: Resume | None = None,
+    ) -> Served:
+        """Walk the entries until one answers, recording every attempt in ``log``.
+
+        Args:
+            request: The request.
+            model: The caller's model (a pinned entry sends its pin instead).
+            temperature: Sampling temperature.
+            log: Where the attempts go (the call's dispatch scope).
+            resume: Continue after a failed stream (see :meth:`ReliableStream.resume_after`).
+
+        Raises:
+            RefusalError: The model refused and the profile does not route refusals.
+            ContextWindowExceeded: The request is too large for every remaining entry.
+            UnsupportedRequest: The request has images and no entry accepts them.
+            AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
+        """
+        walk = _Walk(self, log, model, resume.limits if resume is not None else ContextLimits())
+        images = self.may_hold_images(request, model)
+        for i, entry in enumerate(self.entries):
+            tries = self.tries
+            if resume is not None and resume.entry == i:
+                tries = resume.tries
+                if tries == 0:
+                    continue
+            served = entry.model if entry.model is not None else model
+            if not walk.admits(i, entry, served, request, images, stream=False):
+                continue
+            answer = await walk.tries(i, entry, served, tries, _Answer(request, served, temperature))
+            if answer is not None:
+                response, choice, started, t0 = answer
+                walk.record(
+                    self.attempt(
+                        entry,
+                        i,
+                        served,
+                        "ok",
+                        try_number=walk.try_number,
+                        choice=choice,
+                        started=started,
+                        elapsed=time.perf_counter() - t0,
+                        usage=response.usage,
+                    )
+                )
+                return Served(response=response, route=entry.route(served), entry=i)
+        if walk.limits.overflowed:
+            raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
+        if images and not any(e.capabilities(model).vision for e in self.entries):
+            raise UnsupportedRequest("the request has images and no entry of this route accepts images")
+        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
+
+    # --- streaming ----------------------------------------------------------------------------
+
+    def open_stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None, log: DispatchScope | None = None
+    ) -> ReliableStream:
+        """The stream of the first entry that can stream this request now (SPEC 7.1).
+
+        Entries cooling down are skipped (and recorded as skipped in ``log``); the connection is made when
+        the stream's :meth:`~ReliableStream.batches` are iterated.
+
+        Raises:
+            StreamingUnsupported: No entry can stream this request right now.
+        """
+        walk = _Walk(self, log, model, ContextLimits())
+        images = self.may_hold_images(request, model)
+        for i, entry in enumerate(self.entries):
+            served = entry.model if entry.model is not None else model
+            if walk.admits(i, entry, served, request, images, stream=True):
+                return ReliableStream(walk, i, entry, served, request, temperature)
+        what = "streaming tool events" if request.tools else "streaming"
+        raise StreamingUnsupported(f"No entry of this route supports {what} right now")
+
+    async def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        """One stream (see :meth:`open_stream`), recorded in the current dispatch scope.
+
+        A failure after the first batch is not retried here: :mod:`turnout.runtime` decides whether it
+        may be recovered.
+        """
+        stream = self.open_stream(request, model, temperature, current_scope())
+        async for batch in stream.batches():
+            yield batch
+
+    def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """:meth:`stream_batches`, one event at a time."""
+        return flatten(self.stream_batches(request, model, temperature))
+
+    # --- attempts and failures ------------------------------------------------------------------
+
+    def attempt(
         self,
         entry: Entry,
         index: int,
@@ -258,12 +406,13 @@ class ReliableProvider(Provider):
         stream: bool = False,
         ttft_ms: float | None = None,
     ) -> Attempt:
+        """The record of one attempt on ``entry`` (its cost is priced here)."""
         status = None
         if error is not None:
             if isinstance(error, ProviderError):
                 status, retry_after = error.status, error.retry_after
             detail = detail or error_detail(error)
-        return new_attempt(
+        return Attempt(
             provider=entry.profile,
             model=model,
             outcome=outcome,
@@ -281,93 +430,160 @@ class ReliableProvider(Provider):
             detail=detail,
         )
 
-    # --- the walk ---------------------------------------------------------------------------
+    async def _settle(
+        self, walk: _Walk, index: int, entry: Entry, served: str, choice: KeyChoice, exc: Exception, tries_left: int
+    ) -> Action:
+        """Decide what follows a failure (:func:`turnout.policy.decide`) and update the state it names."""
+        cls = error_class_of(exc)
+        pool = entry.keys
+        larger = False
+        if cls is ErrorClass.CONTEXT_WINDOW:
+            walk.limits.failed(entry, served, self.context_window(entry, served))
+            larger = walk.larger_entry_remains(index)
+        rotates = pool.rotates
+        now = self.clock()
+        action = decide(
+            cls,
+            Position(
+                tries_left=tries_left,
+                last_entry=index == len(self.entries) - 1,
+                single_entry=len(self.entries) == 1,
+                rotates=rotates,
+                other_key_usable=rotates and pool.other_usable(choice.index, now),
+                other_key_live=rotates and pool.other_live(choice.index),
+                refusal_fallback=entry.refusal_fallback,
+                larger_entry_remains=larger,
+            ),
+            auth_failure=is_dead_key_error(exc),
+        )
+        hint = exc.retry_after if isinstance(exc, ProviderError) else None
+        kid = choice.key_id
+        if action.cool_key and kid is not None:
+            await self.cool_down(pool.key_cooldown(kid), hint)
+        if action.cool_profile:
+            await self.cool_down(entry.profile, hint)
+        if action.report_key and kid is not None:
+            await self.store.mark_dead(kid)
+        return action
 
-    def chat(  # returns the walk's coroutine without another frame around it
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> Coroutine[Any, Any, ChatResponse]:
-        """Walk the entries until one answers (SPEC 6), recording attempts in the current dispatch scope.
 
-        Raises:
-            RefusalError: The model refused and the profile does not route refusals.
-            ContextWindowExceeded: The request is too large for every remaining entry.
-            AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
-        """
-        return self.chat_in_scope(request, model, temperature, current_scope())
+class _Answer:
+    """One non-streaming try: the adapter's answer, with an empty answer turned into a failure."""
 
-    async def chat_in_scope(
-        self, request: ChatRequest, model: str, temperature: float | None, scope: DispatchScope | None
-    ) -> ChatResponse:
-        """:meth:`chat`, recording its attempts in ``scope`` (the client passes its call's scope)."""
-        walk = _Walk(self, scope, model)
-        recovery = None
-        if scope is not None:
-            scope.walk_entries = len(self.entries)
-            if scope.recovery is not None and scope.recovery.walk == self.id:
-                recovery, scope.recovery = scope.recovery, None
-        images = self.may_hold_images(request, model)
-        several = self._several
-        for i, entry in enumerate(self.entries):
-            tries = self.tries
-            if recovery is not None and recovery.entry == i:
-                tries = recovery.tries
-                if tries == 0:
-                    continue
-            served = entry.model if entry.model is not None else model
-            if images and not entry.capabilities(model).vision:
-                continue
-            if walk.context_overflow and walk.too_small(entry, served):
-                continue
-            if several:
-                now = self.clock()
-                until = self.cooling_until(entry, now)
-                if until is not None:
-                    walk.record(
-                        self._attempt(
-                            entry, i, served, "cooldown_skip", try_number=0, started=now, retry_after=until - now
-                        )
+    __slots__ = ("model", "request", "temperature")
+
+    def __init__(self, request: ChatRequest, model: str, temperature: float | None) -> None:
+        self.request = request
+        self.model = model
+        self.temperature = temperature
+
+    async def __call__(self, provider: Provider) -> ChatResponse:
+        request = self.request
+        if request.tools:
+            response = await chat_using_tools(provider, request, self.model, self.temperature)
+        else:
+            response = await provider.chat(request, self.model, self.temperature)
+        if response.is_semantically_empty:
+            raise EmptyCompletion(usage=response.usage)
+        return response
+
+
+class _Walk:
+    """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
+
+    __slots__ = ("attempts", "last_failure", "limits", "log", "owner", "requested", "try_number")
+
+    def __init__(
+        self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits
+    ) -> None:
+        self.owner = owner
+        self.log = log
+        self.requested = requested
+        self.limits = limits
+        self.attempts: list[Attempt] = []
+        #: The failure that ended the last entry's tries, and what the policy made of it.
+        self.last_failure: tuple[Exception, Action] | None = None
+        #: The try number of the last try (1-based).
+        self.try_number = 0
+
+    def record(self, attempt: Attempt) -> None:
+        """Keep one attempt, in the walk and in the call's log."""
+        self.attempts.append(attempt)
+        if self.log is not None:
+            self.log.add(attempt)
+
+    def admits(self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
+        """Whether the walk tries entry ``i`` now; a cooling entry is recorded as skipped."""
+        owner = self.owner
+        if stream or images:
+            caps = entry.capabilities(served)
+            if images and not caps.vision:
+                return False
+            if stream and (not caps.streaming or (request.tools and not caps.streaming_tool_events)):
+                return False
+            if stream and entry.keys.all_dead():
+                return False
+        if self.limits.overflowed and self.limits.too_small(entry, served, owner.context_window(entry, served)):
+            return False
+        if len(owner.entries) > 1:
+            now = owner.clock()
+            until = owner.cooling_until(entry, now)
+            if until is not None:
+                self.record(
+                    owner.attempt(
+                        entry,
+                        i,
+                        served,
+                        "cooldown_skip",
+                        try_number=0,
+                        started=now,
+                        retry_after=until - now,
+                        stream=stream,
                     )
-                    continue
-            result = await self._try_entry(walk, i, entry, request, served, temperature, tries)
-            if result is not None:
-                if scope is not None:
-                    scope.served = entry.route(served)
-                    scope.served_entry = (self.id, i)
-                return result
-        if walk.context_overflow:
-            raise ContextWindowExceeded(limit=walk.context_limit, attempts=walk.attempts)
-        if images and not any(e.capabilities(model).vision for e in self.entries):
-            raise UnsupportedRequest("the request has images and no entry of this route accepts images")
-        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
+                )
+                return False
+        return True
 
-    async def _try_entry(
+    def larger_entry_remains(self, failed: int) -> bool:
+        """Whether an entry after ``failed`` is not known to be too small."""
+        owner = self.owner
+        for e in owner.entries[failed + 1 :]:
+            model = e.served_model(self.requested)
+            if not self.limits.too_small(e, model, owner.context_window(e, model)):
+                return True
+        return False
+
+    async def tries(
         self,
-        walk: _Walk,
         i: int,
         entry: Entry,
-        request: ChatRequest,
         served: str,
-        temperature: float | None,
         tries: int,
-    ) -> ChatResponse | None:
-        backoff = self.base_backoff
-        last_entry = i == len(self.entries) - 1
+        call: Callable[[Provider], Awaitable[T]],
+        *,
+        stream: bool = False,
+    ) -> tuple[T, KeyChoice, float, float] | None:
+        """Try entry ``i`` up to ``tries`` times; ``(result, key, start time, perf counter)`` of the success.
+
+        Each failure is recorded, then settled by the policy: a retry sleeps the backoff first, a key
+        switch retries at once, a move on returns None (:attr:`last_failure` says why), and a stop raises.
+        """
+        owner = self.owner
+        backoff = owner.base_backoff
         for t in range(1, tries + 1):
-            started = self.clock()
+            self.try_number = t
+            started = owner.clock()
             choice = entry.keys.pick(started)
             if choice is None:
-                walk.record(self._no_key_attempt(entry, i, served))
+                self.record(self._no_key(i, entry, served, stream))
                 return None
-            provider = entry.providers[choice.index]
             t0 = time.perf_counter()
             try:
-                if request.tools:
-                    response = await chat_using_tools(provider, request, served, temperature)
-                else:
-                    response = await provider.chat(request, served, temperature)
+                result = await call(entry.providers[choice.index])
             except asyncio.CancelledError:
-                walk.record(
-                    self._attempt(
+                elapsed = time.perf_counter() - t0
+                self.record(
+                    owner.attempt(
                         entry,
                         i,
                         served,
@@ -375,84 +591,58 @@ class ReliableProvider(Provider):
                         try_number=t,
                         choice=choice,
                         started=started,
-                        elapsed=time.perf_counter() - t0,
+                        elapsed=elapsed,
+                        stream=stream,
                     )
                 )
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
-                cls = error_class_of(exc)
-                walk.record(
-                    self._attempt(
+                self.record(
+                    owner.attempt(
                         entry,
                         i,
                         served,
-                        outcome_of(cls),
+                        outcome_of(error_class_of(exc)),
                         try_number=t,
                         choice=choice,
                         started=started,
                         elapsed=elapsed,
+                        usage=exc.usage if isinstance(exc, EmptyCompletion) else None,
                         error=exc,
+                        stream=stream,
                     )
                 )
-                hint = exc.retry_after if isinstance(exc, ProviderError) else None
-                action = await self._after_failure(walk, entry, choice, exc, cls, hint, last_entry)
-                if action == "raise":
-                    raise
-                if action == "next_key" and t < tries:
-                    continue
-                if action in ("next_entry", "next_key"):
+                action = await owner._settle(self, i, entry, served, choice, exc, tries - t)
+                self.last_failure = (exc, action)
+                if action.step is Step.STOP:
+                    self.stop(exc)
+                if action.step is Step.NEXT_ENTRY:
                     return None
-                if t < tries:
-                    await self.sleep(self.backoff_sleep(backoff, hint))
+                if action.step is Step.RETRY:
+                    hint = exc.retry_after if isinstance(exc, ProviderError) else None
+                    await owner.sleep(owner.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            elapsed = time.perf_counter() - t0
-            if response.is_semantically_empty:
-                walk.record(
-                    self._attempt(
-                        entry,
-                        i,
-                        served,
-                        "empty",
-                        try_number=t,
-                        choice=choice,
-                        started=started,
-                        elapsed=elapsed,
-                        usage=response.usage,
-                        detail="empty_response",
-                    )
-                )
-                if t < tries:
-                    await self.sleep(self.backoff_sleep(backoff, None))
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
-                continue
-            # The success path: the attempt goes straight to the call's records (the walk is over).
-            usage = response.usage
-            attempt = new_attempt(
-                provider=entry.profile,
-                model=served,
-                outcome="ok",
-                key_id=choice.key_id,
-                usage=usage,
-                cost_usd=self.cost(entry, served, usage) if usage is not None else None,
-                started_at=started,
-                duration_ms=elapsed * 1000.0,
-                entry=i,
-                try_number=t,
-            )
-            walk.attempts.append(attempt)
-            if walk.scope is not None:
-                walk.scope.attempts.append(attempt)
-            return response
-        return None
+            return result, choice, started, t0
+        return None  # pragma: no cover - the last try always settles to a move on
 
-    def _no_key_attempt(self, entry: Entry, i: int, served: str) -> Attempt:
-        now = self.clock()
+    def stop(self, exc: Exception) -> None:
+        """End the walk with ``exc``: a refusal as it is, a context-window failure as ``ContextWindowExceeded``."""
+        if isinstance(exc, RefusalError):
+            exc.attempts = tuple(self.attempts)
+            raise exc
+        raise ContextWindowExceeded(limit=self.limits.limit, attempts=self.attempts) from exc
+
+    def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
+        owner = self.owner
+        now = owner.clock()
         if entry.keys.all_dead():
-            return self._attempt(entry, i, served, "non_retryable", try_number=0, started=now, detail="no_live_key")
+            return owner.attempt(
+                entry, i, served, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream
+            )
         free = entry.keys.soonest_key_free(now)
-        return self._attempt(
+        return owner.attempt(
             entry,
             i,
             served,
@@ -460,218 +650,168 @@ class ReliableProvider(Provider):
             try_number=0,
             started=now,
             retry_after=(free - now) if free is not None else None,
-            detail="keys_cooling",
+            detail=KEYS_COOLING,
+            stream=stream,
         )
 
-    async def _after_failure(
-        self,
-        walk: _Walk,
-        entry: Entry,
-        choice: KeyChoice,
-        exc: Exception,
-        cls: ErrorClass,
-        hint: float | None,
-        last_entry: bool,
-    ) -> str:
-        """Decide what follows a failed try: ``raise``, ``next_entry``, ``next_key`` or ``retry``."""
-        if cls is ErrorClass.REFUSAL:
-            if entry.refusal_fallback:
-                return "next_entry"
-            if isinstance(exc, RefusalError):
-                exc.attempts = tuple(walk.attempts)
-            return "raise"
-        if cls is ErrorClass.CONTEXT_WINDOW:
-            walk.context_failed(entry, walk.attempts[-1].model)
-            if not walk.larger_entry_remains(walk.attempts[-1].entry, walk.requested):
-                raise ContextWindowExceeded(limit=walk.context_limit, attempts=walk.attempts) from exc
-            return "next_entry"
-        if cls is ErrorClass.RATE_LIMITED:
-            pool = entry.keys
-            if pool.rotates and choice.key_id is not None:
-                await self.cool_down(pool.key_cooldown(choice.key_id), hint)
-                if pool.has_usable(self.clock()):
-                    return "next_key"
-                await self.cool_down(entry.profile, hint)
-                return "next_entry"
-            if len(self.entries) > 1:
-                await self.cool_down(entry.profile, hint)
-                return "next_entry"
-            return "retry"
-        if cls is ErrorClass.RATE_LIMITED_NON_RETRYABLE:
-            return "next_entry"
-        if cls is ErrorClass.NON_RETRYABLE:
-            if is_dead_key_error(exc) and choice.key_id is not None:
-                await self.store.mark_dead(choice.key_id)
-                if entry.keys.rotates and not entry.keys.all_dead():
-                    return "next_key"
-            return "next_entry"
-        if cls is ErrorClass.TIMEOUT and not last_entry:
-            return "next_entry"
-        return "retry"
 
-    def stream(
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Open one stream on the first eligible entry (SPEC 7.1), recorded in the current dispatch scope.
+class ReliableStream:
+    """The stream of one entry of a walk; made by :meth:`ReliableProvider.open_stream`.
 
-        Failures are not retried here: :mod:`turnout.runtime` decides whether they may be recovered.
+    Iterating :meth:`batches` opens the stream. Until its first batch arrives, a failure is a failed try
+    like a non-streaming one: recorded, settled by the policy, and retried on this entry (with backoff,
+    Retry-After and key rotation) while the policy says so. Once batches flow, the stream never switches;
+    its attempt is recorded when it ends.
+
+    Attributes:
+        entry: The index of the entry in the walk.
+        route: The profile and model it streams from.
+    """
+
+    __slots__ = ("_entry", "_opened", "_record", "_request", "_temperature", "_verdict", "_walk", "entry", "route")
+
+    def __init__(
+        self, walk: _Walk, index: int, entry: Entry, served: str, request: ChatRequest, temperature: float | None
+    ) -> None:
+        self._walk = walk
+        self._entry = entry
+        self._request = request
+        self._temperature = temperature
+        self.entry = index
+        self.route = entry.route(served)
+        self._opened = False
+        self._record: int | None = None  # index of the open stream's attempt in the walk's records
+        self._verdict: Outcome | None = None  # the turn's verdict, when given before the attempt was recorded
+
+    async def batches(self) -> AsyncGenerator[list[StreamEvent], None]:
+        """The stream's event batches; its attempts go to the walk's log.
+
+        Raises:
+            ProviderError: The stream failed (classified); see :meth:`resume_after`.
+            RefusalError / ContextWindowExceeded: The policy stopped the walk before the first batch.
         """
-        return flatten(self.stream_batches_in_scope(request, model, temperature, current_scope()))
+        walk, entry, index = self._walk, self._entry, self.entry
+        owner = walk.owner
+        served = self.route.model
+        request, temperature = self._request, self._temperature
+        opened = await walk.tries(
+            index, entry, served, owner.tries, _Opening(request, served, temperature), stream=True
+        )
+        if opened is None:
+            failure = walk.last_failure
+            if failure is None:  # no usable key: nothing was tried
+                raise StreamingUnsupported("No entry of this route has a usable key right now")
+            raise failure[0]
+        (upstream, batch), choice, started, t0 = opened
+        self._opened = True
+        ttft: float | None = None
+        usage: Usage | None = None
+        outcome: Outcome = "cancelled"
+        error: Exception | None = None
+        try:
+            async with aclosing(upstream):
+                while True:
+                    if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
+                        ttft = (time.perf_counter() - t0) * 1000.0
+                    if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
+                        usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
+                    if type(batch[-1]) is Final:  # Final is always the last event of a stream
+                        outcome = "ok"
+                    yield batch
+                    try:
+                        batch = await upstream.__anext__()
+                    except StopAsyncIteration:
+                        break
+        except (asyncio.CancelledError, GeneratorExit):
+            if outcome != "ok":  # a consumer that stops right after Final still got a complete answer
+                outcome = "cancelled"
+            raise
+        except Exception as exc:
+            error = exc
+            outcome = outcome_of(error_class_of(exc))
+            walk.last_failure = (exc, await owner._settle(walk, index, entry, served, choice, exc, 0))
+            raise
+        finally:
+            self._record = len(walk.attempts)
+            walk.record(
+                owner.attempt(
+                    entry,
+                    index,
+                    served,
+                    self._verdict or outcome,
+                    try_number=walk.try_number,
+                    choice=choice,
+                    started=started,
+                    elapsed=time.perf_counter() - t0,
+                    usage=usage,
+                    error=error,
+                    stream=True,
+                    ttft_ms=ttft,
+                )
+            )
 
-    def stream_batches(
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> AsyncGenerator[list[StreamEvent], None]:
-        """:meth:`stream` in batches (see :meth:`Provider.stream_batches`)."""
-        return self.stream_batches_in_scope(request, model, temperature, current_scope())
+    def settle(self, outcome: Outcome, usage: Usage | None = None) -> None:
+        """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``."""
+        walk = self._walk
+        if self._record is None:
+            self._verdict = outcome
+            return
+        old = walk.attempts[self._record]
+        new = replace(old, outcome=outcome, usage=usage if usage is not None else old.usage)
+        walk.attempts[self._record] = new
+        log = walk.log
+        if log is not None:
+            for n in range(len(log.attempts) - 1, -1, -1):
+                if log.attempts[n] is old:
+                    log.attempts[n] = new
+                    break
 
-    def stream_batches_in_scope(
-        self, request: ChatRequest, model: str, temperature: float | None, scope: DispatchScope | None
-    ) -> AsyncGenerator[list[StreamEvent], None]:
-        """:meth:`stream_batches`, recording its attempt in ``scope`` (the runtime passes its call's scope)."""
-        from turnout.reliable_stream import stream_first_eligible
+    @property
+    def in_flight(self) -> bool:
+        """Whether the stream is open and its attempt not recorded yet (it records itself when it ends)."""
+        return self._opened and self._record is None
 
-        return stream_first_eligible(self, request, model, temperature, scope)
+    def resume_after(self, *, failed: bool) -> Resume | None:
+        """Where a non-streaming recovery continues after this stream gave no answer; None: no recovery.
+
+        ``failed``: the stream failed (False: it completed semantically empty). A failure the policy
+        stopped on (a refusal the profile does not route, a request too large for every entry) is not
+        recovered. Otherwise the recovery skips this entry, unless it is the walk's only one (one recovery
+        attempt on it, SPEC 7.3); a semantically empty stream gets one recovery attempt on this entry when
+        retries are allowed.
+        """
+        walk = self._walk
+        single = len(walk.owner.entries) == 1
+        if not failed:
+            tries = 1 if walk.owner.retries > 0 or single else 0
+        elif walk.last_failure is not None and walk.last_failure[1].step is Step.STOP:
+            return None
+        else:
+            tries = 1 if single else 0
+        return Resume(entry=self.entry, tries=tries, limits=walk.limits)
 
 
-class _Walk:
-    """The state of one walk: its attempts, and what context-window failures taught it."""
+class _Opening:
+    """One streaming try: open the adapter's stream and wait for its first batch."""
 
-    __slots__ = ("attempts", "context_limit", "context_models", "context_overflow", "owner", "requested", "scope")
+    __slots__ = ("model", "request", "temperature")
 
-    def __init__(self, owner: ReliableProvider, scope: DispatchScope | None, requested: str) -> None:
-        self.owner = owner
-        self.scope = scope
-        self.attempts: list[Attempt] = []
-        self.context_overflow = False
-        self.context_limit: int | None = None
-        self.context_models: set[tuple[str, str]] | None = None  # made on the first context-window failure
-        self.requested = requested
+    def __init__(self, request: ChatRequest, model: str, temperature: float | None) -> None:
+        self.request = request
+        self.model = model
+        self.temperature = temperature
 
-    def record(self, attempt: Attempt) -> None:
-        self.attempts.append(attempt)
-        if self.scope is not None:
-            self.scope.attempts.append(attempt)
-
-    def context_failed(self, entry: Entry, model: str) -> None:
-        """Remember that ``model`` on ``entry`` rejected the request as too large."""
-        self.context_overflow = True
-        if self.context_models is None:
-            self.context_models = set()
-        self.context_models.add((entry.family, model))
-        window = self.owner.context_window(entry, model)
-        if window is not None:
-            self.context_limit = max(self.context_limit or 0, window)
-
-    def too_small(self, entry: Entry, model: str) -> bool:
-        """The entry is known to be too small: the same model failed, or its window is no larger."""
-        if self.context_models is not None and (entry.family, model) in self.context_models:
-            return True
-        window = self.owner.context_window(entry, model)
-        return window is not None and self.context_limit is not None and window <= self.context_limit
-
-    def larger_entry_remains(self, failed_index: int, requested: str) -> bool:
-        """Whether an entry after ``failed_index`` is not known to be too small."""
-        return any(not self.too_small(e, e.served_model(requested)) for e in self.owner.entries[failed_index + 1 :])
+    async def __call__(self, provider: Provider) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
+        gen = provider.stream_batches(self.request, self.model, self.temperature)
+        try:
+            return gen, await gen.__anext__()
+        except StopAsyncIteration:
+            raise ProtocolError("the stream ended before its first event") from None
+        except BaseException:
+            await gen.aclose()
+            raise
 
 
 def has_images(messages: Sequence[Message]) -> bool:
-    """Whether any message carries an image (a loop: cheaper than ``any`` over a generator, on every call)."""
-    for m in messages:  # noqa: SIM110
-        if type(m.content) is not str and m.images:
-            return True
-    return False
-
-
-_OUTCOMES: dict[ErrorClass, Outcome] = {c: c.value for c in ErrorClass}
-
-
-def outcome_of(cls: ErrorClass) -> Outcome:
-    """The ledger outcome of an error class (the same names)."""
-    return _OUTCOMES[cls]
-
-
-def error_detail(exc: BaseException) -> str:
-    """A content-free tag for an exception (no message text)."""
-    if type(exc) is ProviderError:  # an HTTP error response, the common case: no subclass to tell apart
-        return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
-    if isinstance(exc, ProviderTimeout):
-        return f"timeout:{exc.phase}"
-    if isinstance(exc, StreamTruncated):
-        return "stream_truncated"
-    if isinstance(exc, ProtocolError):
-        return "protocol_error"
-    if isinstance(exc, ProviderConnectionError):
-        return "connection"
-    if isinstance(exc, RefusalError):
-        return "refusal"
-    if isinstance(exc, ProviderError):
-        return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
-    return type(exc).__name__
-
-
-# --- the aggregate error ----------------------------------------------------------------------
-
-
-def diagnostic(a: Attempt) -> tuple[str, str, str]:
-    """Content-free ``(kind, phase, hint)`` for a failed attempt."""
-    if a.outcome == "cooldown_skip":
-        return "rate_limited", "cooldown", "wait for provider cooldown or switch provider"
-    if a.outcome == "rate_limited":
-        return "rate_limited", "http_response", "wait, change key/quota, or switch provider"
-    if a.outcome == "rate_limited_non_retryable":
-        return "quota", "http_response", "check the account's balance, quota or plan, or switch provider"
-    if a.outcome == "context_window":
-        return "context_window", "request_validation", "reduce context or use a larger-context model"
-    if a.outcome == "refusal":
-        return "refusal", "response", "the model declined to answer"
-    if a.outcome == "empty":
-        return "empty_response", "response", "provider returned no text and no tool calls"
-    if a.outcome == "timeout":
-        phase = (a.detail or "timeout:total").partition(":")[2] or "total"
-        if phase == "connect":
-            return "connect_timeout", "tls_or_connect", "check network, VPN, firewall, or switch provider"
-        return "timeout", phase, "provider request timed out; retry or switch provider"
-    if a.status in (401, 403) or a.detail == "no_live_key":
-        return "auth", "http_response", "check provider credentials"
-    if a.status == 404:
-        return "model_not_found", "http_response", "check the configured model id for this provider"
-    if a.status is not None and a.status >= 500:
-        return "provider_server", "http_response", "provider returned a server error; retry or switch provider"
-    if a.status is not None and 400 <= a.status < 500:
-        return "client_error", "http_response", "provider rejected the request; check config, model, or request"
-    if a.detail == "connection":
-        return "connect", "connect", "could not reach the provider; check network or switch provider"
-    if a.detail in ("stream_truncated", "protocol_error"):
-        return a.detail, "response", "provider response was incomplete or malformed; retry or switch provider"
-    return "provider_error", "unknown", "inspect provider error or switch provider"
-
-
-_REASONS = {"empty": "empty_response", "cooldown_skip": "rate_limit_cooldown"}
-
-
-def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:
-    """The bounded, content-free summary of a failed walk (first 8 events, at most 2 KiB).
-
-    ``All model providers/models failed after N failure event(s). Events:`` followed by one line per
-    event: ``event {n} (retry {try}/{max}): {reason}; kind=…; phase=…; hint=…``.
-    """
-    failures = [a for a in attempts if a.outcome != "ok"]
-    total = len(failures)
-    header = f"All model providers/models failed after {total} failure event(s). Events:"
-    lines = []
-    for n, a in enumerate(failures[:MAX_RETAINED_EVENTS], 1):
-        kind, phase, hint = diagnostic(a)
-        reason = _REASONS.get(a.outcome, a.outcome)
-        lines.append(f"event {n} (retry {a.try_number}/{max_tries}): {reason}; kind={kind}; phase={phase}; hint={hint}")
-    out = header
-    kept = 0
-    for line in lines:
-        omitted_after = total - kept - 1
-        marker = f"\n[{omitted_after} additional failure event(s) omitted]" if omitted_after else ""
-        if len((out + "\n" + line + marker).encode()) > MAX_AGGREGATE_BYTES:
-            break
-        out += "\n" + line
-        kept += 1
-    if kept < total:
-        out += f"\n[{total - kept} additional failure event(s) omitted]"
-    return out
+    """Whether any message carries an image."""
+    return any(type(m.content) is not str and m.images for m in messages)

@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
-from turnout._fast import fast_init
 from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
@@ -23,7 +22,6 @@ log = logging.getLogger("turnout.router")
 HINT_PREFIX = "hint:"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where a request goes: the walk, the model to send, and the hint that chose it (None: default)."""

@@ -15,7 +15,6 @@ from turnout.types import (
     ToolCallEvent,
     Usage,
     UsageEvent,
-    new_chat_response,
 )
 
 
@@ -65,7 +64,7 @@ class ResponseBuilder:
 
     def build(self) -> ChatResponse:
         """The response the events so far describe."""
-        return new_chat_response(
+        return ChatResponse(
             text=self.text,
             tool_calls=tuple(self.tool_calls),
             usage=self.usage,

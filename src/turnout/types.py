@@ -8,13 +8,11 @@ wherever a message list is (see :func:`coerce_messages`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, cast
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import orjson
-
-from turnout._fast import fast_init, fast_new
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 _ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
@@ -26,7 +24,6 @@ FINISH_LENGTH = "length"
 FINISH_CONTENT_FILTER = "content_filter"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextPart:
     """A piece of text inside a message."""
@@ -68,7 +65,6 @@ class ImagePart:
 ContentPart: TypeAlias = TextPart | ImagePart
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
     """A tool call requested by the model.
@@ -90,7 +86,6 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One chat message.
@@ -158,7 +153,6 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
@@ -186,7 +180,6 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
@@ -216,9 +209,7 @@ class ChatRequest:
         stop: Sequence[str] = (),
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
-        if cls is ChatRequest and not tools and max_tokens is None and tool_choice is None and not stop:
-            return new_chat_request(messages=coerce_messages(messages))  # the common case: messages alone
-        return (new_chat_request if cls is ChatRequest else cls)(
+        return cls(
             messages=coerce_messages(messages),
             tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
@@ -232,7 +223,6 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResponse:
     """One provider's complete answer.
@@ -269,7 +259,6 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of answer text."""
@@ -278,7 +267,6 @@ class TextDelta:
     type: ClassVar[Literal["text"]] = "text"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     """A piece of reasoning/thinking text."""
@@ -287,11 +275,6 @@ class ReasoningDelta:
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 
-#: ``TextDelta(text=...)`` for hot paths (a decoder makes one per streamed token).
-text_delta = cast(Callable[[str], TextDelta], fast_new(TextDelta))
-
-
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
     """A complete tool call, emitted once its arguments are assembled."""
@@ -300,7 +283,6 @@ class ToolCallEvent:
     type: ClassVar[Literal["tool_call"]] = "tool_call"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderToolEvent:
     """A tool the provider executed itself (web search, code interpreter): observability only.
@@ -317,7 +299,6 @@ class ProviderToolEvent:
     type: ClassVar[Literal["provider_tool"]] = "provider_tool"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent:
     """Token usage for the whole stream so far (cumulative; the last one wins)."""
@@ -326,7 +307,6 @@ class UsageEvent:
     type: ClassVar[Literal["usage"]] = "usage"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     """The stream completed: the protocol's completion signal was seen."""
@@ -416,7 +396,7 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
                 role = m.get("role")
                 content = m.get("content")
                 if type(content) is str and role in _SIMPLE_ROLES:
-                    out.append(_new_message(role, content))
+                    out.append(Message(role=role, content=content))
                     continue
             out.append(_message_from_dict(m, i))
         elif isinstance(m, Message):
@@ -429,9 +409,6 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
 
 
 _SIMPLE_ROLES = frozenset(("system", "user", "assistant"))
-
-
-_new_message = cast(Callable[[str, str], Message], fast_new(Message))
 
 
 def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
@@ -512,13 +489,3 @@ def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpe
         params = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
         out.append(ToolSpec(name=str(fn["name"]), description=str(fn.get("description") or ""), parameters=params))
     return tuple(out)
-
-
-# --- constructors for hot paths ----------------------------------------------------------------
-# Each takes what its class takes and builds the same record, without the class call (see turnout._fast).
-
-new_usage = fast_new(Usage)
-new_chat_request = fast_new(ChatRequest)
-new_chat_response = fast_new(ChatResponse)
-new_usage_event = fast_new(UsageEvent)
-new_final = fast_new(Final)

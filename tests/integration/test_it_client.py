@@ -443,10 +443,12 @@ def test_cli_chat_prints_the_answer_served_route_and_attempts(threaded_sim: Simu
     lines = [line.rstrip() for line in result.stdout.splitlines()]
     assert lines[0] == "lorem ipsum dolor"
     assert f"served by openai.backup/sim-ok-t3; cost ${cost:.6f}" in lines
-    table = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"])]
-    assert [row[:6] for row in table] == [  # the stream failed before output: one non-streaming recovery
+    table = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"], ["3"])]
+    # the stream failed before output, on both of its tries: one non-streaming recovery
+    assert [row[:6] for row in table] == [
         ["1", "anthropic.prod", "sim-overloaded", "retryable", "529", key_id(ANT_KEY)],
-        ["2", "openai.backup", "sim-ok-t3", "ok", "-", key_id(OAI_KEY)],
+        ["2", "anthropic.prod", "sim-overloaded", "retryable", "529", key_id(ANT_KEY)],
+        ["3", "openai.backup", "sim-ok-t3", "ok", "-", key_id(OAI_KEY)],
     ]
 
     result = runner.invoke(app, ["chat", "one two three", "--config", str(path), "--json"])
@@ -471,11 +473,11 @@ def test_cli_chat_prints_the_answer_served_route_and_attempts(threaded_sim: Simu
     result = runner.invoke(app, ["ledger", "--config", str(path), "--json"])
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.stdout)
-    assert (summary["calls"], summary["failed_calls"], summary["fallbacks"], summary["attempts"]) == (3, 0, 3, 8)
-    assert summary["failure_classes"] == {"retryable": 5}
+    assert (summary["calls"], summary["failed_calls"], summary["fallbacks"], summary["attempts"]) == (3, 0, 3, 9)
+    assert summary["failure_classes"] == {"retryable": 6}
     assert summary["cost_usd"] == pytest.approx(3 * cost)
     routes = {(r["provider"], r["model"]): r["outcomes"] for r in summary["routes"]}
-    assert routes == {("anthropic.prod", "sim-overloaded"): {"retryable": 5}, ("openai.backup", "sim-ok-t3"): {"ok": 3}}
+    assert routes == {("anthropic.prod", "sim-overloaded"): {"retryable": 6}, ("openai.backup", "sim-ok-t3"): {"ok": 3}}
 
 
 def test_cli_chat_failure_prints_the_attempts_and_exits_1(threaded_sim: Simulator, tmp_path: Path) -> None:

@@ -159,16 +159,21 @@ async def test_slow_first_token_fails_over_before_output(sim: Simulator, family:
 
 @each_family
 async def test_malformed_chunk_before_output_is_recovered(sim: Simulator, family: str) -> None:
-    """Invalid JSON before any token is a retryable protocol error: the fallback answers, nothing duplicated."""
+    """Invalid JSON before any token is a retryable protocol error: retried on its entry, then the fallback answers."""
     events: list[Any] = []
     async with client(pair(sim, family, "sim-malformed-a0")) as c:
         reply = await c.turn("hi", events=events.append)
     assert stream_trail(reply.attempts) == [
         (f"{family}.main", "sim-malformed-a0", "retryable", True, "protocol_error"),
+        (f"{family}.main", "sim-malformed-a0", "retryable", True, "protocol_error"),
         (f"{family}.spare", "sim-ok-t5", "ok", False, None),
     ]
     assert texts(events) == [words(5)]
-    assert await upstream(sim, 2) == [("sim-malformed-a0", "malformed"), ("sim-ok-t5", "ok")]
+    assert await upstream(sim, 3) == [
+        ("sim-malformed-a0", "malformed"),
+        ("sim-malformed-a0", "malformed"),
+        ("sim-ok-t5", "ok"),
+    ]
 
 
 @each_family
@@ -430,6 +435,7 @@ async def test_stream_response_after_a_fallback_names_both_routes(sim: Simulator
     assert reply.notice == chatted.notice == notice
     assert [(a.provider, a.outcome, a.status, a.stream) for a in reply.attempts] == [
         ("anthropic.main", "retryable", 529, True),
+        ("anthropic.main", "retryable", 529, True),
         ("gemini.spare", "ok", None, False),
     ]
     assert trail(chatted.attempts) == [
@@ -542,7 +548,7 @@ async def test_session_keeps_nothing_for_reasoning_only_output(sim: Simulator, f
 
 async def test_session_completes_and_continues_after_a_recovered_stream(sim: Simulator) -> None:
     """A session's streamed turn recovered before output keeps the recovered answer and sends the history on."""
-    async with client(pair(sim, "ollama", "sim-503-then-ok-t2")) as c:
+    async with client(pair(sim, "ollama", "sim-503-then-503-then-ok-t2")) as c:
         session = c.session(system="be brief")
         first = await session.send("one", stream=True)
         second = await session.send("two", stream=True)
@@ -555,12 +561,14 @@ async def test_session_completes_and_continues_after_a_recovered_stream(sim: Sim
         Message.user("two"),
         Message.assistant(words(2)),
     ]
-    log = await sim.wait_for_log(3)
-    # the second request carried the whole history: 2 + 1 + 5 + 1 words
+    log = await sim.wait_for_log(4)
+    # two stream tries on the main entry, the recovery on the spare; the second request carried the whole
+    # history: 2 + 1 + 5 + 1 words
     assert [(e.model, e.outcome, e.usage.input if e.usage else None) for e in log] == [
-        ("sim-503-then-ok-t2", "status:503", None),
+        ("sim-503-then-503-then-ok-t2", "status:503", None),
+        ("sim-503-then-503-then-ok-t2", "status:503", None),
         ("sim-ok-t5", "ok", 3),
-        ("sim-503-then-ok-t2", "ok", 9),
+        ("sim-503-then-503-then-ok-t2", "ok", 9),
     ]
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from turnout.attribution import fallback_notice
 from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
@@ -126,29 +125,23 @@ async def _stream(
             return response
         except TurnoutError as exc:
             return gw.failure_response(surface, exc, ex)
-        progress = stream.call
-        scope = progress.scope
-        requested = progress.requested
-        served = scope.served or requested
-        later = scope.served_entry is not None and scope.served_entry[1] > 0
-        notice = (
-            fallback_notice(requested, served, intra_family=gw.client.config.notices.intra_family).text
-            if later or served != requested
-            else None
-        )
-        # the streamed attempt records itself when it ends: count it while it is still open
-        open_attempt = 0 if any(a.outcome == "ok" for a in scope.attempts) else 1
+        served = stream.served or stream.requested
+        notice = stream.fallback
         headers = {
             **SSE_HEADERS,
             **attribution_headers(
-                served.provider, served.model, len(scope.attempts) + open_attempt, notice, progress.call_id
+                served.provider,
+                served.model,
+                stream.attempt_count,
+                notice.text if notice is not None else None,
+                stream.call_id,
             ),
         }
         # a stream the client abandons still reports its attempts (the list fills in as they end)
-        gw.observe_attempts(scope.attempts, ex, provider=served.provider, model=served.model)
+        gw.observe_attempts(stream.attempts, ex, provider=served.provider, model=served.model)
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
-        encoder = surface.stream_encoder(call, served.model, progress.call_id)
+        encoder = surface.stream_encoder(call, served.model, stream.call_id)
         try:
             await response.write(encoder.start() + encoder.event(first))
             ending = await _relay(events, encoder, response)

@@ -37,7 +37,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    text_delta,
 )
 
 API_VERSION = "2023-06-01"
@@ -450,7 +449,7 @@ class AnthropicDecoder(SSEEventDecoder):
         if dtype == "text_delta":
             text = _str(delta["text"])
             if text:
-                out.append(text_delta(text))
+                out.append(TextDelta(text=text))
         elif dtype == "input_json_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:

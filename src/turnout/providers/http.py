@@ -22,7 +22,6 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from turnout._fast import fast_init, fast_new
 from turnout.config.secrets import scrub
 from turnout.errors import ProtocolError, ProviderConnectionError, ProviderError, ProviderTimeout
 
@@ -50,7 +49,6 @@ class Target:
     secrets: tuple[str, ...] = ()
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class HttpResponse:
     """A complete (non-streaming) response."""
@@ -58,9 +56,6 @@ class HttpResponse:
     status: int
     headers: CIMultiDictProxy[str]
     body: bytes
-
-
-_new_response = fast_new(HttpResponse)
 
 
 class _Watchdog:
@@ -484,7 +479,7 @@ class HttpClient:
                     raise _lost_connection(exc, target, resp.status) from exc
             else:
                 data = await _read_limited(resp, max_bytes, target)
-            return _new_response(resp.status, resp.headers, data)
+            return HttpResponse(resp.status, resp.headers, data)
         finally:
             self._finish(resp, watchdog)
 

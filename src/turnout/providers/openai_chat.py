@@ -43,18 +43,12 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
-    new_chat_response,
-    new_final,
-    new_usage_event,
 )
 
 #: What a stream is missing when it ends too early.
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _loads = orjson.loads
-#: ``TextDelta(text=...)`` in two C calls, for the inline path that makes one per streamed token.
-_new = object.__new__
-_set_text = TextDelta.__dict__["text"].__set__
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -222,7 +216,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return new_chat_response(
+        return ChatResponse(
             text=text,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
             finish_reason=finish,
@@ -268,7 +262,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return new_chat_response(
+        return ChatResponse(
             text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
@@ -409,9 +403,7 @@ class ChatStreamDecoder(StreamDecoder):
                         if self._reported is None and type(reported := obj.get("model")) is str and reported:
                             self._reported = reported
                         if content:
-                            td = _new(TextDelta)
-                            _set_text(td, content)
-                            append(td)
+                            append(TextDelta(text=content))
                         continue
                 self._object("", obj, out)
             if rest:
@@ -581,9 +573,9 @@ class ChatStreamDecoder(StreamDecoder):
     def _complete_into(self, out: list[StreamEvent]) -> None:
         self._flush_calls(out)
         if self._usage is not None:
-            out.append(new_usage_event(usage=usage_from(self._usage)))
+            out.append(UsageEvent(usage=usage_from(self._usage)))
         out.append(
-            new_final(finish_reason=unified_finish(self._finish, self._any_calls), model=self._reported or self._model)
+            Final(finish_reason=unified_finish(self._finish, self._any_calls), model=self._reported or self._model)
         )
         self.done = True
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts, new_error_facts
+from turnout.classify import ErrorFacts
 from turnout.providers.base import body_excerpt
-from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage, new_usage
+from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage
 
 #: Longest provider text kept from a nested or wrapped error message.
 _MAX_NESTED = 500
@@ -69,7 +69,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
-    return new_usage(
+    return Usage(
         input_tokens=prompt if cached <= prompt else prompt + cached,
         output_tokens=completion,
         cached_input_tokens=cached,
@@ -186,7 +186,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     err = data.get("error")
     if isinstance(err, str):
         etype = data.get("type")
-        return new_error_facts(
+        return ErrorFacts(
             status=status, headers=headers, message=err, error_type=etype if isinstance(etype, str) else None
         )
     # The Mapping checks here are guarded by ``type(...) is dict`` / ``is not None``: decoded JSON objects are
@@ -215,7 +215,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     if status is None and error_code and error_code.isdigit() and 400 <= int(error_code) < 600:
         # OpenRouter in-band errors may carry the upstream HTTP status as an integer code.
         status = int(error_code)
-    return new_error_facts(
+    return ErrorFacts(
         status=status,
         headers=headers,
         error_type=error_type,

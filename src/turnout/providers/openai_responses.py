@@ -38,6 +38,7 @@ from turnout.types import (
     ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     TextPart,
     ToolCall,
     ToolCallEvent,
@@ -45,7 +46,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    text_delta,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -405,7 +405,7 @@ class ResponsesDecoder(SSEEventDecoder):
         if kind == "response.output_text.delta":
             text = _str(obj["delta"])
             if text:
-                out.append(text_delta(text))
+                out.append(TextDelta(text=text))
         elif kind == "response.function_call_arguments.delta":
             call = self._call(obj)
             if call is not None:

@@ -1,7 +1,7 @@
-"""The streaming runtime: turns with draft and event sinks, the replay boundary, sessions."""
+"""The streaming runtime: turns with draft and event sinks, the replay boundary, cancellation, sessions."""
 
 from turnout.runtime.session import Session
 from turnout.runtime.stream import ReplyStream
-from turnout.runtime.turn import Sink, TurnState, call_sink, turn_outputs
+from turnout.runtime.turn import Sink, Turn, call_sink, drive
 
-__all__ = ["ReplyStream", "Session", "Sink", "TurnState", "call_sink", "turn_outputs"]
+__all__ = ["ReplyStream", "Session", "Sink", "Turn", "call_sink", "drive"]

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from turnout.errors import StreamInterruptedAfterOutput, TurnCancelled
 from turnout.reply import Reply
+from turnout.runtime.turn import Sink, call_sink
 from turnout.types import Message, ToolSpec, coerce_messages
 
 if TYPE_CHECKING:
     from turnout.client import Client
-    from turnout.runtime.turn import Sink
 
 INTERRUPTED = "[stream interrupted]"
 CANCELLED = "[interrupted by user]"
@@ -84,10 +84,7 @@ class Session:
             async def capture(event: Any) -> None:
                 if getattr(event, "type", None) == "text":
                     shown.append(event.text)
-                if events is not None:
-                    from turnout.runtime.turn import call_sink
-
-                    await call_sink(events, event)
+                await call_sink(events, event)
 
             try:
                 reply = await self.client.turn(list(self.history), draft=draft, events=capture, **options)

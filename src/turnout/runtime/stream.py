@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any
 
+from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.reply import Reply
-from turnout.runtime.turn import TurnState, turn_outputs
-from turnout.types import ChatRequest, StreamEvent
+from turnout.runtime.turn import Turn
+from turnout.types import StreamEvent
 
 
 class ReplyStream:
@@ -27,14 +27,8 @@ class ReplyStream:
     to close it deterministically). A stream can be iterated once.
     """
 
-    def __init__(
-        self, call: Any, request: ChatRequest, temperature: float | None, *, show_reasoning: bool = True
-    ) -> None:
-        self._call = call
-        self._show_reasoning = show_reasoning
-        self._request = request
-        self._temperature = temperature
-        self._state = TurnState()
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
         self._started = False
         self._gen: weakref.ref[AsyncGenerator[StreamEvent, None]] | None = None
         self._held: AsyncGenerator[StreamEvent, None] | None = None
@@ -43,32 +37,51 @@ class ReplyStream:
     @property
     def response(self) -> Reply:
         """The accepted reply (available once the iteration finished)."""
-        if self._call.reply is None:
+        if self._turn.reply is None:
             raise RuntimeError("the stream has not completed")
-        reply: Reply = self._call.reply
-        return reply
+        return self._turn.reply
 
     @property
-    def call(self) -> Any:
-        """The call in flight (a :class:`turnout.client.Call`): its ``requested`` route and dispatch ``scope``.
+    def requested(self) -> RouteRef:
+        """The profile and model the caller asked for."""
+        return self._turn.call.requested
 
-        While events flow, ``call.scope.served`` names the entry producing them (provisional until the reply
-        is accepted); the gateway reads it to send attribution headers with the first event.
-        """
-        return self._call
+    @property
+    def served(self) -> RouteRef | None:
+        """The route producing the events, once a stream opened (provisional until the reply is accepted)."""
+        return self._turn.served
+
+    @property
+    def fallback(self) -> FallbackNotice | None:
+        """The fallback notice for :attr:`served`, by the same rule as the accepted reply's."""
+        served = self._turn.served
+        return self._turn.call.fallback(served, self._turn.entry) if served is not None else None
+
+    @property
+    def attempts(self) -> Sequence[Attempt]:
+        """The attempts so far (a live view: attempts are added as they end)."""
+        return self._turn.call.log.attempts
+
+    @property
+    def attempt_count(self) -> int:
+        """The attempts so far, counting the stream still open."""
+        return self._turn.attempt_count
+
+    @property
+    def call_id(self) -> str:
+        """The id of the call in the ledger."""
+        return self._turn.call.call_id
 
     @property
     def partial_text(self) -> str:
         """The text yielded so far."""
-        return self._state.partial_text
+        return self._turn.partial_text
 
     def __aiter__(self) -> AsyncIterator[StreamEvent]:
         if self._started:
             raise RuntimeError("a stream can be iterated only once")
         self._started = True
-        gen = turn_outputs(
-            self._call, self._request, self._temperature, self._state, show_reasoning=self._show_reasoning
-        )
+        gen = self._turn.events()
         # Outside ``async with`` only a weak reference is kept, so a loop that breaks early drops the
         # generator and the event loop closes it (and the connection) at once.
         self._gen = weakref.ref(gen)

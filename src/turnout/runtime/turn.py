@@ -1,10 +1,9 @@
 """One streamed turn and its replay boundary (SPEC 7.3).
 
-The turn opens the reliable stream and forwards what it produces to two kinds of sink: the *draft*
-(mutable: the whole current text, replaceable) and the *events* (immutable: once sent, the user has
-seen it). Text, reasoning and provider-executed tool events sent as events make output visible; tool
-calls are held back until the stream completes, so they are never sent for an answer that is then
-replaced.
+A :class:`Turn` opens the route's reliable stream and forwards what it produces to two kinds of sink: the
+*draft* (mutable: the whole current text, replaceable) and the *events* (immutable: once sent, the user has
+seen it). Text, reasoning and provider-executed tool events sent as events make output visible; tool calls
+are held back until the stream completes, so they are never sent for an answer that is then replaced.
 
 - Failure before visible output: one recovery through the full reliable walk in non-streaming mode,
   skipping the exact entry whose stream failed (a single-entry walk gets one recovery attempt on it).
@@ -22,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
-from turnout.attribution import Attempt, Outcome, Recovery
+from turnout.attribution import RouteRef
+from turnout.call import Call
 from turnout.errors import (
+    AllProvidersFailed,
+    ContextWindowExceeded,
     EmptyCompletion,
     ProviderError,
     RefusalError,
@@ -37,20 +38,26 @@ from turnout.errors import (
     TurnCancelled,
     TurnoutError,
 )
+from turnout.reliable import ReliableProvider, ReliableStream, Resume
+from turnout.reply import Reply
+from turnout.runtime.cancel import CancelWatcher
 from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
+    ChatResponse,
     Final,
+    ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
     TextDelta,
     ToolCallEvent,
     UsageEvent,
-    new_final,
 )
 
 #: A sink: a plain callable, sync or async.
 Sink = Callable[[Any], Any]
+
+_NOTHING: tuple[StreamEvent, ...] = ()
 
 
 async def call_sink(sink: Sink | None, value: Any) -> None:
@@ -62,216 +69,314 @@ async def call_sink(sink: Sink | None, value: Any) -> None:
         await result
 
 
-def _relabel_stream_attempt(attempts: list[Attempt], outcome: Outcome, usage: Any = None) -> None:
-    for i in range(len(attempts) - 1, -1, -1):
-        if attempts[i].stream:
-            a = attempts[i]
-            attempts[i] = replace(a, outcome=outcome, usage=usage if usage is not None else a.usage)
-            return
+class Turn:
+    """One streamed turn: the stream it reads, what it has shown, and its recovery before output.
 
+    Args:
+        walk: The route's reliable walk.
+        model: The model to send.
+        request: The request.
+        temperature: Sampling temperature.
+        call: The call that records the turn.
+        cancel: Set it to stop the turn (:class:`~turnout.errors.TurnCancelled`).
+        events_visible: Whether the events reach someone (an event sink or an iterator). When they do not,
+            text reaches only the draft, which stays replaceable, so a failure at any point is recovered.
+        draft: Receives the whole current draft text each time it changes.
+        show_reasoning: False keeps reasoning out of the events: it is still collected into the reply, but it
+            is not shown, so it does not make output visible.
 
-class TurnState:
-    """What the turn has shown so far."""
+    Attributes:
+        served: The route producing the events (provisional until the answer is accepted).
+        entry: The index of that route's entry in the walk.
+        reply: The accepted reply, once the turn completed.
+        visible: Whether output reached someone who cannot un-see it.
+    """
 
-    __slots__ = ("forwarded", "provider_tools", "reasoning_shown", "visible")
-
-    def __init__(self) -> None:
-        self.forwarded: list[str] = []
+    def __init__(
+        self,
+        walk: ReliableProvider,
+        model: str,
+        request: ChatRequest,
+        temperature: float | None,
+        call: Call,
+        *,
+        cancel: asyncio.Event | None = None,
+        events_visible: bool = True,
+        draft: Sink | None = None,
+        show_reasoning: bool = True,
+    ) -> None:
+        self.walk = walk
+        self.model = model
+        self.request = request
+        self.temperature = temperature
+        self.call = call
+        self.cancel = cancel
+        self.events_visible = events_visible
+        self.draft = draft
+        self.builder = ResponseBuilder()
+        # Shown text: with visible events every answer text piece is shown as it is collected, so the shown
+        # text and the answer's text are one list.
+        self.shown: list[str] = self.builder.text_parts if events_visible else []
         self.visible = False
         self.reasoning_shown = False
         self.provider_tools = False
+        self.served: RouteRef | None = None
+        self.entry = 0
+        self.reply: Reply | None = None
+        self.stream: ReliableStream | None = None
+        self._reasoning_visible = events_visible and show_reasoning
+        self._think = ThinkSplitter()
+        self._thinking = False  # a think tag is open or may be starting: text goes through the splitter
+        self._draft_text = ""
+        self._held_tools: list[ToolCallEvent] = []
+        self._usage: UsageEvent | None = None
+        self._completed = False
+        self._recovering = False
+        self._on: dict[str, Callable[[Any], Awaitable[Sequence[StreamEvent]]]] = {
+            "text": self._text,
+            "reasoning": self._reasoning,
+            "provider_tool": self._provider_tool,
+            "tool_call": self._tool_call,
+            "usage": self._usage_event,
+            "final": self._final,
+        }
 
     @property
     def partial_text(self) -> str:
         """Exactly the text sent as immutable events."""
-        return "".join(self.forwarded)
+        return "".join(self.shown)
 
+    @property
+    def attempt_count(self) -> int:
+        """The attempts so far, counting a stream still open (it records itself when it ends)."""
+        return len(self.call.log.attempts) + (self.stream is not None and self.stream.in_flight)
 
-async def turn_outputs(
-    call: Any,
-    request: ChatRequest,
-    temperature: float | None,
-    state: TurnState,
-    cancel: asyncio.Event | None = None,
-    *,
-    events_visible: bool = True,
-    draft: Sink | None = None,
-    show_reasoning: bool = True,
-) -> AsyncGenerator[StreamEvent, None]:
-    """Run one turn, yielding its immutable events and sending draft updates; sets ``call.reply`` when accepted.
+    # --- the turn ---------------------------------------------------------------------------------
 
-    ``call`` is a :class:`turnout.client.Call`. ``events_visible`` says whether the events reach someone
-    (an event sink or an iterator): when they do not, text reaches only the draft, which stays replaceable,
-    so a failure at any point is still recovered. ``draft`` receives the whole current draft text each time
-    it changes. ``show_reasoning`` False keeps reasoning out of the events: it is still collected into the
-    reply, but it is not shown, so it does not make output visible. Inline ``<think>…</think>`` spans in
-    streamed text become reasoning. Raises the turn's typed error on failure.
-    """
-    walk = call.target.walk
-    model = call.target.model
-    scope = call.scope
-    builder = ResponseBuilder()
-    add = builder.add
-    texts = builder.text_parts
-    if events_visible:
-        # Every answer text piece is shown as it is collected: the shown text and the answer's text are one list.
-        state.forwarded = texts
-    think = ThinkSplitter()
-    thinking = False  # a think tag is open or may be starting: text goes through the splitter
-    draft_text = ""
-    reasoning_visible = events_visible and show_reasoning
-    held_tools: list[ToolCallEvent] = []
-    usage_event: UsageEvent | None = None
-    completed = False
-    stream_error: BaseException | None = None
-    plain = cancel is None and draft is None and events_visible  # text events need nothing but a yield
-    try:
-        async with aclosing(walk.stream_batches_in_scope(request, model, temperature, scope)) as upstream:
-            async for batch in upstream:
-                for event in batch:
-                    if plain and not thinking and type(event) is TextDelta and "<" not in (text := event.text) and text:
-                        # the commonest case: shown as it is
-                        texts.append(text)
-                        state.visible = True
-                        yield event
-                        continue
-                    if cancel is not None and cancel.is_set():
-                        raise TurnCancelled(partial_text=state.partial_text, usage=builder.usage)
-                    kind = event.type
-                    if kind == "text" and not thinking and "<" not in (text := event.text) and text:
-                        # no think tag in sight: forward as it is
-                        texts.append(text)
-                        if events_visible:
-                            state.visible = True
-                            yield event
-                        if draft is not None:
-                            draft_text += text
-                            await call_sink(draft, draft_text)
-                        continue
-                    if kind == "text" or kind == "final":
-                        pieces = think.feed(event.text) if kind == "text" else think.finish()
-                        thinking = think.pending
-                        for is_reasoning, piece in pieces:
-                            if is_reasoning:
-                                shown = ReasoningDelta(text=piece)
-                                add(shown)
-                                if reasoning_visible:
-                                    state.visible = True
-                                    state.reasoning_shown = True
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
+        """Run the turn, yielding its immutable events; afterwards :attr:`reply` is the accepted reply.
+
+        Raises:
+            StreamInterruptedAfterOutput: The stream failed after output was shown.
+            TurnCancelled: The turn was cancelled.
+            TurnoutError: The turn failed before output (after its recovery, where one was allowed).
+        """
+        try:
+            error: TurnoutError | None = None
+            try:
+                stream = self.stream = self.walk.open_stream(self.request, self.model, self.temperature, self.call.log)
+            except StreamingUnsupported:
+                stream = None  # no entry can stream it: the recovery runs the whole walk
+            if stream is not None:
+                self.served, self.entry = stream.route, stream.entry
+                texts = self.builder.text_parts
+                on = self._on
+                # text events need nothing but a yield (the commonest case): no cancel event, no draft
+                plain = self.cancel is None and self.draft is None and self.events_visible
+                try:
+                    async with aclosing(stream.batches()) as upstream:
+                        async for batch in upstream:
+                            for event in batch:
+                                if (
+                                    plain
+                                    and not self._thinking
+                                    and type(event) is TextDelta
+                                    and "<" not in (text := event.text)
+                                ):
+                                    if text:
+                                        texts.append(text)
+                                        self.visible = True
+                                        yield event
+                                    continue
+                                if self.cancel is not None and self.cancel.is_set():
+                                    raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
+                                for shown in await on[event.type](event):
                                     yield shown
-                                continue
-                            text_event = event if piece is getattr(event, "text", None) else TextDelta(text=piece)
-                            add(text_event)
-                            if events_visible:
-                                state.visible = True
-                                yield text_event
-                            if draft is not None:
-                                draft_text += piece
-                                await call_sink(draft, draft_text)
-                        if kind == "text":
-                            continue
-                    add(event)
-                    if kind == "reasoning":
-                        if event.text and reasoning_visible:
-                            state.visible = True
-                            state.reasoning_shown = True
-                            yield event
-                    elif kind == "provider_tool":
-                        state.provider_tools = True
-                        if events_visible:
-                            state.visible = True
-                            yield event
-                    elif kind == "tool_call":
-                        held_tools.append(event)
-                    elif kind == "usage":
-                        usage_event = event
-                    elif kind == "final":
-                        completed = True
-    except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
-        _relabel_stream_attempt(scope.attempts, "cancelled", builder.usage)
-        if isinstance(exc, TurnCancelled):
-            exc.attempts = tuple(scope.attempts)
-        call.fail(exc if not isinstance(exc, GeneratorExit) else TurnCancelled(partial_text=state.partial_text))
-        raise
-    except RefusalError as exc:
-        if not _refusal_routable(walk, scope):
-            exc.attempts = tuple(scope.attempts)
-            call.fail(exc)
+                except TurnCancelled:
+                    raise
+                except TurnoutError as exc:
+                    error = exc
+                if error is None and self._completed:
+                    response = self.builder.build()
+                    if not response.is_semantically_empty:  # a complete answer: the held events, then the reply
+                        for tool in self._held_tools:
+                            yield tool
+                        if self._usage is not None:
+                            yield self._usage
+                        yield Final(finish_reason=response.finish_reason, model=response.model)
+                        self._accept(response)
+                        return
+            recovered, shown_events = await self._recover(self._resume(stream, error))
+            for event in shown_events:
+                yield event
+            self._accept(recovered)
+        except (asyncio.CancelledError, TurnCancelled, GeneratorExit) as exc:
+            if self.reply is None:
+                self._cancelled(exc)
             raise
-        stream_error = exc
-    except TurnoutError as exc:
-        stream_error = exc
-    if stream_error is not None and state.visible:
-        _relabel_stream_attempt(scope.attempts, "stream_interrupted", builder.usage)
-        cause = stream_error.error_class if isinstance(stream_error, ProviderError) else None
-        err = StreamInterruptedAfterOutput(
-            f"the stream failed after output was shown ({type(stream_error).__name__}); it is not replayed",
-            partial_text=state.partial_text,
-            usage=builder.usage,
-            attempts=scope.attempts,
-            cause_class=cause,
-        )
-        call.fail(err)
-        raise err from stream_error
-    if completed:
-        response = builder.build()
-        if not response.is_semantically_empty:
-            for tool in held_tools:
-                yield tool
-            if usage_event is not None:
-                yield usage_event
-            yield new_final(finish_reason=response.finish_reason, model=response.model)
-            call.reply = call.accept(response)
-            return
-        _relabel_stream_attempt(scope.attempts, "empty", builder.usage)
-        if state.provider_tools:
-            err2 = EmptyCompletion("the stream ended after provider-executed tools without a final response")
-            call.fail(err2)
-            raise err2
-        recovery_kind = "semantic_empty"
-    else:
-        recovery_kind = "failure"
-    # Before any visible output (or a semantically empty answer): one non-streaming recovery.
-    scope.recovery = _recovery_for(walk, scope, recovery_kind, stream_error)
-    scope.served = None
-    scope.served_entry = None
+
+    # --- one method per event kind: each returns what is shown ----------------------------------------
+
+    async def _text(self, event: TextDelta) -> Sequence[StreamEvent]:
+        if not self._thinking and "<" not in event.text:
+            return await self._answer(event) if event.text else _NOTHING
+        return await self._split(self._think.feed(event.text), event)
+
+    async def _reasoning(self, event: ReasoningDelta) -> Sequence[StreamEvent]:
+        self.builder.add(event)
+        if event.text and self._reasoning_visible:
+            self.visible = self.reasoning_shown = True
+            return (event,)
+        return _NOTHING
+
+    async def _provider_tool(self, event: ProviderToolEvent) -> Sequence[StreamEvent]:
+        self.builder.add(event)
+        self.provider_tools = True
+        if self.events_visible:
+            self.visible = True
+            return (event,)
+        return _NOTHING
+
+    async def _tool_call(self, event: ToolCallEvent) -> Sequence[StreamEvent]:
+        self.builder.add(event)
+        self._held_tools.append(event)
+        return _NOTHING
+
+    async def _usage_event(self, event: UsageEvent) -> Sequence[StreamEvent]:
+        self.builder.add(event)
+        self._usage = event
+        return _NOTHING
+
+    async def _final(self, event: Final) -> Sequence[StreamEvent]:
+        shown = await self._split(self._think.finish(), None)
+        self.builder.add(event)
+        self._completed = True
+        return shown
+
+    async def _answer(self, event: TextDelta) -> Sequence[StreamEvent]:
+        """Answer text: collected, drafted, and shown when events are visible."""
+        self.builder.add(event)
+        if self.draft is not None:
+            self._draft_text += event.text
+            await call_sink(self.draft, self._draft_text)
+        if self.events_visible:
+            self.visible = True
+            return (event,)
+        return _NOTHING
+
+    async def _split(self, pieces: list[tuple[bool, str]], event: TextDelta | None) -> list[StreamEvent]:
+        """Text split by ``<think>`` tags: reasoning pieces, then answer pieces, in order."""
+        self._thinking = self._think.pending
+        out: list[StreamEvent] = []
+        for is_reasoning, piece in pieces:
+            if is_reasoning:
+                out.extend(await self._reasoning(ReasoningDelta(text=piece)))
+            else:
+                out.extend(
+                    await self._answer(event if event is not None and piece is event.text else TextDelta(text=piece))
+                )
+        return out
+
+    # --- after the stream ---------------------------------------------------------------------------
+
+    def _resume(self, stream: ReliableStream | None, error: TurnoutError | None) -> Resume | None:
+        """Where the recovery of a stream that gave no answer continues (None: the whole walk).
+
+        Raises the turn's error when the stream may not be recovered: output was shown, provider-executed
+        tools ran, or the policy stopped the walk (a refusal the profile does not route).
+        """
+        if stream is None:
+            return None
+        if error is not None and self.visible:
+            stream.settle("stream_interrupted", self.builder.usage)
+            cause = error.error_class if isinstance(error, ProviderError) else None
+            interrupted = StreamInterruptedAfterOutput(
+                f"the stream failed after output was shown ({type(error).__name__}); it is not replayed",
+                partial_text=self.partial_text,
+                usage=self.builder.usage,
+                attempts=self.call.log.attempts,
+                cause_class=cause,
+            )
+            self.call.fail(interrupted)
+            raise interrupted from error
+        if error is None and self._completed:  # semantically empty
+            stream.settle("empty", self.builder.usage)
+            if self.provider_tools:
+                self._fail(EmptyCompletion("the stream ended after provider-executed tools without a final response"))
+            return stream.resume_after(failed=False)
+        resume = stream.resume_after(failed=True)
+        if resume is None and error is not None:  # the policy stopped the walk
+            self._fail(error)
+        return resume
+
+    async def _recover(self, resume: Resume | None) -> tuple[ChatResponse, list[StreamEvent]]:
+        """The non-streaming recovery before output, and the events that show its answer."""
+        self._recovering = True
+        try:
+            served = await self.walk.run(self.request, self.model, self.temperature, self.call.log, resume=resume)
+        except TurnoutError as exc:
+            self._fail(exc)
+        self.served, self.entry = served.route, served.entry
+        recovered = without_think(served.response)
+        shown: list[StreamEvent] = []
+        if recovered.reasoning and self._reasoning_visible and not self.reasoning_shown:
+            shown.append(ReasoningDelta(text=recovered.reasoning))
+        if recovered.text:
+            self.shown.append(recovered.text)
+            self.visible = True
+            shown.append(TextDelta(text=recovered.text))
+            if self.draft is not None:
+                await call_sink(self.draft, recovered.text)
+        shown.extend(ToolCallEvent(call=tool_call) for tool_call in recovered.tool_calls)
+        if recovered.usage is not None:
+            shown.append(UsageEvent(usage=recovered.usage))
+        shown.append(Final(finish_reason=recovered.finish_reason, model=recovered.model))
+        return recovered, shown
+
+    def _accept(self, response: ChatResponse) -> None:
+        assert self.served is not None
+        self.reply = self.call.accept(response, self.served, self.entry)
+
+    def _fail(self, exc: TurnoutError) -> NoReturn:
+        """Record the turn as failed with ``exc`` (carrying every attempt of the turn) and raise it."""
+        if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
+            exc.attempts = tuple(self.call.log.attempts)
+        self.call.fail(exc)
+        raise exc
+
+    def _cancelled(self, exc: BaseException) -> None:
+        if self.stream is not None and not self._recovering:
+            self.stream.settle("cancelled", self.builder.usage)
+        if isinstance(exc, TurnCancelled):
+            exc.attempts = tuple(self.call.log.attempts)
+        self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)
+
+
+async def drive(turn: Turn, events: Sink | None) -> Reply:
+    """Run ``turn``, sending each immutable event to ``events``; the accepted reply.
+
+    A set ``cancel`` event stops the turn wherever it waits, even on a silent upstream.
+
+    Raises:
+        TurnCancelled: The turn's ``cancel`` event was set (with the text already shown).
+    """
+    call = turn.call
+    if turn.cancel is not None and turn.cancel.is_set():
+        cancelled = TurnCancelled()
+        call.fail(cancelled)
+        raise cancelled
+    watcher = CancelWatcher(turn.cancel) if turn.cancel is not None else None
     try:
-        recovered = await walk.chat_in_scope(request, model, temperature, scope)
-    except BaseException as exc:
-        if hasattr(exc, "attempts"):
-            exc.attempts = tuple(scope.attempts)
-        call.fail(exc)
-        raise
-    recovered = without_think(recovered)
-    if recovered.reasoning and reasoning_visible and not state.reasoning_shown:
-        yield ReasoningDelta(text=recovered.reasoning)
-    if recovered.text:
-        state.forwarded.append(recovered.text)
-        state.visible = True
-        yield TextDelta(text=recovered.text)
-        if draft is not None:
-            await call_sink(draft, recovered.text)
-    for tool_call in recovered.tool_calls:
-        yield ToolCallEvent(call=tool_call)
-    if recovered.usage is not None:
-        yield UsageEvent(usage=recovered.usage)
-    yield Final(finish_reason=recovered.finish_reason, model=recovered.model)
-    call.reply = call.accept(recovered)
-
-
-def _refusal_routable(walk: Any, scope: Any) -> bool:
-    if scope.served_entry is None or scope.served_entry[0] != walk.id:
-        return False
-    return bool(walk.entries[scope.served_entry[1]].refusal_fallback)
-
-
-def _recovery_for(walk: Any, scope: Any, kind: str, error: BaseException | None) -> Recovery | None:
-    if scope.served_entry is None or scope.served_entry[0] != walk.id or isinstance(error, StreamingUnsupported):
-        return None  # no stream was opened: the whole walk runs
-    index = scope.served_entry[1]
-    single = len(walk.entries) == 1
-    # semantic empty: one recovery on the exact entry when retries are allowed; a failure: skip the failed
-    # entry, unless it is the only one (then one recovery attempt on it, where ZeroClaw makes none)
-    allowed = (walk.retries > 0 or single) if kind == "semantic_empty" else single
-    tries = 1 if allowed else 0
-    return Recovery(walk=walk.id, entry=index, tries=tries)
+        async with aclosing(turn.events()) as outputs:
+            async for event in outputs:
+                await call_sink(events, event)
+    except asyncio.CancelledError:
+        if watcher is None or not watcher.fired:
+            raise
+        watcher.uncancel()
+        raise TurnCancelled(partial_text=turn.partial_text, attempts=call.log.attempts) from None
+    finally:
+        if watcher is not None:
+            watcher.close()
+    assert turn.reply is not None
+    return turn.reply

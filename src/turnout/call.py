@@ -1,0 +1,150 @@
+"""One logical call (a chat, a stream, a turn): what it asked for, its attempts, and the answer it accepts.
+
+The client opens a :class:`Call` for every request; the walk records the call's attempts in its
+:attr:`Call.log`, and returns the route that answered. Only when the caller accepts that answer does
+:meth:`Call.accept` commit the served route, decide the fallback notice (SPEC 8, the one place that rule
+lives) and write the ledger record; a failure is recorded by :meth:`Call.fail` with the outcome names the
+ledger uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+
+from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
+from turnout.errors import (
+    AllProvidersFailed,
+    ContextWindowExceeded,
+    RefusalError,
+    StreamInterruptedAfterOutput,
+    TurnCancelled,
+)
+from turnout.ledger import CallRecord, Ledger
+from turnout.reply import Reply
+from turnout.streams import without_think
+from turnout.types import ChatResponse
+
+_CALL_PREFIX = os.urandom(6).hex()
+_call_numbers = itertools.count(1)
+
+
+def new_call_id() -> str:
+    """A unique call id: a per-process random prefix and a counter (cheaper than a UUID per call)."""
+    return _CALL_PREFIX + format(next(_call_numbers), "010x")
+
+
+def call_outcome(exc: BaseException) -> str:
+    """The ledger outcome of a call that failed with ``exc``."""
+    if isinstance(exc, AllProvidersFailed):
+        return "all_failed"
+    if isinstance(exc, RefusalError):
+        return "refusal"
+    if isinstance(exc, ContextWindowExceeded):
+        return "context_window"
+    if isinstance(exc, StreamInterruptedAfterOutput):
+        return "stream_interrupted"
+    if isinstance(exc, TurnCancelled | asyncio.CancelledError):
+        return "cancelled"
+    return type(exc).__name__
+
+
+class Call:
+    """One logical call in flight.
+
+    Args:
+        requested: The profile and model the caller asked for.
+        stream: Whether the call streams.
+        ledger: Where the finished call is recorded (None: nowhere).
+        surface: The ledger's label for where the call came from (``library``, ``gateway``, ``cli``).
+        intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
+
+    Attributes:
+        call_id: The id of the call in the ledger.
+        log: The attempts of the call, in order.
+    """
+
+    __slots__ = ("call_id", "intra_family", "ledger", "log", "requested", "started", "stream", "surface")
+
+    def __init__(
+        self,
+        requested: RouteRef,
+        *,
+        stream: bool,
+        ledger: Ledger | None = None,
+        surface: str = "library",
+        intra_family: bool = False,
+    ) -> None:
+        self.requested = requested
+        self.stream = stream
+        self.ledger = ledger
+        self.surface = surface
+        self.intra_family = intra_family
+        self.log = DispatchScope()
+        self.call_id = new_call_id()
+        self.started = time.time()
+
+    def fallback(self, served: RouteRef, entry: int) -> FallbackNotice | None:
+        """The notice for an answer from ``served`` (entry ``entry`` of the walk), or None when it is no fallback.
+
+        A fallback is an answer from a later entry or from another model than the requested one; a pure
+        retry of the first entry is not.
+        """
+        if entry == 0 and served == self.requested:
+            return None
+        return fallback_notice(self.requested, served, intra_family=self.intra_family)
+
+    def accept(self, response: ChatResponse, served: RouteRef, entry: int) -> Reply:
+        """Commit ``response`` from ``served`` (entry ``entry``) as the call's answer and record the call."""
+        notice = self.fallback(served, entry)
+        attempts = tuple(self.log.attempts)
+        if self.ledger is not None:
+            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
+            self.ledger.record(
+                CallRecord(
+                    call_id=self.call_id,
+                    ts=self.started,
+                    surface=self.surface,
+                    stream=self.stream,
+                    requested=self.requested,
+                    served=served,
+                    fallback=notice is not None,
+                    outcome="ok",
+                    attempts=attempts,
+                    accepted_index=accepted,
+                )
+            )
+        if "<think>" in response.text:
+            response = without_think(response)
+        return Reply(
+            text=response.text,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            reasoning=response.reasoning,
+            requested=self.requested,
+            served=served,
+            fallback=notice,
+            attempts=attempts,
+            call_id=self.call_id,
+        )
+
+    def fail(self, exc: BaseException) -> None:
+        """Record the call as failed with ``exc`` (its attempts stay in the ledger; nothing is served)."""
+        if self.ledger is None:
+            return
+        self.ledger.record(
+            CallRecord(
+                call_id=self.call_id,
+                ts=self.started,
+                surface=self.surface,
+                stream=self.stream,
+                requested=self.requested,
+                served=None,
+                fallback=False,
+                outcome=call_outcome(exc),
+                attempts=tuple(self.log.attempts),
+            )
+        )

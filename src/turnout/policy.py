@@ -1,0 +1,140 @@
+"""What the walk does after a failed try: one pure decision, shared by the walk and the stream open.
+
+:func:`decide` takes what the classifier said about a failure and where the try stands, and returns an
+:class:`Action`: the next step, and the state to update on the way (cool a key or the profile down, report
+a rejected key). It reads no clock and touches no store, so the whole policy is one table, tested on its
+own; :mod:`turnout.reliable` applies the action.
+
+==========================  ===========================================================================
+class                       step (and state updated)
+==========================  ===========================================================================
+retryable                   retry the same entry after a backoff (raised to the Retry-After hint)
+rate_limited                key pool: cool that key down; retry at once with another usable key, else
+                            cool the profile down and move on; no pool and other entries: cool the
+                            profile down and move on; a single entry: retry after the backoff
+rate_limited_non_retryable  move on at once
+non_retryable               move on at once; a rejected key is reported (the key store decides when it is
+                            dead) and the next live key of the pool is tried
+context_window              move on to a larger entry; none left: stop (``ContextWindowExceeded``)
+refusal                     stop (``RefusalError``), unless the profile routes refusals: move on
+timeout                     move on; retried only on the last entry
+empty                       retry after the backoff, then move on
+==========================  ===========================================================================
+
+A retry or a key switch with no try left on the entry becomes a move to the next entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from turnout.errors import ErrorClass
+
+
+class Step(StrEnum):
+    """What the walk does next."""
+
+    RETRY = "retry"
+    """Try the same entry again, after the backoff (raised to the retry hint)."""
+    NEXT_KEY = "next_key"
+    """Try the same entry again at once, with another key of its pool."""
+    NEXT_ENTRY = "next_entry"
+    """Leave this entry; the walk goes on with the next one."""
+    STOP = "stop"
+    """End the walk with this failure (a refusal, or no larger context window left)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Position:
+    """Where a failed try stands, as far as the policy needs to know.
+
+    Attributes:
+        tries_left: Tries the entry has after this one.
+        last_entry: No entry follows this one.
+        single_entry: The walk has only this entry.
+        rotates: The entry's profile has a key pool.
+        other_key_usable: Another key of the pool is neither dead nor cooling down.
+        other_key_live: Another key of the pool is not dead.
+        refusal_fallback: The profile routes refusals to the next entry.
+        larger_entry_remains: A later entry is not known to be too small for the request.
+    """
+
+    tries_left: int
+    last_entry: bool
+    single_entry: bool
+    rotates: bool = False
+    other_key_usable: bool = False
+    other_key_live: bool = False
+    refusal_fallback: bool = False
+    larger_entry_remains: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """The policy's answer to one failure.
+
+    Attributes:
+        step: What the walk does next.
+        cool_key: Cool the key of the failed try down (for the retry hint, else the default).
+        cool_profile: Cool the whole profile down.
+        report_key: The provider rejected the key: report it to the key store.
+    """
+
+    step: Step
+    cool_key: bool = False
+    cool_profile: bool = False
+    report_key: bool = False
+
+
+_RETRY = Action(step=Step.RETRY)
+_NEXT_KEY = Action(step=Step.NEXT_KEY)
+_NEXT_ENTRY = Action(step=Step.NEXT_ENTRY)
+_STOP = Action(step=Step.STOP)
+
+
+def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False) -> Action:
+    """The action after a try failed with ``error_class`` at ``at``.
+
+    Args:
+        error_class: What the failure means (from :mod:`turnout.classify`).
+        at: Where the try stands.
+        auth_failure: The provider rejected the credential itself (a typed fact of the error).
+    """
+    action = _action(error_class, at, auth_failure)
+    if action.step in (Step.RETRY, Step.NEXT_KEY) and at.tries_left <= 0:
+        return Action(
+            step=Step.NEXT_ENTRY,
+            cool_key=action.cool_key,
+            cool_profile=action.cool_profile,
+            report_key=action.report_key,
+        )
+    return action
+
+
+def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
+    if cls is ErrorClass.RETRYABLE or cls is ErrorClass.EMPTY:
+        return _RETRY
+    if cls is ErrorClass.RATE_LIMITED:
+        if at.rotates:
+            if at.other_key_usable:
+                return Action(step=Step.NEXT_KEY, cool_key=True)
+            return Action(step=Step.NEXT_ENTRY, cool_key=True, cool_profile=True)
+        if not at.single_entry:
+            return Action(step=Step.NEXT_ENTRY, cool_profile=True)
+        return _RETRY
+    if cls is ErrorClass.RATE_LIMITED_NON_RETRYABLE:
+        return _NEXT_ENTRY
+    if cls is ErrorClass.NON_RETRYABLE:
+        if auth_failure:
+            if at.rotates and at.other_key_live:
+                return Action(step=Step.NEXT_KEY, report_key=True)
+            return Action(step=Step.NEXT_ENTRY, report_key=True)
+        return _NEXT_ENTRY
+    if cls is ErrorClass.CONTEXT_WINDOW:
+        return _NEXT_ENTRY if at.larger_entry_remains else _STOP
+    if cls is ErrorClass.REFUSAL:
+        return _NEXT_ENTRY if at.refusal_fallback else _STOP
+    if cls is ErrorClass.TIMEOUT:
+        return _RETRY if at.last_entry else _NEXT_ENTRY
+    raise AssertionError(f"unhandled error class {cls!r}")  # pragma: no cover - ErrorClass is closed

@@ -1,0 +1,121 @@
+"""Content-free words for failures: an attempt's detail tag, its diagnostic, and the aggregate message.
+
+Nothing here holds prompt, response or provider error text, or a key: a failed walk is described only by
+its attempts' outcomes, statuses and tags (SPEC 6.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnout.attribution import Attempt, Outcome
+from turnout.errors import (
+    EmptyCompletion,
+    ErrorClass,
+    ProtocolError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RefusalError,
+    StreamTruncated,
+)
+
+#: The aggregate message names at most this many failure events.
+MAX_RETAINED_EVENTS = 8
+#: ... and is at most this long, in bytes.
+MAX_AGGREGATE_BYTES = 2048
+
+#: The detail tag of an attempt whose credential the provider rejected.
+KEY_REJECTED = "key_rejected"
+#: The detail tag of a skip because every key of the pool is dead.
+NO_LIVE_KEY = "no_live_key"
+#: The detail tag of a skip because every live key of the pool is cooling down.
+KEYS_COOLING = "keys_cooling"
+
+
+def outcome_of(cls: ErrorClass) -> Outcome:
+    """The ledger outcome of an error class (the same names)."""
+    return cls.value
+
+
+def error_detail(exc: BaseException) -> str:
+    """A content-free tag for an exception (no message text)."""
+    if isinstance(exc, ProviderTimeout):
+        return f"timeout:{exc.phase}"
+    if isinstance(exc, StreamTruncated):
+        return "stream_truncated"
+    if isinstance(exc, ProtocolError):
+        return "protocol_error"
+    if isinstance(exc, ProviderConnectionError):
+        return "connection"
+    if isinstance(exc, RefusalError):
+        return "refusal"
+    if isinstance(exc, EmptyCompletion):
+        return "empty_response"
+    if isinstance(exc, ProviderError):
+        if exc.auth_failure:
+            return KEY_REJECTED
+        return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
+    return type(exc).__name__
+
+
+def diagnostic(a: Attempt) -> tuple[str, str, str]:
+    """Content-free ``(kind, phase, hint)`` for a failed attempt."""
+    if a.outcome == "cooldown_skip":
+        return "rate_limited", "cooldown", "wait for provider cooldown or switch provider"
+    if a.outcome == "rate_limited":
+        return "rate_limited", "http_response", "wait, change key/quota, or switch provider"
+    if a.outcome == "rate_limited_non_retryable":
+        return "quota", "http_response", "check the account's balance, quota or plan, or switch provider"
+    if a.outcome == "context_window":
+        return "context_window", "request_validation", "reduce context or use a larger-context model"
+    if a.outcome == "refusal":
+        return "refusal", "response", "the model declined to answer"
+    if a.outcome == "empty":
+        return "empty_response", "response", "provider returned no text and no tool calls"
+    if a.outcome == "timeout":
+        phase = (a.detail or "timeout:total").partition(":")[2] or "total"
+        if phase == "connect":
+            return "connect_timeout", "tls_or_connect", "check network, VPN, firewall, or switch provider"
+        return "timeout", phase, "provider request timed out; retry or switch provider"
+    if a.detail in (KEY_REJECTED, NO_LIVE_KEY):
+        return "auth", "http_response", "check provider credentials"
+    if a.status == 404:
+        return "model_not_found", "http_response", "check the configured model id for this provider"
+    if a.status is not None and a.status >= 500:
+        return "provider_server", "http_response", "provider returned a server error; retry or switch provider"
+    if a.status is not None and 400 <= a.status < 500:
+        return "client_error", "http_response", "provider rejected the request; check config, model, or request"
+    if a.detail == "connection":
+        return "connect", "connect", "could not reach the provider; check network or switch provider"
+    if a.detail in ("stream_truncated", "protocol_error"):
+        return a.detail, "response", "provider response was incomplete or malformed; retry or switch provider"
+    return "provider_error", "unknown", "inspect provider error or switch provider"
+
+
+_REASONS = {"empty": "empty_response", "cooldown_skip": "rate_limit_cooldown"}
+
+
+def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:
+    """The bounded, content-free summary of a failed walk (first 8 events, at most 2 KiB).
+
+    ``All model providers/models failed after N failure event(s). Events:`` followed by one line per
+    event: ``event {n} (retry {try}/{max}): {reason}; kind=…; phase=…; hint=…``.
+    """
+    failures = [a for a in attempts if a.outcome != "ok"]
+    total = len(failures)
+    out = f"All model providers/models failed after {total} failure event(s). Events:"
+    kept = 0
+    for n, a in enumerate(failures[:MAX_RETAINED_EVENTS], 1):
+        kind, phase, hint = diagnostic(a)
+        reason = _REASONS.get(a.outcome, a.outcome)
+        line = f"event {n} (retry {a.try_number}/{max_tries}): {reason}; kind={kind}; phase={phase}; hint={hint}"
+        omitted_after = total - kept - 1
+        marker = f"\n[{omitted_after} additional failure event(s) omitted]" if omitted_after else ""
+        if len((out + "\n" + line + marker).encode()) > MAX_AGGREGATE_BYTES:
+            break
+        out += "\n" + line
+        kept += 1
+    if kept < total:
+        out += f"\n[{total - kept} additional failure event(s) omitted]"
+    return out
