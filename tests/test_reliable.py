@@ -15,7 +15,7 @@ from turnout.errors import (
     ProviderTimeout,
     RefusalError,
 )
-from turnout.reliable import ContextLimits, Resume
+from turnout.reliable import Resume
 from turnout.report import aggregate_message
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
@@ -658,7 +658,7 @@ async def test_recovery_skips_exactly_the_failed_entry() -> None:
     """A recovery walk skips only the entry whose stream failed, keeping earlier entries."""
     first, failed, later = Scripted(err(401)), Scripted("never"), Scripted("backup")
     r = walk(E("openai.a", "m", [first]), E("openai.b", "m", [failed]), E("openai.b", "m", [later]))
-    served = await r.run(req(), "m", resume=Resume(entry=1, tries=0, limits=ContextLimits()))
+    served = await r.run(req(), "m", resume=Resume(entry=1, tries=0))
     assert served.response.text == "backup"
     assert (len(first.calls), len(failed.calls), len(later.calls)) == (1, 0, 1)
 
@@ -668,7 +668,7 @@ async def test_single_entry_recovery_gets_one_attempt() -> None:
     p = Scripted(err(500))
     r = walk(E("openai.a", "m", [p]), retries=3)
     with pytest.raises(AllProvidersFailed):
-        await r.run(req(), "m", resume=Resume(entry=0, tries=1, limits=ContextLimits()))
+        await r.run(req(), "m", resume=Resume(entry=0, tries=1))
     assert len(p.calls) == 1
 
 

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from turnout._fast import fast_init, fast_new
 from turnout.types import Usage
 
 Outcome: TypeAlias = Literal[
@@ -34,6 +35,7 @@ Outcome: TypeAlias = Literal[
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One physical provider call, or one cooldown skip.
@@ -76,6 +78,10 @@ class Attempt:
     def family(self) -> str:
         """The family part of :attr:`provider`."""
         return self.provider.partition(".")[0]
+
+
+#: ``Attempt(...)`` without the class call (one per attempt; see :mod:`turnout._fast`).
+new_attempt = fast_new(Attempt)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ from turnout.errors import (
     TurnCancelled,
 )
 from turnout.ledger import CallRecord, Ledger
-from turnout.reply import Reply
+from turnout.reply import Reply, new_reply
 from turnout.streams import without_think
 from turnout.types import ChatResponse
 
@@ -118,7 +118,7 @@ class Call:
             )
         if "<think>" in response.text:
             response = without_think(response)
-        return Reply(
+        return new_reply(
             text=response.text,
             tool_calls=response.tool_calls,
             usage=response.usage,

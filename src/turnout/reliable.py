@@ -24,9 +24,9 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
-from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope
+from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
@@ -82,9 +82,11 @@ class Entry:
     rates: Rates | None = None
     #: The family part of :attr:`profile`.
     family: str = field(init=False)
+    _route: RouteRef | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.family = self.profile.partition(".")[0]
+        self._route = None
 
     @property
     def pinned(self) -> bool:
@@ -96,8 +98,11 @@ class Entry:
         return self.model if self.model is not None else requested
 
     def route(self, served: str) -> RouteRef:
-        """This entry's route for the model it serves."""
-        return RouteRef(provider=self.profile, model=served)
+        """This entry's route for the model it serves (the last one is kept: calls rarely change models)."""
+        route = self._route
+        if route is None or route.model != served:
+            route = self._route = RouteRef(provider=self.profile, model=served)
+        return route
 
     def capabilities(self, requested: str | None = None) -> Capabilities:
         """The capabilities of this entry's model."""
@@ -105,9 +110,8 @@ class Entry:
         return self.providers[0].capabilities(model)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Served:
-    """A complete answer of the walk and the entry that produced it.
+class Served(NamedTuple):
+    """A complete answer of the walk and the entry that produced it (a named tuple: one is made per call).
 
     Attributes:
         response: The answer.
@@ -121,18 +125,16 @@ class Served:
 
 
 class ContextLimits:
-    """What context-window failures taught a walk: the models that failed and the largest known window."""
+    """What context-window failures taught a walk: the models that failed and the largest known window.
+
+    A walk makes one only when an entry rejects a request as too large.
+    """
 
     __slots__ = ("failed_models", "limit")
 
     def __init__(self) -> None:
         self.failed_models: set[tuple[str, str]] = set()
         self.limit: int | None = None
-
-    @property
-    def overflowed(self) -> bool:
-        """Whether some entry rejected the request as too large."""
-        return bool(self.failed_models)
 
     def failed(self, entry: Entry, model: str, window: int | None) -> None:
         """``model`` on ``entry`` (whose window is ``window``, when known) rejected the request as too large."""
@@ -159,7 +161,7 @@ class Resume:
 
     entry: int
     tries: int
-    limits: ContextLimits
+    limits: ContextLimits | None = None
 
 
 class ReliableProvider(Provider):
@@ -312,7 +314,7 @@ class ReliableProvider(Provider):
             UnsupportedRequest: The request has images and no entry accepts them.
             AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
         """
-        walk = _Walk(self, log, model, resume.limits if resume is not None else ContextLimits())
+        walk = _Walk(self, log, model, resume.limits if resume is not None else None)
         images = self.may_hold_images(request, model)
         for i, entry in enumerate(self.entries):
             tries = self.tries
@@ -323,7 +325,7 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             if not walk.admits(i, entry, served, request, images, stream=False):
                 continue
-            answer = await walk.tries(i, entry, served, tries, _Answer(request, served, temperature))
+            answer = await walk.tries(i, entry, served, tries, _answer, request, temperature)
             if answer is not None:
                 response, choice, started, t0 = answer
                 walk.record(
@@ -339,8 +341,8 @@ class ReliableProvider(Provider):
                         usage=response.usage,
                     )
                 )
-                return Served(response=response, route=entry.route(served), entry=i)
-        if walk.limits.overflowed:
+                return Served(response, entry.route(served), i)
+        if walk.limits is not None:
             raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
             raise UnsupportedRequest("the request has images and no entry of this route accepts images")
@@ -359,7 +361,7 @@ class ReliableProvider(Provider):
         Raises:
             StreamingUnsupported: No entry can stream this request right now.
         """
-        walk = _Walk(self, log, model, ContextLimits())
+        walk = _Walk(self, log, model, None)
         images = self.may_hold_images(request, model)
         for i, entry in enumerate(self.entries):
             served = entry.model if entry.model is not None else model
@@ -412,7 +414,7 @@ class ReliableProvider(Provider):
             if isinstance(error, ProviderError):
                 status, retry_after = error.status, error.retry_after
             detail = detail or error_detail(error)
-        return Attempt(
+        return new_attempt(
             provider=entry.profile,
             model=model,
             outcome=outcome,
@@ -438,6 +440,8 @@ class ReliableProvider(Provider):
         pool = entry.keys
         larger = False
         if cls is ErrorClass.CONTEXT_WINDOW:
+            if walk.limits is None:
+                walk.limits = ContextLimits()
             walk.limits.failed(entry, served, self.context_window(entry, served))
             larger = walk.larger_entry_remains(index)
         rotates = pool.rotates
@@ -467,25 +471,15 @@ class ReliableProvider(Provider):
         return action
 
 
-class _Answer:
+async def _answer(provider: Provider, request: ChatRequest, model: str, temperature: float | None) -> ChatResponse:
     """One non-streaming try: the adapter's answer, with an empty answer turned into a failure."""
-
-    __slots__ = ("model", "request", "temperature")
-
-    def __init__(self, request: ChatRequest, model: str, temperature: float | None) -> None:
-        self.request = request
-        self.model = model
-        self.temperature = temperature
-
-    async def __call__(self, provider: Provider) -> ChatResponse:
-        request = self.request
-        if request.tools:
-            response = await chat_using_tools(provider, request, self.model, self.temperature)
-        else:
-            response = await provider.chat(request, self.model, self.temperature)
-        if response.is_semantically_empty:
-            raise EmptyCompletion(usage=response.usage)
-        return response
+    if request.tools:
+        response = await chat_using_tools(provider, request, model, temperature)
+    else:
+        response = await provider.chat(request, model, temperature)
+    if response.is_semantically_empty:
+        raise EmptyCompletion(usage=response.usage)
+    return response
 
 
 class _Walk:
@@ -494,7 +488,7 @@ class _Walk:
     __slots__ = ("attempts", "last_failure", "limits", "log", "owner", "requested", "try_number")
 
     def __init__(
-        self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits
+        self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits | None
     ) -> None:
         self.owner = owner
         self.log = log
@@ -523,7 +517,8 @@ class _Walk:
                 return False
             if stream and entry.keys.all_dead():
                 return False
-        if self.limits.overflowed and self.limits.too_small(entry, served, owner.context_window(entry, served)):
+        limits = self.limits
+        if limits is not None and limits.too_small(entry, served, owner.context_window(entry, served)):
             return False
         if len(owner.entries) > 1:
             now = owner.clock()
@@ -547,9 +542,10 @@ class _Walk:
     def larger_entry_remains(self, failed: int) -> bool:
         """Whether an entry after ``failed`` is not known to be too small."""
         owner = self.owner
+        limits = self.limits
         for e in owner.entries[failed + 1 :]:
             model = e.served_model(self.requested)
-            if not self.limits.too_small(e, model, owner.context_window(e, model)):
+            if limits is None or not limits.too_small(e, model, owner.context_window(e, model)):
                 return True
         return False
 
@@ -559,11 +555,13 @@ class _Walk:
         entry: Entry,
         served: str,
         tries: int,
-        call: Callable[[Provider], Awaitable[T]],
+        call: Callable[[Provider, ChatRequest, str, float | None], Awaitable[T]],
+        request: ChatRequest,
+        temperature: float | None,
         *,
         stream: bool = False,
     ) -> tuple[T, KeyChoice, float, float] | None:
-        """Try entry ``i`` up to ``tries`` times; ``(result, key, start time, perf counter)`` of the success.
+        """Try entry ``i`` up to ``tries`` times with ``call``: ``(result, key, start, perf counter)`` of the success.
 
         Each failure is recorded, then settled by the policy: a retry sleeps the backoff first, a key
         switch retries at once, a move on returns None (:attr:`last_failure` says why), and a stop raises.
@@ -579,7 +577,7 @@ class _Walk:
                 return None
             t0 = time.perf_counter()
             try:
-                result = await call(entry.providers[choice.index])
+                result = await call(entry.providers[choice.index], request, served, temperature)
             except asyncio.CancelledError:
                 elapsed = time.perf_counter() - t0
                 self.record(
@@ -632,7 +630,7 @@ class _Walk:
         if isinstance(exc, RefusalError):
             exc.attempts = tuple(self.attempts)
             raise exc
-        raise ContextWindowExceeded(limit=self.limits.limit, attempts=self.attempts) from exc
+        raise ContextWindowExceeded(limit=self.limits.limit if self.limits else None, attempts=self.attempts) from exc
 
     def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
         owner = self.owner
@@ -694,9 +692,7 @@ class ReliableStream:
         owner = walk.owner
         served = self.route.model
         request, temperature = self._request, self._temperature
-        opened = await walk.tries(
-            index, entry, served, owner.tries, _Opening(request, served, temperature), stream=True
-        )
+        opened = await walk.tries(index, entry, served, owner.tries, _opening, request, temperature, stream=True)
         if opened is None:
             failure = walk.last_failure
             if failure is None:  # no usable key: nothing was tried
@@ -791,25 +787,18 @@ class ReliableStream:
         return Resume(entry=self.entry, tries=tries, limits=walk.limits)
 
 
-class _Opening:
+async def _opening(
+    provider: Provider, request: ChatRequest, model: str, temperature: float | None
+) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
     """One streaming try: open the adapter's stream and wait for its first batch."""
-
-    __slots__ = ("model", "request", "temperature")
-
-    def __init__(self, request: ChatRequest, model: str, temperature: float | None) -> None:
-        self.request = request
-        self.model = model
-        self.temperature = temperature
-
-    async def __call__(self, provider: Provider) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
-        gen = provider.stream_batches(self.request, self.model, self.temperature)
-        try:
-            return gen, await gen.__anext__()
-        except StopAsyncIteration:
-            raise ProtocolError("the stream ended before its first event") from None
-        except BaseException:
-            await gen.aclose()
-            raise
+    gen = provider.stream_batches(request, model, temperature)
+    try:
+        return gen, await gen.__anext__()
+    except StopAsyncIteration:
+        raise ProtocolError("the stream ended before its first event") from None
+    except BaseException:
+        await gen.aclose()
+        raise
 
 
 def has_images(messages: Sequence[Message]) -> bool:

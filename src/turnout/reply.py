@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from turnout._fast import fast_init, fast_new
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.types import ToolCall, Usage
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
     """An accepted answer with its attribution.
@@ -51,3 +53,7 @@ class Reply:
     def model(self) -> str:
         """The served model."""
         return self.served.model
+
+
+#: ``Reply(...)`` without the class call (one per call; see :mod:`turnout._fast`).
+new_reply = fast_new(Reply)

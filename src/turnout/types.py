@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import orjson
 
+from turnout._fast import fast_init, fast_new
+
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 _ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 
@@ -86,6 +88,7 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One chat message.
@@ -153,6 +156,7 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
@@ -180,6 +184,7 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
@@ -209,7 +214,7 @@ class ChatRequest:
         stop: Sequence[str] = (),
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
-        return cls(
+        return (new_chat_request if cls is ChatRequest else cls)(
             messages=coerce_messages(messages),
             tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
@@ -223,6 +228,7 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResponse:
     """One provider's complete answer.
@@ -259,6 +265,7 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of answer text."""
@@ -267,6 +274,7 @@ class TextDelta:
     type: ClassVar[Literal["text"]] = "text"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     """A piece of reasoning/thinking text."""
@@ -299,6 +307,7 @@ class ProviderToolEvent:
     type: ClassVar[Literal["provider_tool"]] = "provider_tool"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent:
     """Token usage for the whole stream so far (cumulative; the last one wins)."""
@@ -307,6 +316,7 @@ class UsageEvent:
     type: ClassVar[Literal["usage"]] = "usage"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     """The stream completed: the protocol's completion signal was seen."""
@@ -396,7 +406,7 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
                 role = m.get("role")
                 content = m.get("content")
                 if type(content) is str and role in _SIMPLE_ROLES:
-                    out.append(Message(role=role, content=content))
+                    out.append(new_message(role=role, content=content))
                     continue
             out.append(_message_from_dict(m, i))
         elif isinstance(m, Message):
@@ -489,3 +499,11 @@ def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpe
         params = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
         out.append(ToolSpec(name=str(fn["name"]), description=str(fn.get("description") or ""), parameters=params))
     return tuple(out)
+
+
+# Records every call builds, without the class call (see :mod:`turnout._fast`): the request and its messages
+# (``ChatRequest.of``), the answer and its usage (the adapters' parsers).
+new_message = fast_new(Message)
+new_chat_request = fast_new(ChatRequest)
+new_chat_response = fast_new(ChatResponse)
+new_usage = fast_new(Usage)

@@ -9,7 +9,7 @@ import pytest
 
 from turnout.errors import ConfigError
 from turnout.sim import Script, Simulator
-from turnout.sim.grammar import parse_model_name
+from turnout.sim.script import parse_model_name
 
 PATH = "/v1/chat/completions"
 

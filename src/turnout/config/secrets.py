@@ -77,41 +77,13 @@ def scrub(text: str, secrets: list[str] | tuple[str, ...]) -> str:
     for s in secrets:
         if s and len(s) >= 4 and s in text:
             text = text.replace(s, "[REDACTED]")
-    if text.isascii():
-        # On ASCII text str.lower() agrees with the patterns' IGNORECASE matching, so the literals found in
-        # the lowercased text say which key shapes can match at all: none (nothing to do), or a few, redacted
-        # by the same alternatives in the same order (the shapes left out could not have matched).
-        low = text.lower()
-        if "-" not in low and "_" not in low and "aiza" not in low and "bearer " not in low:
-            return text  # every literal has one of these (checked below, at import)
-        found = _KEY_LITERAL.findall(low)
-        return _shapes_for(frozenset(found)).sub("[REDACTED]", text) if found else text
     return _KEY_SHAPES.sub("[REDACTED]", text) if _KEY_HINT.search(text) else text
 
 
-#: Every key shape :func:`scrub` redacts, with the lowercase literals one of which it cannot match without.
-_SHAPES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (r"sk-[A-Za-z0-9_\-*.]{6,}", ("sk-",)),
-    (r"xox[bp]-[A-Za-z0-9\-]{6,}", ("xoxb-", "xoxp-")),
-    (r"gh[pou]_[A-Za-z0-9]{6,}", ("ghp_", "gho_", "ghu_")),
-    (r"github_pat_[A-Za-z0-9_]{6,}", ("github_pat_",)),
-    (r"AIza[A-Za-z0-9_\-]{10,}", ("aiza",)),
-    (r"(?<=Bearer )[A-Za-z0-9_\-.=]{8,}", ("bearer ",)),
+#: The key shapes :func:`scrub` redacts, and a quick test for the prefixes they all start with.
+_KEY_SHAPES = re.compile(
+    r"(?:sk-[A-Za-z0-9_\-*.]{6,}|xox[bp]-[A-Za-z0-9\-]{6,}|gh[pou]_[A-Za-z0-9]{6,}|github_pat_[A-Za-z0-9_]{6,}"
+    r"|AIza[A-Za-z0-9_\-]{10,}|(?<=Bearer )[A-Za-z0-9_\-.=]{8,})",
+    re.IGNORECASE,
 )
 _KEY_HINT = re.compile(r"sk-|xox[bp]-|gh[pou]_|github_pat_|AIza|Bearer ", re.IGNORECASE)
-_KEY_SHAPES = re.compile("(?:" + "|".join(shape for shape, _ in _SHAPES) + ")", re.IGNORECASE)
-_KEY_LITERAL = re.compile("|".join(re.escape(literal) for _, literals in _SHAPES for literal in literals))
-if not all(any(m in lit for m in ("-", "_", "aiza", "bearer ")) for _, lits in _SHAPES for lit in lits):
-    raise RuntimeError("scrub's quick check misses a key-shape literal")  # pragma: no cover
-#: Key shape patterns by the set of literals found (at most 2**9 sets, each compiled once).
-_SHAPES_BY_LITERALS: dict[frozenset[str], re.Pattern[str]] = {}
-
-
-def _shapes_for(literals: frozenset[str]) -> re.Pattern[str]:
-    """The alternatives of ``_KEY_SHAPES`` that can match when exactly ``literals`` occur, in their order."""
-    pattern = _SHAPES_BY_LITERALS.get(literals)
-    if pattern is None:
-        shapes = [shape for shape, needs in _SHAPES if not literals.isdisjoint(needs)]
-        pattern = re.compile("(?:" + "|".join(shapes) + ")", re.IGNORECASE)
-        _SHAPES_BY_LITERALS[literals] = pattern
-    return pattern

@@ -60,47 +60,14 @@ class SSEParser:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         data = self._tail + chunk if self._tail else chunk
         out: list[SSEEvent] = []
-        append = out.append
         pos = 0
-        end = len(data)
         find = data.find
-        starts = data.startswith
-        limit = self._max
-        pending = self._data
-        size = self._size
-        while True:
-            nl = find(b"\n", pos)
-            if nl < 0:
-                break
-            # Fast paths for what nearly every event is made of; everything else goes to _line.
-            if nl - pos <= limit and starts(b"data: ", pos):
-                if not pending and nl + 1 < end and data[nl + 1] == 10:
-                    # a one-line event with its blank line: dispatch it without collecting
-                    append((self._event, data[pos + 6 : nl]))
-                    if self._event:
-                        self._event = ""
-                    pos = nl + 2
-                    continue
-                value = data[pos + 6 : nl]
-                pending.append(value)
-                size += len(value) + 1
-                if size > limit + 1:
-                    raise ProtocolError(f"stream event larger than {limit} bytes")
-            elif nl == pos:
-                if pending:
-                    append((self._event, b"\n".join(pending) if len(pending) > 1 else pending[0]))
-                    pending = []
-                    size = 0
-                self._event = ""
-            else:
-                self._data, self._size = pending, size
-                self._line(data[pos:nl], out)
-                pending, size = self._data, self._size
+        while (nl := find(b"\n", pos)) >= 0:
+            self._line(data[pos:nl], out)
             pos = nl + 1
-        self._data, self._size = pending, size
-        self._tail = data[pos:] if pos < end else b""
-        if len(self._tail) > limit:
-            raise ProtocolError(f"stream line longer than {limit} bytes")
+        self._tail = data[pos:]
+        if len(self._tail) > self._max:
+            raise ProtocolError(f"stream line longer than {self._max} bytes")
         return out
 
     def lead(self, chunk: bytes) -> tuple[list[bytes], bytes]:

@@ -17,7 +17,7 @@ import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -49,9 +49,8 @@ class Target:
     secrets: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    """A complete (non-streaming) response."""
+class HttpResponse(NamedTuple):
+    """A complete (non-streaming) response (a named tuple: one is made per call)."""
 
     status: int
     headers: CIMultiDictProxy[str]

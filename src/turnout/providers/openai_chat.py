@@ -43,6 +43,7 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
+    new_chat_response,
 )
 
 #: What a stream is missing when it ends too early.
@@ -216,7 +217,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return ChatResponse(
+        return new_chat_response(
             text=text,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
             finish_reason=finish,
@@ -262,7 +263,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return ChatResponse(
+        return new_chat_response(
             text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,

@@ -22,7 +22,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.providers.base import body_excerpt
-from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage
+from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage, new_usage
 
 #: Longest provider text kept from a nested or wrapped error message.
 _MAX_NESTED = 500
@@ -69,7 +69,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
-    return Usage(
+    return new_usage(
         input_tokens=prompt if cached <= prompt else prompt + cached,
         output_tokens=completion,
         cached_input_tokens=cached,

@@ -92,6 +92,35 @@ class Turn:
         visible: Whether output reached someone who cannot un-see it.
     """
 
+    __slots__ = (
+        "_completed",
+        "_draft_text",
+        "_held_tools",
+        "_on",
+        "_reasoning_visible",
+        "_recovering",
+        "_think",
+        "_thinking",
+        "_usage",
+        "builder",
+        "call",
+        "cancel",
+        "draft",
+        "entry",
+        "events_visible",
+        "model",
+        "provider_tools",
+        "reasoning_shown",
+        "reply",
+        "request",
+        "served",
+        "shown",
+        "stream",
+        "temperature",
+        "visible",
+        "walk",
+    )
+
     def __init__(
         self,
         walk: ReliableProvider,
@@ -173,13 +202,14 @@ class Turn:
                 on = self._on
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
+                thinking = False  # a think tag is open or may be starting (kept in step with self._thinking)
                 try:
                     async with aclosing(stream.batches()) as upstream:
                         async for batch in upstream:
                             for event in batch:
                                 if (
                                     plain
-                                    and not self._thinking
+                                    and not thinking
                                     and type(event) is TextDelta
                                     and "<" not in (text := event.text)
                                 ):
@@ -192,6 +222,7 @@ class Turn:
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
                                 for shown in await on[event.type](event):
                                     yield shown
+                                thinking = self._thinking
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:

@@ -19,16 +19,15 @@ policy server badgateway unavailable overloaded``.
 
 The same text without ``sim-`` is the short form of a script step: ``steps = ["429-ra2", "ok"]``.
 Parsing splits on ``-`` and reads characters; no regular expressions run per request, and parsed
-names are cached by :mod:`turnout.sim.scenarios`.
+names are cached by :mod:`turnout.sim.scenarios`. This module only turns text into step tables;
+:func:`turnout.sim.script.parse_model_name` validates them into a plan.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from turnout.errors import ConfigError
 from turnout.sim.behaviour import DEFAULT_TOOL_ARGUMENTS, ErrorKind
-from turnout.sim.script import SCRIPT_ERROR_CODE, Plan, validate_steps
 
 PREFIX = "sim-"
 THEN = "-then-"
@@ -137,18 +136,3 @@ def parse_step_string(text: str) -> dict[str, Any]:
     if do == "flapping":
         step.setdefault("down", 5.0)
     return step
-
-
-def parse_model_name(name: str) -> Plan:
-    """The plan for a ``sim-`` model name.
-
-    Raises:
-        ConfigError: The name does not follow the grammar or names invalid values.
-    """
-    try:
-        raw = [parse_step_string(part) for part in name.removeprefix(PREFIX).split(THEN)]
-        return Plan(validate_steps(raw))
-    except GrammarError as exc:
-        raise ConfigError(str(exc), path=name, code=SCRIPT_ERROR_CODE) from exc
-    except ConfigError as exc:
-        raise ConfigError(exc.message, path=f"{name}: {exc.path}", code=SCRIPT_ERROR_CODE) from exc

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, ErrorKind, ErrorSpec, Kind
-from turnout.sim.grammar import PREFIX, parse_model_name
-from turnout.sim.script import DEFAULT_PLAN, Plan, Script
+from turnout.sim.grammar import PREFIX
+from turnout.sim.script import DEFAULT_PLAN, Plan, Script, parse_model_name
 
 _MAX_CACHED_NAMES = 4096
 

@@ -27,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour
+from turnout.sim.grammar import PREFIX, THEN, GrammarError, parse_step_string
 from turnout.sim.steps import STEP_TAGS, OkStep, ScriptModel, Step, to_behaviour
 
 SCRIPT_ERROR_CODE = "invalid_sim_script"
@@ -176,3 +177,18 @@ def _config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
 
 DEFAULT_PLAN = Plan((to_behaviour(OkStep(do="ok")),))
 """What a model that is neither scripted nor ``sim-`` gets: always ok."""
+
+
+def parse_model_name(name: str) -> Plan:
+    """The plan for a ``sim-`` model name (:mod:`turnout.sim.grammar`).
+
+    Raises:
+        ConfigError: The name does not follow the grammar or names invalid values.
+    """
+    try:
+        raw = [parse_step_string(part) for part in name.removeprefix(PREFIX).split(THEN)]
+        return Plan(validate_steps(raw))
+    except GrammarError as exc:
+        raise ConfigError(str(exc), path=name, code=SCRIPT_ERROR_CODE) from exc
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=f"{name}: {exc.path}", code=SCRIPT_ERROR_CODE) from exc

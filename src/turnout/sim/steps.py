@@ -28,6 +28,7 @@ from turnout.sim.behaviour import (
     kind_for_status,
     split_units,
 )
+from turnout.sim.grammar import GrammarError, parse_step_string
 
 
 class _Strict(BaseModel):
@@ -213,8 +214,6 @@ def _expand_short_steps(value: Any) -> Any:
     """Turn short-form string steps (``"429-ra2"``) into tables; the grammar owns that form."""
     if not isinstance(value, list):
         return value
-    from turnout.sim.grammar import GrammarError, parse_step_string  # the grammar imports this module
-
     out = []
     for i, item in enumerate(value):
         try:
