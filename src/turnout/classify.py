@@ -173,11 +173,6 @@ def _lowered(facts: ErrorFacts) -> tuple[str, str, str, str]:
     )
 
 
-def is_context_window(facts: ErrorFacts) -> bool:
-    """The request is larger than the model's context window."""
-    return _context_window(facts.status, _low(facts.error_code), _low(facts.message))
-
-
 def _context_window(status: int | None, code: str, text: str) -> bool:
     if code == "context_length_exceeded":
         return True
@@ -197,16 +192,6 @@ REFUSAL_HINTS = (
     "blocked by a content filter",
 )
 MODERATION_HINTS = ("moderation", "flagged")
-
-
-def is_refusal(facts: ErrorFacts) -> bool:
-    """A content-policy rejection.
-
-    Azure ``content_filter``, OpenAI ``content_policy_violation``, Anthropic's 400 "Output blocked by
-    content filtering policy", and the plain-text forms of protocols without a typed code (a Gemini 400
-    ``INVALID_ARGUMENT`` that "violates the content policy", Ollama's "blocked by a content filter").
-    """
-    return _refusal(facts.status, _low(facts.error_code), _low(facts.reason), _low(facts.message))
 
 
 def _refusal(status: int | None, code: str, reason: str, text: str) -> bool:

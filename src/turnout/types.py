@@ -23,7 +23,6 @@ _ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 FINISH_STOP = "stop"
 FINISH_TOOL_CALLS = "tool_calls"
 FINISH_LENGTH = "length"
-FINISH_CONTENT_FILTER = "content_filter"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

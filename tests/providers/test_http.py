@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from provider_kit import RecordingServer, make_adapter
@@ -40,6 +41,14 @@ class Lab:
         await request.read()
         self._peer(request)
         return web.Response(body=b'{"ok": true}', content_type="application/json")
+
+    async def headers(self, request: web.Request) -> web.StreamResponse:
+        """The request's headers, as a JSON object (names lowercased; transport headers left out)."""
+        await request.read()
+        self._peer(request)
+        skip = {"host", "content-length", "accept", "accept-encoding"}
+        seen = {k.lower(): v for k, v in request.headers.items() if k.lower() not in skip}
+        return web.json_response(seen)
 
     async def chunks(self, request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -130,6 +139,7 @@ async def lab() -> AsyncIterator[Lab]:
     for path, handler in (
         ("/ok", lab.ok),
         ("/chunks", lab.chunks),
+        ("/headers", lab.headers),
         ("/stall", lab.stall),
         ("/drip", lab.drip),
         ("/endless", lab.endless),
@@ -346,3 +356,26 @@ async def test_profile_bounds_one_stream_line(server: RecordingServer, http: Htt
 
     with pytest.raises(ProtocolError, match="longer than 2048"):
         await drain()
+
+
+async def test_a_credential_sends_exactly_what_the_same_plain_headers_send(http: HttpClient, lab: Lab) -> None:
+    """A credential's own session sends the same headers a plain mapping would, on the shared connection pool."""
+    fixed = {"Content-Type": "application/json", "Authorization": "Bearer sk-one", "x-team": "search"}
+    credential = http.credential(fixed)
+    other = http.credential({**fixed, "Authorization": "Bearer sk-two"})
+
+    async def seen(headers: dict[str, str]) -> Any:
+        resp = await http.post(
+            lab.url + "/headers", headers=headers, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=5000
+        )
+        return orjson.loads(resp.body)
+
+    plain = await seen(dict(fixed))
+    assert (
+        await seen(credential)
+        == plain
+        == {k.lower(): v for k, v in fixed.items()} | {"user-agent": plain["user-agent"]}
+    )
+    assert (await seen(other))["authorization"] == "Bearer sk-two"
+    assert (await seen(credential))["authorization"] == "Bearer sk-one"  # each credential keeps its own
+    assert len(set(lab.peer_ports)) == 1  # one pool: every request reused the first connection

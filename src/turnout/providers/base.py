@@ -222,9 +222,9 @@ class HTTPAdapter(Provider):
         self.api_key = api_key or None
         secrets = [api_key, *settings.extra_headers.values()]
         self._secrets = tuple(s for s in secrets if s and len(s) >= 4)
-        self._headers: dict[str, str] = {"Content-Type": "application/json", **settings.extra_headers}
-        self._headers.update(self.auth_headers(self.api_key))
-        http.pin(self._headers)
+        self._headers = http.credential(
+            {"Content-Type": "application/json", **settings.extra_headers, **self.auth_headers(self.api_key)}
+        )
         self._ssl = http.ssl_context(settings.ssl_ca)
         self._caps = self._capabilities()
         self._targets: dict[str | None, Target] = {}

@@ -271,6 +271,23 @@ def _lost_connection(exc: BaseException, target: Target, status: int) -> Provide
     )
 
 
+class Credential(dict[str, str]):
+    """The fixed headers of one credential, and the session that sends them.
+
+    An adapter makes one per key (:meth:`HttpClient.credential`) and never changes it. Requests made with it go
+    through a session of its own that sends these headers as its defaults and shares the client's connection
+    pool, instead of merging them into every request (``python -m bench.hotpath --instructions``: about 11k
+    instructions less per call).
+    """
+
+    __slots__ = ("connect", "session")
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        super().__init__(headers)
+        self.session: aiohttp.ClientSession | None = None
+        self.connect = 0.0
+
+
 class HttpClient:
     """One shared aiohttp session for all adapters of a client.
 
@@ -284,30 +301,23 @@ class HttpClient:
         self._ssl: dict[str, ssl.SSLContext] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._deadlines: _Deadlines | None = None
-        self._pinned: dict[int, Mapping[str, str]] = {}
-        self._bound: dict[int, tuple[Mapping[str, str], float, aiohttp.ClientSession]] = {}
+        self._credential_sessions: list[aiohttp.ClientSession] = []
 
-    def pin(self, headers: Mapping[str, str]) -> None:
-        """Declare ``headers`` the fixed headers of one credential (this very object, never mutated).
+    def credential(self, headers: Mapping[str, str]) -> Credential:
+        """The fixed headers of one credential, to pass as ``headers`` of every request made with it."""
+        return Credential(headers)
 
-        Requests made with this object then go through a session of their own that sends them as its
-        defaults, sharing the connection pool, instead of merging them into every request.
-        """
-        self._pinned[id(headers)] = headers
-
-    def _bound_session(self, headers: Mapping[str, str], connect: float) -> aiohttp.ClientSession | None:
-        """The session for pinned ``headers`` (made on first use); None when they are not pinned."""
-        if not self._owns or self._pinned.get(id(headers)) is not headers:
-            return None
-        base = self.session()
+    def _credential_session(self, credential: Credential, connect: float) -> aiohttp.ClientSession:
+        """A session sending ``credential`` as its default headers, on the shared connection pool."""
         session = aiohttp.ClientSession(
-            connector=base.connector,
+            connector=self.session().connector,
             connector_owner=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            headers={"User-Agent": USER_AGENT, **headers},
+            headers={"User-Agent": USER_AGENT, **credential},
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect),
         )
-        self._bound[id(headers)] = (headers, connect, session)
+        self._credential_sessions.append(session)
+        credential.session, credential.connect = session, connect
         return session
 
     def session(self) -> aiohttp.ClientSession:
@@ -335,8 +345,8 @@ class HttpClient:
 
     async def aclose(self) -> None:
         """Close the sessions this client created."""
-        bound, self._bound = self._bound, {}
-        for _, _, session in bound.values():
+        sessions, self._credential_sessions = self._credential_sessions, []
+        for session in sessions:
             await session.close()  # not the pool's owner: the pool closes with the shared session
         if self._session is not None and self._owns and not self._session.closed:
             await self._session.close()
@@ -367,10 +377,10 @@ class HttpClient:
         assert task is not None
         watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
         deadlines.add(watchdog, start)
-        bound = self._bound.get(id(headers))
-        if bound is not None and bound[0] is headers and bound[1] == timeouts.connect:
-            return bound[2].post(url, data=body, ssl=ssl_context), watchdog
-        if (session := self._bound_session(headers, timeouts.connect)) is not None:
+        if type(headers) is Credential and self._owns:
+            session = headers.session
+            if session is None or session.closed or headers.connect != timeouts.connect:
+                session = self._credential_session(headers, timeouts.connect)
             return session.post(url, data=body, ssl=ssl_context), watchdog
         session = self._session
         if session is None or (not self._owns and session.closed):  # ours is closed only by aclose()
