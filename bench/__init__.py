@@ -1,6 +1,6 @@
 """Turnout's benchmark harness: Turnout against raw aiohttp, the openai SDK and LiteLLM on one loopback upstream.
 
-``make bench`` (or ``python -m bench.run [--quick]``) runs every scenario of issue 9 in one run and writes
+``make bench`` (or ``python -m bench.run [--quick]``) runs every benchmark scenario in one run and writes
 ``bench/results.md`` and ``bench/results.png``. See ``docs/benchmarks.md`` for how to read them.
 
 Modules:

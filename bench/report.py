@@ -54,7 +54,7 @@ def _mark(met: bool | None) -> str:
 
 
 def verdicts(r: Results) -> list[Verdict]:
-    """Every target of issue 9, judged on this run."""
+    """Every performance target, judged on this run."""
     out: list[Verdict] = []
 
     def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> None:
@@ -323,7 +323,7 @@ def markdown(r: Results) -> str:
         f"- Python {m.python} on {m.platform}",
         "- " + ", ".join(f"{k} {v}" for k, v in m.versions.items()),
         "",
-        "## Targets (issue 9)",
+        "## Targets",
         "",
         "| target | measured | 90 % interval | limit | |",
         "|---|---:|---:|---:|---|",

@@ -1,4 +1,4 @@
-"""Run every benchmark scenario of issue 9 in one run and write ``bench/results.md`` and ``bench/results.png``.
+"""Run every benchmark scenario in one run and write ``bench/results.md`` and ``bench/results.png``.
 
 Usage: ``python -m bench.run [--quick] [--only chat,stream,...] [--out DIR]`` (``make bench`` runs the full set).
 
@@ -100,7 +100,7 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Turnout benchmarks (issue 9): ratios to raw aiohttp, LiteLLM and the openai SDK."
+        description="Turnout benchmarks: ratios to raw aiohttp, LiteLLM and the openai SDK."
     )
     parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run with small counts")
     parser.add_argument("--only", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
