@@ -121,6 +121,30 @@ async def test_stream_with_usage_and_headers_of_the_producing_entry(sim: Simulat
     assert "gemini.backup" in decode_header(headers["x-turnout-fallback"])
 
 
+async def test_a_stream_that_fails_to_open_once_is_retried_on_its_entry(sim: Simulator) -> None:
+    """One 500 at stream open is retried on the same entry: the primary model answers, with no fallback."""
+    toml = config(
+        "openai.main",
+        profile(sim, "openai.main", "sim-500-then-ok-t4", extra='fallback = ["gemini.backup"]\n'),
+        profile(sim, "gemini.backup", "sim-ok-t2", protocol="gemini"),
+    )
+    async with (
+        gateway(toml) as server,
+        sdk(server) as client,
+        client.chat.completions.with_streaming_response.create(model="", messages=MESSAGES, stream=True) as response,
+    ):
+        headers = response.headers
+        chunks = [c async for c in await response.parse()]
+    assert len("".join(c.choices[0].delta.content or "" for c in chunks if c.choices).split()) == 4
+    assert {c.model for c in chunks} == {"sim-500-then-ok-t4"}
+    assert (headers["x-turnout-provider"], headers["x-turnout-attempts"]) == ("openai.main", "2")
+    assert "x-turnout-fallback" not in headers
+    assert [(e.model, e.outcome) for e in sim.log] == [
+        ("sim-500-then-ok-t4", "status:500"),
+        ("sim-500-then-ok-t4", "ok"),
+    ]
+
+
 async def test_sync_client_in_a_thread_streams_and_completes(sim: Simulator) -> None:
     """The synchronous OpenAI client works too, streaming and not."""
     toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
