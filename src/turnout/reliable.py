@@ -706,6 +706,7 @@ class ReliableStream:
         error: Exception | None = None
         try:
             async with aclosing(upstream):
+                following = upstream.__anext__
                 while True:
                     if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
                         ttft = (time.perf_counter() - t0) * 1000.0
@@ -715,7 +716,7 @@ class ReliableStream:
                         outcome = "ok"
                     yield batch
                     try:
-                        batch = await upstream.__anext__()
+                        batch = await following()
                     except StopAsyncIteration:
                         break
         except (asyncio.CancelledError, GeneratorExit):

@@ -506,3 +506,5 @@ new_message = fast_new(Message)
 new_chat_request = fast_new(ChatRequest)
 new_chat_response = fast_new(ChatResponse)
 new_usage = fast_new(Usage)
+#: ``TextDelta(text=...)`` without the class call, for the stream decoders (one per streamed token).
+new_text_delta = fast_new(TextDelta)

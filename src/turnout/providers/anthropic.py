@@ -37,6 +37,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    new_text_delta,
 )
 
 API_VERSION = "2023-06-01"
@@ -449,7 +450,7 @@ class AnthropicDecoder(SSEEventDecoder):
         if dtype == "text_delta":
             text = _str(delta["text"])
             if text:
-                out.append(TextDelta(text=text))
+                out.append(new_text_delta(text=text))
         elif dtype == "input_json_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:

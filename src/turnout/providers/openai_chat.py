@@ -44,6 +44,7 @@ from turnout.types import (
     ToolCallEvent,
     UsageEvent,
     new_chat_response,
+    new_text_delta,
 )
 
 #: What a stream is missing when it ends too early.
@@ -404,7 +405,7 @@ class ChatStreamDecoder(StreamDecoder):
                         if self._reported is None and type(reported := obj.get("model")) is str and reported:
                             self._reported = reported
                         if content:
-                            append(TextDelta(text=content))
+                            append(new_text_delta(text=content))
                         continue
                 self._object("", obj, out)
             if rest:
@@ -497,7 +498,7 @@ class ChatStreamDecoder(StreamDecoder):
             content = delta.get("content")
             if type(content) is str:
                 if content:
-                    out.append(TextDelta(text=content))
+                    out.append(new_text_delta(text=content))
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
@@ -505,7 +506,7 @@ class ChatStreamDecoder(StreamDecoder):
         content = delta.get("content")
         if content:
             if isinstance(content, str):
-                out.append(TextDelta(text=content))
+                out.append(new_text_delta(text=content))
             elif isinstance(content, list):
                 for is_reasoning, piece in content_parts(content):
                     out.append(ReasoningDelta(text=piece) if is_reasoning else TextDelta(text=piece))

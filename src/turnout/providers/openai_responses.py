@@ -38,7 +38,6 @@ from turnout.types import (
     ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
-    TextDelta,
     TextPart,
     ToolCall,
     ToolCallEvent,
@@ -46,6 +45,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    new_text_delta,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -405,7 +405,7 @@ class ResponsesDecoder(SSEEventDecoder):
         if kind == "response.output_text.delta":
             text = _str(obj["delta"])
             if text:
-                out.append(TextDelta(text=text))
+                out.append(new_text_delta(text=text))
         elif kind == "response.function_call_arguments.delta":
             call = self._call(obj)
             if call is not None:
