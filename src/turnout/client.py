@@ -39,7 +39,7 @@ from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, TurnState, call_sink, turn_outputs
 from turnout.state import MemoryStore, StateStore
 from turnout.streams import without_think
-from turnout.types import ChatRequest, ChatResponse, Message, ToolSpec
+from turnout.types import ChatRequest, ChatResponse, Message, NativeRequest, ResponseFormat, ToolSpec
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -123,7 +123,15 @@ class Call:
 
     __slots__ = ("call_id", "client", "reply", "requested", "scope", "started", "stream", "target")
 
-    def __init__(self, client: Client, target: Target, *, stream: bool, requested: RouteRef | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        target: Target,
+        *,
+        stream: bool,
+        requested: RouteRef | None = None,
+        call_id: str | None = None,
+    ) -> None:
         self.client = client
         self.target = target
         self.stream = stream
@@ -132,7 +140,7 @@ class Call:
             requested = first.route(first.served_model(target.model))
         self.requested = requested
         self.scope = DispatchScope()
-        self.call_id = new_call_id()
+        self.call_id = call_id if call_id is not None else new_call_id()
         self.started = time.time()
         self.reply: Reply | None = None
 
@@ -340,6 +348,9 @@ class Client:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_choice: str | None = None,
+        response_format: ResponseFormat | None = None,
+        native: NativeRequest | None = None,
+        call_id: str | None = None,
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
@@ -352,6 +363,9 @@ class Client:
             temperature: Sampling temperature (None: left out of the request).
             max_tokens: Upper bound on output tokens.
             tool_choice: ``auto``, ``none``, ``required`` or a tool name.
+            response_format: Structured output: entries that cannot honour it are skipped.
+            native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
+            call_id: The call's id (default: a new one); the gateway passes its request id.
 
         Raises:
             AllProvidersFailed: Every entry failed (``.attempts`` says how).
@@ -359,8 +373,15 @@ class Client:
             ContextWindowExceeded: The request is too large for every remaining model.
             ConfigError: The options name an unknown profile, or no model is known.
         """
-        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=False)
+        request = ChatRequest.of(
+            messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            native=native,
+        )
+        call = self._call(model, provider, sender, stream=False, call_id=call_id)
         target = call.target
         try:
             response = await target.walk.chat_in_scope(request, target.model, temperature, call.scope)
@@ -369,8 +390,12 @@ class Client:
             raise
         return call.accept(response)
 
-    def _call(self, model: str | None, provider: str | None, sender: str | None, *, stream: bool) -> Call:
+    def _call(
+        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool, call_id: str | None = None
+    ) -> Call:
         """A new call to the route these options select (the default route's is resolved once)."""
+        if call_id is not None:
+            return Call(self, self.route(model=model, provider=provider, sender=sender), stream=stream, call_id=call_id)
         if model is None and provider is None and sender is None:
             default = self._default
             if default is None:
@@ -392,6 +417,9 @@ class Client:
         max_tokens: int | None = None,
         tool_choice: str | None = None,
         show_reasoning: bool = True,
+        response_format: ResponseFormat | None = None,
+        native: NativeRequest | None = None,
+        call_id: str | None = None,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
@@ -401,8 +429,15 @@ class Client:
         as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
         still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
-        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=True)
+        request = ChatRequest.of(
+            messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            native=native,
+        )
+        call = self._call(model, provider, sender, stream=True, call_id=call_id)
         return ReplyStream(call, request, temperature, show_reasoning=show_reasoning)
 
     async def turn(

@@ -50,7 +50,16 @@ from turnout.keys import KeyChoice, KeyPool
 from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.state import MemoryStore, StateStore
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Message, StreamEvent, Usage
+from turnout.types import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Message,
+    StreamEvent,
+    Usage,
+    can_serve,
+    unservable_reason,
+)
 
 MIN_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 10.0
@@ -316,6 +325,10 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             if images and not entry.capabilities(model).vision:
                 continue
+            if (request.response_format is not None or request.native is not None) and not can_serve(
+                entry.capabilities(model), request
+            ):
+                continue
             if walk.context_overflow and walk.too_small(entry, served):
                 continue
             if several:
@@ -338,7 +351,11 @@ class ReliableProvider(Provider):
             raise ContextWindowExceeded(limit=walk.context_limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
             raise UnsupportedRequest("the request has images and no entry of this route accepts images")
-        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
+        if not any(can_serve(e.capabilities(model), request) for e in self.entries):
+            raise UnsupportedRequest(unservable_reason(request))
+        raise AllProvidersFailed(
+            aggregate_message(walk.attempts, self.tries), attempts=walk.attempts, last_error=walk.last_error
+        )
 
     async def _try_entry(
         self,
@@ -381,6 +398,7 @@ class ReliableProvider(Provider):
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
+                walk.last_error = exc
                 cls = error_class_of(exc)
                 walk.record(
                     self._attempt(
@@ -536,7 +554,16 @@ class ReliableProvider(Provider):
 class _Walk:
     """The state of one walk: its attempts, and what context-window failures taught it."""
 
-    __slots__ = ("attempts", "context_limit", "context_models", "context_overflow", "owner", "requested", "scope")
+    __slots__ = (
+        "attempts",
+        "context_limit",
+        "context_models",
+        "context_overflow",
+        "last_error",
+        "owner",
+        "requested",
+        "scope",
+    )
 
     def __init__(self, owner: ReliableProvider, scope: DispatchScope | None, requested: str) -> None:
         self.owner = owner
@@ -546,6 +573,7 @@ class _Walk:
         self.context_limit: int | None = None
         self.context_models: set[tuple[str, str]] | None = None  # made on the first context-window failure
         self.requested = requested
+        self.last_error: BaseException | None = None  # the gateway answers an upstream client error with it
 
     def record(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)

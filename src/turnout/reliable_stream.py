@@ -19,7 +19,7 @@ from turnout.attribution import DispatchScope, Outcome, RouteRef
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import ErrorClass, ProviderError, StreamingUnsupported
 from turnout.reliable import outcome_of
-from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
+from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent, can_serve
 
 if TYPE_CHECKING:
     from turnout.reliable import Entry, ReliableProvider
@@ -37,6 +37,8 @@ def eligible_entry(owner: ReliableProvider, request: ChatRequest, model: str) ->
         if not caps.streaming or (request.tools and not caps.streaming_tool_events):
             continue
         if images and not caps.vision:
+            continue
+        if (request.response_format is not None or request.native is not None) and not can_serve(caps, request):
             continue
         if len(owner.entries) > 1 and owner.cooling_until(entry, now) is not None:
             continue

@@ -14,6 +14,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
+from turnout.gateway.counting import estimate_tokens
 from turnout.gateway.surface import ChatCall
 from turnout.gateway.wire import Failure, invalid, validation_message
 from turnout.reply import Reply
@@ -305,7 +306,9 @@ class AnthropicSurface:
 
     def stream_encoder(self, call: ChatCall, model: str, call_id: str) -> AnthropicStreamEncoder:
         """``message_start``, content blocks, ``message_delta``, ``message_stop``."""
-        return AnthropicStreamEncoder(model, call_id, thinking=call.thinking)
+        return AnthropicStreamEncoder(
+            model, call_id, thinking=call.thinking, input_tokens=estimate_tokens(call.messages, call.tools)
+        )
 
 
 def _sse(name: bytes, data: bytes) -> bytes:
@@ -318,9 +321,10 @@ _MESSAGE_STOP = _sse(b"message_stop", b'{"type":"message_stop"}')
 class AnthropicStreamEncoder:
     """One streamed message as Anthropic SSE events (see :class:`turnout.gateway.surface.StreamEncoder`)."""
 
-    __slots__ = ("_block", "_index", "_model", "_msg_id", "_stop", "_thinking")
+    __slots__ = ("_block", "_index", "_input", "_model", "_msg_id", "_stop", "_thinking")
 
-    def __init__(self, model: str, call_id: str, *, thinking: bool) -> None:
+    def __init__(self, model: str, call_id: str, *, thinking: bool, input_tokens: int = 0) -> None:
+        self._input = input_tokens
         self._model = model
         self._msg_id = f"msg_{call_id}"
         self._thinking = thinking
@@ -329,7 +333,10 @@ class AnthropicStreamEncoder:
         self._stop = "end_turn"
 
     def start(self) -> bytes:
-        """``message_start`` with an empty message (usage comes with ``message_delta``)."""
+        """``message_start`` with an empty message and the prompt's estimated input tokens.
+
+        The upstream's own count is not known until the answer ends; ``message_delta`` carries it.
+        """
         message: dict[str, Any] = {
             "id": self._msg_id,
             "type": "message",
@@ -338,7 +345,7 @@ class AnthropicStreamEncoder:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self._input, "output_tokens": 0},
         }
         return _sse(b"message_start", orjson.dumps({"type": "message_start", "message": message}))
 

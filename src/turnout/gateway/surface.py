@@ -13,7 +13,7 @@ from typing import Protocol
 from turnout.errors import RefusalError
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
-from turnout.types import Message, StreamEvent, ToolSpec, Usage
+from turnout.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +33,8 @@ class ChatCall:
         sender: The caller's end-user id (``user`` / ``metadata.user_id``), for ``[senders.<id>]``.
         show_reasoning: Whether the surface sends reasoning to this client (only what it sends counts as
             visible output for the replay boundary).
+        response_format: Structured output asked for.
+        native: The body in the surface's own protocol, passed through to entries that speak it.
     """
 
     model: str
@@ -46,6 +48,8 @@ class ChatCall:
     thinking: bool = False
     sender: str | None = None
     show_reasoning: bool = True
+    response_format: ResponseFormat | None = None
+    native: NativeRequest | None = None
 
 
 class StreamEncoder(Protocol):
