@@ -86,6 +86,7 @@ class Profile(_Section):
     context_window: int | None = Field(default=None, gt=0)
     native_tools: bool | None = None
     vision: bool | None = None
+    structured_output: bool | None = None
     streaming: bool | None = None
     refusal_fallback: bool = False
     pricing: Pricing | None = None

@@ -25,6 +25,7 @@ from turnout.errors import ConfigError, UnsupportedRequest
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
+from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges, request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
@@ -131,6 +132,7 @@ class Gateway:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
         app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
+        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))
         app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
         app.router.add_get("/status", self._guard("status", self._status))
@@ -209,6 +211,9 @@ class Gateway:
 
     async def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         return await serve_chat(self, surface, request, ex)
+
+    async def _count(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        return await serve_count_tokens(self, surface, request, ex)
 
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         body = self._models[1] if surface is self.anthropic else self._models[0]

@@ -47,7 +47,7 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
     """Answer one chat request of ``surface``."""
     try:
         body = await read_body(request, gw.max_body_bytes)
-        call = surface.parse(body)
+        call = surface.parse(body, request.headers)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream

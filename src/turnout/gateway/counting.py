@@ -8,11 +8,23 @@ own count is used whenever the served upstream has one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
+from aiohttp import web
 
-from turnout.types import Message, ToolSpec
+from turnout.errors import ConfigError, ProviderError
+from turnout.gateway.surface import Surface
+from turnout.gateway.wire import RequestRejected, config_failure, header_value, parse_json, read_body, route_choice
+from turnout.providers.anthropic import AnthropicAdapter
+from turnout.types import ChatRequest, Message, ToolSpec
+
+if TYPE_CHECKING:
+    from turnout.gateway.app import Exchange, Gateway
+
+log = logging.getLogger("turnout.gateway")
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4
@@ -29,3 +41,39 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ())
     for t in tools:
         chars += len(t.name) + len(t.description) + len(orjson.dumps(dict(t.parameters)))
     return max(1, -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages))
+
+
+async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
+
+    The body is a Messages request without ``max_tokens``. When the entry that would serve it is an
+    Anthropic profile, its ``count_tokens`` endpoint answers (``x-turnout-token-count: upstream``);
+    otherwise, or when that call fails, the estimate above answers (``x-turnout-token-count: estimate``).
+    """
+    try:
+        raw = parse_json(await read_body(request, gw.max_body_bytes))
+        raw.setdefault("max_tokens", 1)
+        call = surface.parse(orjson.dumps(raw), request.headers)
+        choice = route_choice(gw.client.config, call.model)
+        target = gw.client.route(model=choice.model, provider=choice.provider)
+    except RequestRejected as exc:
+        return gw.error_response(surface, exc.failure)
+    except ConfigError as exc:
+        return gw.error_response(surface, config_failure(exc))
+    entry = target.walk.entries[0]
+    model = entry.served_model(target.model)
+    key = entry.keys.pick(gw.client.factory.clock())
+    provider = entry.providers[key.index] if key is not None else None
+    count, source = None, "estimate"
+    if isinstance(provider, AnthropicAdapter):
+        request_ = ChatRequest(messages=call.messages, tools=call.tools, native=call.native)
+        try:
+            count, source = await provider.count_tokens(request_, model), "upstream"
+        except ProviderError:
+            log.info("count_tokens on %s failed; answering with the estimate", entry.profile)
+    if count is None:
+        count = estimate_tokens(call.messages, call.tools)
+    ex.provider, ex.model = entry.profile, model
+    headers = {"x-turnout-token-count": source, "x-turnout-provider": header_value(entry.profile)}
+    headers["x-turnout-model"] = header_value(model)
+    return web.json_response({"input_tokens": count}, headers=headers)

@@ -7,6 +7,7 @@ encoded with orjson, with every constant piece pre-encoded once.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -213,7 +214,7 @@ class OpenAISurface:
 
     name = "openai"
 
-    def parse(self, body: bytes) -> ChatCall:
+    def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
         """Validate the body and translate it into a :class:`ChatCall`."""
         try:
             req = ChatCompletionRequest.model_validate_json(body)

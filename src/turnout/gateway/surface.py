@@ -7,6 +7,7 @@ stream events in its own protocol. It never decides statuses, routes or attribut
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,8 +77,8 @@ class Surface(Protocol):
 
     name: str
 
-    def parse(self, body: bytes) -> ChatCall:
-        """Validate a request body.
+    def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
+        """Validate a request body (``headers``: the request's, for protocol headers such as ``anthropic-beta``).
 
         Raises:
             RequestRejected: The body is invalid or asks for something the gateway does not support.

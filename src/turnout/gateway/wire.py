@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 from urllib.parse import quote
 
+import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -86,6 +87,17 @@ class RequestRejected(Exception):
 def invalid(message: str, *, param: str | None = None, code: str | None = None) -> RequestRejected:
     """A 400 for a request the gateway will not forward."""
     return RequestRejected(Failure(status=400, kind="invalid_request", message=message, param=param, code=code))
+
+
+def parse_json(body: bytes) -> Any:
+    """The request body as JSON: a 400 when it is not a JSON object."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise invalid("invalid request body: not valid JSON") from None
+    if not isinstance(data, dict):
+        raise invalid("invalid request body: a JSON object is expected")
+    return data
 
 
 _UNION_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))

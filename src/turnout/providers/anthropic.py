@@ -143,7 +143,10 @@ class AnthropicAdapter(HTTPAdapter):
         return anthropic_tools(tools) if self._caps.native_tools else prompt_guided_tools(tools)
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
-        """The Messages request body."""
+        """The Messages request body (a pass-through Messages request keeps the client's own body)."""
+        native = request.native
+        if native is not None and native.protocol == self.protocol:
+            return self.with_merged_extras(native_body(native.body, model, self.temperature(temperature), stream))
         system: list[str] = []
         messages: list[dict[str, Any]] = []
         for m in request.messages:
@@ -241,6 +244,79 @@ class AnthropicAdapter(HTTPAdapter):
     def decoder(self, model: str) -> StreamDecoder:
         """A Messages event-stream decoder."""
         return AnthropicDecoder(self, model)
+
+    async def count_tokens(self, request: ChatRequest, model: str) -> int:
+        """Anthropic's own count of the request's input tokens (``POST /v1/messages/count_tokens``).
+
+        Raises:
+            ProviderError: The upstream refused or failed (classified like a chat call's error).
+        """
+        body = {k: v for k, v in self.build_body(request, model, None, False).items() if k in _COUNTED}
+        resp = await self.http.post(
+            self._url + "/count_tokens",
+            headers=self.request_headers(request),
+            body=orjson.dumps(body),
+            timeouts=self.settings.timeouts,
+            target=self.target(model),
+            max_bytes=1024 * 1024,
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        data = loads(resp.body, provider=self.profile, model=model)
+        count = data.get("input_tokens") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ProtocolError("malformed count_tokens response", provider=self.profile, model=model)
+        return count
+
+
+#: The fields ``count_tokens`` accepts (a chat body's others, like ``max_tokens``, it refuses).
+_COUNTED = frozenset(("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"))
+
+
+def native_body(body: Mapping[str, Any], model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
+    """A client's own Messages body, for this upstream: its model and stream flag, system messages folded.
+
+    Everything else passes through unchanged (document blocks, Anthropic-defined and server tools,
+    ``mcp_servers``, ``cache_control``, thinking signatures). ``role: "system"`` messages between turns are
+    folded, in order, into the top-level ``system`` (which keeps its own blocks and their ``cache_control``),
+    and the turns they separated are joined, as the Messages API needs alternating roles.
+    """
+    out = dict(body)
+    out["model"] = model
+    if stream:
+        out["stream"] = True
+    else:
+        out.pop("stream", None)
+    if temperature is not None and "temperature" not in out:
+        out["temperature"] = temperature
+    messages = out.get("messages")
+    if isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+        system = _system_blocks(out.get("system"))
+        turns: list[dict[str, Any]] = []
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") == "system":
+                system.extend(_system_blocks(m.get("content")))
+            elif turns and turns[-1].get("role") == m.get("role"):
+                turns[-1] = {**turns[-1], "content": _blocks(turns[-1].get("content")) + _blocks(m.get("content"))}
+            else:
+                turns.append(m)
+        out["messages"] = turns
+        if system:
+            out["system"] = system
+    return out
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
+
+
+def _system_blocks(content: Any) -> list[Any]:
+    return [b for b in _blocks(content) if isinstance(b, dict) and b.get("type") == "text"]
 
 
 def _thinking_block(text: str, signature: Any) -> dict[str, Any]:
