@@ -23,6 +23,7 @@ from turnout.types import (
     ImagePart,
     Message,
     ReasoningDelta,
+    ResponseFormat,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -106,8 +107,16 @@ class _StreamOptions(_In):
     include_usage: bool | None = None
 
 
+class _JsonSchema(_In):
+    name: str = Field(default="response", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
 class _ResponseFormat(_In):
-    type: str
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: _JsonSchema | None = None
 
 
 class ChatCompletionRequest(_In):
@@ -161,6 +170,24 @@ def _message(m: _Message, i: int) -> Message:
         ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}") for c in m.tool_calls or ()
     )
     return Message(role="assistant", content=_text(m.content), tool_calls=calls, reasoning=m.reasoning_content)
+
+
+def _response_format(fmt: _ResponseFormat | None) -> ResponseFormat | None:
+    """``response_format`` as Turnout's structured output (``text`` asks for none)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return ResponseFormat(kind="json_object")
+    spec = fmt.json_schema
+    if spec is None:
+        raise invalid("response_format of type json_schema needs json_schema", param="response_format.json_schema")
+    return ResponseFormat(
+        kind="json_schema",
+        schema=spec.schema_ or {"type": "object"},
+        name=spec.name,
+        description=spec.description,
+        strict=bool(spec.strict),
+    )
 
 
 # --- responses ----------------------------------------------------------------------------------
@@ -223,12 +250,7 @@ class OpenAISurface:
             raise invalid(message, param=param) from None
         if req.n not in (None, 1):
             raise invalid("n > 1 is not supported by the gateway", param="n", code="unsupported_parameter")
-        if req.response_format is not None and req.response_format.type != "text":
-            raise invalid(
-                f"response_format {req.response_format.type!r} is not supported by the gateway",
-                param="response_format",
-                code="unsupported_parameter",
-            )
+        response_format = _response_format(req.response_format)
         choice = req.tool_choice
         return ChatCall(
             model=req.model,
@@ -247,6 +269,7 @@ class OpenAISurface:
             stream=bool(req.stream),
             include_usage=bool(req.stream_options and req.stream_options.include_usage),
             sender=req.user,
+            response_format=response_format,
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:

@@ -16,6 +16,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
 from turnout.providers.http import HttpClient
 from turnout.tools import anthropic_tools, prompt_guided_tools
@@ -118,6 +119,7 @@ class AnthropicAdapter(HTTPAdapter):
         streaming_tool_events=True,
         prompt_caching=True,
         extended_thinking=True,
+        structured_output=True,
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -185,6 +187,8 @@ class AnthropicAdapter(HTTPAdapter):
             body["temperature"] = t
         if request.stop:
             body["stop_sequences"] = list(request.stop)
+        if request.response_format is not None:
+            structured.anthropic(body, request.response_format)
         if stream:
             body["stream"] = True
         return self.with_merged_extras(body)

@@ -17,6 +17,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
@@ -155,6 +156,8 @@ class OpenAIChatAdapter(HTTPAdapter):
             body[self._max_key] = max_tokens
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.response_format is not None:
+            structured.openai_chat(body, request.response_format)
         if stream:
             body["stream"] = True
             if self._stream_options:

@@ -17,6 +17,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import (
     AZURE_DEFAULT_API_VERSION,
     MALFORMED,
@@ -126,6 +127,7 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         streaming_tool_events=True,
         prompt_caching=True,
         extended_thinking=True,
+        structured_output=True,
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -199,6 +201,8 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         t = self.temperature(temperature)
         if t is not None:
             body["temperature"] = t
+        if request.response_format is not None:
+            structured.openai_responses(body, request.response_format)
         body["store"] = False
         if stream:
             body["stream"] = True

@@ -24,6 +24,7 @@ from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
 from turnout.sim.scenarios import Scenarios
+from turnout.sim.schema import structured
 from turnout.sim.script import Script
 from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
 from turnout.sim.wire.base import JSON, Parsed
@@ -245,7 +246,7 @@ class SimServer:
             rec.outcome = "reset"
             _abort(request)
             return web.Response()
-        content = b.content
+        content = structured(b.content, req.schema) if b.content is not None else None
         assert content is not None
         usage = content.usage(req.input_words)
         if req.stream:
