@@ -29,6 +29,7 @@ from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges, request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.status import (
     MAX_MODEL_NAME,
     RecentAttempts,
@@ -121,6 +122,7 @@ class Gateway:
         self._idle: asyncio.Event | None = None
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
+        self.responses = ResponsesSurface()
         self._models = (openai_models(config), anthropic_models(config))
         self._model_items = (orjson.loads(self._models[0])["data"], orjson.loads(self._models[1])["data"])
         self.edges = Edges(config.gateway.cors_origins, self._edge_error)
@@ -131,6 +133,7 @@ class Gateway:
     def _application(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
+        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses))
         app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
         app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))

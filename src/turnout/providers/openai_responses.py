@@ -161,7 +161,24 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         return OpenAITools(tools=tuple(tool_spec(t) for t in tools))
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
-        """The Responses request body (``store: false``: the conversation is sent whole every time)."""
+        """The Responses request body (``store: false``: the conversation is sent whole every time).
+
+        A pass-through Responses request keeps the client's own body (items, tools and fields Turnout does
+        not model), with this upstream's model, the stream flag and ``store: false``.
+        """
+        native = request.native
+        if native is not None and native.protocol == self.protocol:
+            out = dict(native.body)
+            out["model"] = self.settings.deployment or model if self._azure else model
+            out["store"] = False
+            if stream:
+                out["stream"] = True
+            else:
+                out.pop("stream", None)
+            t = self.temperature(temperature)
+            if t is not None and "temperature" not in out:
+                out["temperature"] = t
+            return self.with_merged_extras(out)
         system: list[str] = []
         items: list[dict[str, Any]] = []
         for m in request.messages:
