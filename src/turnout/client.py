@@ -182,6 +182,7 @@ class Call:
             fallback=notice,
             attempts=attempts,
             call_id=self.call_id,
+            native=response.native,
         )
 
     def fail(self, exc: BaseException) -> None:

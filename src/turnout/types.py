@@ -302,6 +302,9 @@ class ChatResponse:
         finish_reason: Unified finish reason (``stop``, ``tool_calls``, ``length``, ``content_filter``).
         model: The model the provider says answered.
         request_id: The provider's request id, when given.
+        native: The provider's own answer body, when the request was passed through in its protocol (see
+            :class:`NativeRequest`): what Turnout does not model in it (more choices, citations, server tool
+            results, thinking signatures) can be relayed to a caller of the same protocol.
     """
 
     text: str = ""
@@ -311,6 +314,7 @@ class ChatResponse:
     finish_reason: str | None = None
     model: str | None = None
     request_id: str | None = None
+    native: Mapping[str, Any] | None = None
 
     @property
     def is_semantically_empty(self) -> bool:

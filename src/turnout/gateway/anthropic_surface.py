@@ -294,7 +294,13 @@ class AnthropicSurface:
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
-        """A ``message`` object."""
+        """A ``message`` object: the Anthropic upstream's own when it holds what only it carries.
+
+        That is when the request held untranslatable blocks or tools (citations, server tool results) or
+        enabled thinking (the thinking blocks' signatures must go back unchanged next turn).
+        """
+        if reply.native is not None and call.native is not None and (call.native.only or call.thinking):
+            return orjson.dumps({**reply.native, "id": f"msg_{reply.call_id}", "model": reply.served.model})
         content: list[dict[str, Any]] = []
         if call.thinking and reply.reasoning:
             content.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})

@@ -14,8 +14,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
+from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import Failure, invalid, validation_message
+from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -242,14 +243,20 @@ class OpenAISurface:
     name = "openai"
 
     def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
-        """Validate the body and translate it into a :class:`ChatCall`."""
+        """Validate the body and translate it into a :class:`ChatCall`.
+
+        What has no translation (``file`` parts, ``custom`` tools, ``role: "function"``, ``n > 1``) is kept
+        for an OpenAI Chat upstream (see :mod:`turnout.gateway.passthrough`).
+        """
+        raw = parse_json(body)
+        modelled, only = split_openai_chat(raw)
         try:
-            req = ChatCompletionRequest.model_validate_json(body)
+            req = ChatCompletionRequest.model_validate(modelled)
         except ValidationError as exc:
             message, param = validation_message(exc)
             raise invalid(message, param=param) from None
-        if req.n not in (None, 1):
-            raise invalid("n > 1 is not supported by the gateway", param="n", code="unsupported_parameter")
+        if "n" in only and req.stream:
+            raise invalid("n > 1 is served without streaming only", param="n", code="unsupported_parameter")
         response_format = _response_format(req.response_format)
         choice = req.tool_choice
         return ChatCall(
@@ -270,10 +277,13 @@ class OpenAISurface:
             include_usage=bool(req.stream_options and req.stream_options.include_usage),
             sender=req.user,
             response_format=response_format,
+            native=native("openai-chat", raw, only),
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
-        """A ``chat.completion`` object."""
+        """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""
+        if reply.native is not None and call.native is not None and call.native.only:
+            return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
         if reply.tool_calls:
             message["tool_calls"] = [_tool_call(c) for c in reply.tool_calls]

@@ -265,7 +265,14 @@ class ResponsesSurface:
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
-        """A ``response`` object (``status: "incomplete"`` for an answer cut by the token limit)."""
+        """A ``response`` object (``status: "incomplete"`` for an answer cut by the token limit).
+
+        When the request held what only the Responses API carries (other tool kinds, file inputs), the
+        Responses upstream's own response is relayed (its id and model replaced, ``store: false``).
+        """
+        if reply.native is not None and call.native is not None and call.native.only:
+            relayed = {**reply.native, "id": f"resp_{reply.call_id}", "model": reply.served.model, "store": False}
+            return orjson.dumps(relayed)
         output = output_items(
             reply.call_id,
             text=reply.text,

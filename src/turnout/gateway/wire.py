@@ -94,7 +94,7 @@ def parse_json(body: bytes) -> Any:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise invalid("invalid request body: not valid JSON") from None
+        raise invalid("invalid request body: Invalid JSON") from None
     if not isinstance(data, dict):
         raise invalid("invalid request body: a JSON object is expected")
     return data

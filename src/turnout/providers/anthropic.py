@@ -147,7 +147,7 @@ class AnthropicAdapter(HTTPAdapter):
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
         """The Messages request body (a pass-through Messages request keeps the client's own body)."""
         native = request.native
-        if native is not None and native.protocol == self.protocol:
+        if native is not None and self.passes_through(request):
             return self.with_merged_extras(native_body(native.body, model, self.temperature(temperature), stream))
         system: list[str] = []
         messages: list[dict[str, Any]] = []

@@ -289,12 +289,18 @@ class HTTPAdapter(Provider):
             streaming=streaming,
             streaming_tool_events=base.streaming_tool_events and streaming and native,
             structured_output=base.structured_output if s.structured_output is None else s.structured_output,
-            protocol=self.protocol,
+            # a caller's own body passes through only where it would reach the upstream as sent
+            protocol=self.protocol if native and not s.merge_system_into_user else "",
         )
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         """Protocol defaults with the profile's ``native_tools``/``vision``/``streaming`` overrides."""
         return self._caps
+
+    def passes_through(self, request: ChatRequest) -> bool:
+        """Whether ``request`` carries a caller's own body in this adapter's protocol, to be sent as it came."""
+        native = request.native
+        return native is not None and native.protocol == self._caps.protocol
 
     def request_headers(self, request: ChatRequest) -> Mapping[str, str]:
         """The headers of a call: the credential's, plus what a pass-through request forwards in this protocol."""
@@ -375,6 +381,8 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
+        if request.native is not None and self.passes_through(request):
+            parsed = replace(parsed, native=data)
         if parsed.request_id is not None:
             return parsed
         request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")

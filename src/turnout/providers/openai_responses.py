@@ -167,7 +167,7 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         not model), with this upstream's model, the stream flag and ``store: false``.
         """
         native = request.native
-        if native is not None and native.protocol == self.protocol:
+        if native is not None and self.passes_through(request):
             out = dict(native.body)
             out["model"] = self.settings.deployment or model if self._azure else model
             out["store"] = False
