@@ -120,14 +120,14 @@ async def test_invalid_anthropic_beta_is_a_400() -> None:
 async def test_count_tokens_asks_an_anthropic_upstream(sim: Simulator) -> None:
     """The SDK's count_tokens gets the Anthropic upstream's own count, marked as such."""
     toml = config("anthropic.main", profile(sim, "anthropic.main", "sim-ok", protocol="anthropic"))
+    body = {"model": "", "system": "be brief", "messages": CLAUDE_CODE_MESSAGES}
     async with gateway(toml) as server:
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key=GATEWAY_KEY, max_retries=0)
-        counted = await client.messages.with_raw_response.count_tokens(
-            model="", system="be brief", messages=CLAUDE_CODE_MESSAGES
-        )
+        counted = await client.messages.count_tokens(model="", system="be brief", messages=CLAUDE_CODE_MESSAGES)
         await client.close()
-    assert counted.headers["x-turnout-token-count"] == "upstream"
-    assert (await counted.parse()).input_tokens == 16  # the simulator counts words: 2 + 3 + 1 + 6 + 4
+        raw = await post(server, "/v1/messages/count_tokens", body, headers={"anthropic-version": "2023-06-01"})
+    assert raw.headers["x-turnout-token-count"] == "upstream"
+    assert counted.input_tokens == raw.json()["input_tokens"] == 16  # the simulator counts words: 2+3+1+6+4
 
 
 async def test_count_tokens_estimates_for_other_upstreams(sim: Simulator) -> None:
@@ -135,8 +135,9 @@ async def test_count_tokens_estimates_for_other_upstreams(sim: Simulator) -> Non
     toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
     async with gateway(toml) as server:
         client = anthropic.AsyncAnthropic(base_url=server.url, api_key=GATEWAY_KEY, max_retries=0)
-        counted = await client.messages.with_raw_response.count_tokens(model="", messages=CLAUDE_CODE_MESSAGES)
+        counted = await client.messages.count_tokens(model="", messages=CLAUDE_CODE_MESSAGES)
         await client.close()
-    assert counted.headers["x-turnout-token-count"] == "estimate"
-    assert (await counted.parse()).input_tokens > 0
+        raw = await post(server, "/v1/messages/count_tokens", {"model": "", "messages": CLAUDE_CODE_MESSAGES})
+    assert raw.headers["x-turnout-token-count"] == "estimate"
+    assert counted.input_tokens == raw.json()["input_tokens"] > 0
     assert len(sim.log) == 0
