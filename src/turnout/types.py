@@ -342,9 +342,14 @@ class TextDelta:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
-    """A piece of reasoning/thinking text."""
+    """A piece of reasoning/thinking text.
+
+    ``signature`` is set on the last piece of an Anthropic thinking block: the block's signature, which a
+    same-protocol caller must send back unchanged with the block.
+    """
 
     text: str
+    signature: str | None = None
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 

@@ -12,6 +12,7 @@ from capture import CAPTURED_TEXT, capture_upstream
 from gateway_support import GATEWAY_KEY, SIM_TEXT, config, gateway, post, profile
 
 from turnout.sim import Simulator
+from turnout.sim.wire.anthropic import SIGNATURE
 
 CLAUDE_CODE_MESSAGES: Any = [
     {"role": "user", "content": "Read the file."},
@@ -141,3 +142,25 @@ async def test_count_tokens_estimates_for_other_upstreams(sim: Simulator) -> Non
     assert raw.headers["x-turnout-token-count"] == "estimate"
     assert counted.input_tokens == raw.json()["input_tokens"] > 0
     assert len(sim.log) == 0
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_thinking_signatures_reach_the_client(sim: Simulator, streamed: bool) -> None:
+    """An Anthropic upstream's thinking block signature reaches the client unchanged, whole and streamed."""
+    toml = config("anthropic.main", profile(sim, "anthropic.main", "sim-ok-r4", protocol="anthropic"))
+    thinking: Any = {"type": "enabled", "budget_tokens": 1024}
+    async with gateway(toml) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.url, api_key=GATEWAY_KEY, max_retries=0)
+        if streamed:
+            async with client.messages.stream(
+                model="", max_tokens=2000, thinking=thinking, messages=CLAUDE_CODE_MESSAGES
+            ) as stream:
+                reply = await stream.get_final_message()
+        else:
+            reply = await client.messages.create(
+                model="", max_tokens=2000, thinking=thinking, messages=CLAUDE_CODE_MESSAGES
+            )
+        await client.close()
+    block = reply.content[0]
+    assert block.type == "thinking" and block.signature == SIGNATURE
+    assert block.thinking.split() == ["lorem", "ipsum", "dolor", "sit"]

@@ -357,10 +357,11 @@ _MESSAGE_STOP = _sse(b"message_stop", b'{"type":"message_stop"}')
 class AnthropicStreamEncoder:
     """One streamed message as Anthropic SSE events (see :class:`turnout.gateway.surface.StreamEncoder`)."""
 
-    __slots__ = ("_block", "_index", "_input", "_model", "_msg_id", "_stop", "_thinking")
+    __slots__ = ("_block", "_index", "_input", "_model", "_msg_id", "_signature", "_stop", "_thinking")
 
     def __init__(self, model: str, call_id: str, *, thinking: bool, input_tokens: int = 0) -> None:
         self._input = input_tokens
+        self._signature = ""
         self._model = model
         self._msg_id = f"msg_{call_id}"
         self._thinking = thinking
@@ -389,8 +390,9 @@ class AnthropicStreamEncoder:
         if self._block is None:
             return b""
         out = b""
-        if self._block == "thinking":
-            out = self._delta({"type": "signature_delta", "signature": ""})
+        if self._block == "thinking":  # the upstream's signature when it gave one (an Anthropic upstream)
+            out = self._delta({"type": "signature_delta", "signature": self._signature})
+            self._signature = ""
         self._block = None
         return out + _sse(
             b"content_block_stop", b'{"type":"content_block_stop","index":' + str(self._index).encode() + b"}"
@@ -418,6 +420,8 @@ class AnthropicStreamEncoder:
             head = (
                 self._open({"type": "thinking", "thinking": "", "signature": ""}) if self._block != "thinking" else b""
             )
+            if event.signature:
+                self._signature = event.signature
             return head + self._delta({"type": "thinking_delta", "thinking": event.text})
         if isinstance(event, ToolCallEvent):
             c = event.call

@@ -394,7 +394,7 @@ def _merge_system(messages: list[dict[str, Any]], system: str) -> None:
 class _Block:
     """An open content block of a stream."""
 
-    __slots__ = ("block", "id", "input", "kind", "name", "parts", "signature")
+    __slots__ = ("block", "held", "id", "input", "kind", "name", "parts", "signature")
 
     def __init__(self, kind: str, block: Mapping[str, Any]) -> None:
         self.kind = kind
@@ -404,6 +404,7 @@ class _Block:
         self.input = block.get("input")
         self.signature = block.get("signature") or ""
         self.parts: list[str] = []  # input JSON fragments, or thinking text
+        self.held = ""  # a thinking block's latest text, sent when the next arrives or, signed, at the block's end
 
     def arguments(self) -> str:
         """The assembled input as JSON text (``{}`` when every fragment was empty)."""
@@ -413,6 +414,14 @@ class _Block:
             # the stream and the non-stream answer carry the same text.
             return _json_text(orjson.loads(raw))
         return _json_text(self.input) if self.input else "{}"
+
+
+def _think(block: _Block, text: str, out: list[StreamEvent]) -> None:
+    """Thinking text: the piece held before it goes out; this one waits (the last is sent with the signature)."""
+    block.parts.append(text)
+    if block.held:
+        out.append(ReasoningDelta(text=block.held))
+    block.held = text
 
 
 class AnthropicDecoder(SSEEventDecoder):
@@ -514,8 +523,7 @@ class AnthropicDecoder(SSEEventDecoder):
         elif kind == "thinking":
             text = _str(block.get("thinking") or "")
             if text:
-                self._blocks[obj.get("index")].parts.append(text)
-                out.append(ReasoningDelta(text=text))
+                _think(self._blocks[obj.get("index")], text, out)
         elif kind.endswith("_tool_result"):
             # Results of provider-executed tools (web search, code execution) arrive whole.
             out.append(
@@ -540,8 +548,9 @@ class AnthropicDecoder(SSEEventDecoder):
             if text:
                 block = self._blocks.get(obj.get("index"))
                 if block is not None:
-                    block.parts.append(text)
-                out.append(ReasoningDelta(text=text))
+                    _think(block, text, out)
+                else:
+                    out.append(ReasoningDelta(text=text))
         elif dtype == "signature_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:
@@ -560,6 +569,8 @@ class AnthropicDecoder(SSEEventDecoder):
             self._calls += 1
             out.append(ToolCallEvent(call=call))
         elif block.kind == "thinking":
+            if block.held:  # the block's last piece carries its signature
+                out.append(ReasoningDelta(text=block.held, signature=block.signature or None))
             self._thinking.append(_thinking_block("".join(block.parts), block.signature))
         elif block.kind == "redacted_thinking":
             self._thinking.append({"type": "redacted_thinking", "data": block.block.get("data")})
