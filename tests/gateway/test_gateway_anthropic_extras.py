@@ -50,9 +50,7 @@ async def test_mid_conversation_system_message_is_served(sim: Simulator, protoco
 
 
 async def test_anthropic_upstream_gets_system_folded_beta_forwarded_and_blocks_unchanged() -> None:
-    """To an Anthropic upstream: system messages join the top-level system, anthropic-beta is forwarded,
-    a document block, an Anthropic-defined tool and mcp_servers arrive exactly as the client sent them.
-    """
+    """To an Anthropic upstream: system folded, anthropic-beta forwarded, unmodelled blocks and fields unchanged."""
     body = {
         "model": "",
         "max_tokens": 50,
@@ -164,3 +162,27 @@ async def test_thinking_signatures_reach_the_client(sim: Simulator, streamed: bo
     block = reply.content[0]
     assert block.type == "thinking" and block.signature == SIGNATURE
     assert block.thinking.split() == ["lorem", "ipsum", "dolor", "sit"]
+
+
+async def test_signed_thinking_passes_and_unsigned_thinking_is_left_out() -> None:
+    """A signed thinking block reaches the Anthropic upstream unchanged; an unsigned one (it would refuse) does not."""
+    signed = {"type": "thinking", "thinking": "plan", "signature": "EvQBsig"}
+    unsigned = {"type": "thinking", "thinking": "other", "signature": ""}
+    body = {
+        "model": "",
+        "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [signed, {"type": "text", "text": "a"}]},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": [unsigned, {"type": "text", "text": "b"}]},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    async with capture_upstream() as cap:
+        async with gateway(config("anthropic.main", anthropic_profile(cap.url))) as server:
+            raw = await post(server, "/v1/messages", body, headers={"anthropic-version": "2023-06-01"})
+        sent = cap.last.body["messages"]
+    assert raw.status == 200
+    assert sent[1]["content"] == [signed, {"type": "text", "text": "a"}]
+    assert sent[3]["content"] == [{"type": "text", "text": "b"}]

@@ -282,7 +282,8 @@ def native_body(body: Mapping[str, Any], model: str, temperature: float | None, 
     """A client's own Messages body, for this upstream: its model and stream flag, system messages folded.
 
     Everything else passes through unchanged (document blocks, Anthropic-defined and server tools,
-    ``mcp_servers``, ``cache_control``, thinking signatures). ``role: "system"`` messages between turns are
+    ``mcp_servers``, ``cache_control``, signed thinking blocks; unsigned ones, which only another protocol's
+    answer has, are left out). ``role: "system"`` messages between turns are
     folded, in order, into the top-level ``system`` (which keeps its own blocks and their ``cache_control``),
     and the turns they separated are joined, as the Messages API needs alternating roles.
     """
@@ -295,6 +296,10 @@ def native_body(body: Mapping[str, Any], model: str, temperature: float | None, 
     if temperature is not None and "temperature" not in out:
         out["temperature"] = temperature
     messages = out.get("messages")
+    if isinstance(messages, list) and any(_unsigned_thinking(m) for m in messages):
+        # a thinking block with an empty signature came from another protocol's answer: Anthropic would refuse
+        # it, so it is left out (as a translated request leaves out every thinking block)
+        out["messages"] = messages = [_without_unsigned_thinking(m) for m in messages]
     if isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
         system = _system_blocks(out.get("system"))
         turns: list[dict[str, Any]] = []
@@ -311,6 +316,21 @@ def native_body(body: Mapping[str, Any], model: str, temperature: float | None, 
         if system:
             out["system"] = system
     return out
+
+
+def _unsigned(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
+
+
+def _unsigned_thinking(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(_unsigned(b) for b in content)
+
+
+def _without_unsigned_thinking(message: Any) -> Any:
+    if not _unsigned_thinking(message):
+        return message
+    return {**message, "content": [b for b in message["content"] if not _unsigned(b)]}
 
 
 def _blocks(content: Any) -> list[Any]:
