@@ -256,7 +256,6 @@ class ResponsesSurface:
             temperature=req.temperature,
             max_tokens=req.max_output_tokens,
             stream=bool(req.stream),
-            include_usage=True,
             thinking=summaries,
             show_reasoning=summaries,
             sender=req.safety_identifier or req.user,
