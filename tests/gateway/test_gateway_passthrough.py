@@ -89,3 +89,14 @@ async def test_anthropic_answer_with_a_document_is_relayed_as_the_upstream_sent_
     assert answer["content"] == [{"type": "text", "text": CAPTURED_TEXT}]
     assert answer["usage"] == {"input_tokens": 7, "output_tokens": 2}
     assert answer["id"] == f"msg_{raw.headers['request-id']}"
+
+
+async def test_token_limit_goes_under_the_name_the_upstream_reads() -> None:
+    """A passed-through max_tokens reaches official OpenAI as max_completion_tokens (its adapter's own choice)."""
+    body = {"model": "", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    async with capture_upstream() as cap:
+        async with gateway(config("openai.main", openai_profile(cap.url))) as server:
+            raw = await post(server, "/v1/chat/completions", body)
+        sent = cap.last.body
+    assert raw.status == 200
+    assert sent["max_completion_tokens"] == 64 and "max_tokens" not in sent

@@ -176,6 +176,9 @@ class OpenAIChatAdapter(HTTPAdapter):
         self, native: Mapping[str, Any], model: str, temperature: float | None, stream: bool
     ) -> dict[str, Any]:
         body = dict(native)
+        other = "max_tokens" if self._max_key == "max_completion_tokens" else "max_completion_tokens"
+        if other in body and self._max_key not in body:  # the limit under the name this upstream reads
+            body[self._max_key] = body.pop(other)
         if not self._azure:
             body["model"] = model
         elif self.settings.deployment:
