@@ -32,7 +32,11 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
-            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            # ``from package import module`` depends on that module (a package's own ``__init__`` runs for
+            # any of its modules anyway); ``from module import name`` on the module
+            names = [f"{base}.{alias.name}" for alias in node.names]
+            modules = [n for n in names if n in known]
+            targets = modules if len(modules) == len(names) else [base, *modules]
         out |= {t for t in targets if t in known and t != name}
     return out
 

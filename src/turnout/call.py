@@ -60,6 +60,7 @@ class Call:
         ledger: Where the finished call is recorded (None: nowhere).
         surface: The ledger's label for where the call came from (``library``, ``gateway``, ``cli``).
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
+        call_id: The call's id (default: a new one; the gateway passes its request id).
 
     Attributes:
         call_id: The id of the call in the ledger.
@@ -76,6 +77,7 @@ class Call:
         ledger: Ledger | None = None,
         surface: str = "library",
         intra_family: bool = False,
+        call_id: str | None = None,
     ) -> None:
         self.requested = requested
         self.stream = stream
@@ -83,7 +85,7 @@ class Call:
         self.surface = surface
         self.intra_family = intra_family
         self.log = DispatchScope()
-        self.call_id = new_call_id()
+        self.call_id = call_id if call_id is not None else new_call_id()
         self.started = time.time()
 
     def fallback(self, served: RouteRef, entry: int) -> FallbackNotice | None:
@@ -129,6 +131,7 @@ class Call:
             fallback=notice,
             attempts=attempts,
             call_id=self.call_id,
+            native=response.native,
         )
 
     def fail(self, exc: BaseException) -> None:

@@ -30,7 +30,7 @@ from turnout.reply import Reply
 from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
-from turnout.types import ChatRequest, Message, ToolSpec
+from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -183,6 +183,9 @@ class Client:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_choice: str | None = None,
+        response_format: ResponseFormat | None = None,
+        native: NativeRequest | None = None,
+        call_id: str | None = None,
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
@@ -195,6 +198,9 @@ class Client:
             temperature: Sampling temperature (None: left out of the request).
             max_tokens: Upper bound on output tokens.
             tool_choice: ``auto``, ``none``, ``required`` or a tool name.
+            response_format: Structured output: entries that cannot honour it are skipped.
+            native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
+            call_id: The call's id (default: a new one); the gateway passes its request id.
 
         Raises:
             AllProvidersFailed: Every entry failed (``.attempts`` says how).
@@ -202,8 +208,15 @@ class Client:
             ContextWindowExceeded: The request is too large for every remaining model.
             ConfigError: The options name an unknown profile, or no model is known.
         """
-        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target, call = self._call(model, provider, sender, stream=False)
+        request = ChatRequest.of(
+            messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            native=native,
+        )
+        target, call = self._call(model, provider, sender, stream=False, call_id=call_id)
         try:
             served = await target.walk.run(request, target.model, temperature, call.log)
         except BaseException as exc:
@@ -212,7 +225,7 @@ class Client:
         return call.accept(served.response, served.route, served.entry)
 
     def _call(
-        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool
+        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool, call_id: str | None = None
     ) -> tuple[Target, Call]:
         """The target these options select, and a new call to it (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
@@ -230,6 +243,7 @@ class Client:
             ledger=self.ledger,
             surface=self.surface,
             intra_family=self.config.notices.intra_family,
+            call_id=call_id,
         )
         return target, call
 
@@ -245,6 +259,9 @@ class Client:
         max_tokens: int | None = None,
         tool_choice: str | None = None,
         show_reasoning: bool = True,
+        response_format: ResponseFormat | None = None,
+        native: NativeRequest | None = None,
+        call_id: str | None = None,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
@@ -254,8 +271,15 @@ class Client:
         as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
         still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
-        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target, call = self._call(model, provider, sender, stream=True)
+        request = ChatRequest.of(
+            messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            native=native,
+        )
+        target, call = self._call(model, provider, sender, stream=True, call_id=call_id)
         return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
 
     async def turn(

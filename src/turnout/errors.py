@@ -172,6 +172,15 @@ class RefusalError(ProviderError):
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.attempts: tuple[Attempt, ...] = ()
 
+    @property
+    def request_rejected(self) -> bool:
+        """The provider rejected the request with an error status (a 400 ``content_policy_violation``).
+
+        False for a model's in-band refusal inside a normal answer (Anthropic ``stop_reason: "refusal"``,
+        OpenAI ``message.refusal``, a content filter finishing an answer).
+        """
+        return self.status is not None and self.status >= 400
+
 
 class EmptyCompletion(ProviderError):
     """The provider answered with no text (after removing ``<think>`` spans) and no tool calls.
@@ -218,11 +227,16 @@ class AllProvidersFailed(TurnoutError):
 
     Attributes:
         attempts: Every attempt of the walk, in order.
+        last_error: The exception of the last failed try, when one was raised (its message is the
+            provider's, scrubbed of keys; never part of this error's own message).
     """
 
-    def __init__(self, message: str, *, attempts: Sequence[Attempt] = ()) -> None:
+    def __init__(
+        self, message: str, *, attempts: Sequence[Attempt] = (), last_error: BaseException | None = None
+    ) -> None:
         super().__init__(message)
         self.attempts = tuple(attempts)
+        self.last_error = last_error
 
     @property
     def retry_after(self) -> float | None:

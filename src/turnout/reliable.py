@@ -45,7 +45,18 @@ from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.report import KEYS_COOLING, NO_LIVE_KEY, aggregate_message, error_detail, outcome_of
 from turnout.state import MemoryStore, StateStore
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, Message, StreamEvent, Usage, UsageEvent
+from turnout.types import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Final,
+    Message,
+    StreamEvent,
+    Usage,
+    UsageEvent,
+    can_serve,
+    unservable_reason,
+)
 
 MIN_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 10.0
@@ -346,7 +357,10 @@ class ReliableProvider(Provider):
             raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
             raise UnsupportedRequest("the request has images and no entry of this route accepts images")
-        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts)
+        if not any(can_serve(e.capabilities(model), request) for e in self.entries):
+            raise UnsupportedRequest(unservable_reason(request))
+        last = walk.last_failure[0] if walk.last_failure is not None else None
+        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts, last_error=last)
 
     # --- streaming ----------------------------------------------------------------------------
 
@@ -509,9 +523,12 @@ class _Walk:
     def admits(self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
         """Whether the walk tries entry ``i`` now; a cooling entry is recorded as skipped."""
         owner = self.owner
-        if stream or images:
+        special = request.response_format is not None or request.native is not None
+        if stream or images or special:
             caps = entry.capabilities(served)
             if images and not caps.vision:
+                return False
+            if special and not can_serve(caps, request):
                 return False
             if stream and (not caps.streaming or (request.tools and not caps.streaming_tool_events)):
                 return False

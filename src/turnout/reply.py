@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from turnout._fast import fast_init, fast_new
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
@@ -25,6 +27,8 @@ class Reply:
         fallback: The notice when another entry or model served; None for a direct answer or a pure retry.
         attempts: Every attempt of the call, in order (including cooldown skips and rejected answers).
         call_id: The id of this call in the ledger.
+        native: The upstream's own answer body when the call was passed through in its protocol (see
+            :attr:`turnout.types.ChatResponse.native`).
     """
 
     text: str
@@ -37,6 +41,7 @@ class Reply:
     fallback: FallbackNotice | None
     attempts: tuple[Attempt, ...]
     call_id: str
+    native: Mapping[str, Any] | None = None
 
     @property
     def notice(self) -> str | None:

@@ -47,11 +47,12 @@ def anthropic_tools(tools: Sequence[ToolSpec]) -> AnthropicTools:
 _GEMINI_DROP = frozenset(("$schema", "additionalProperties", "$id", "$ref", "$defs", "definitions", "strict"))
 
 
-def _gemini_schema(schema: Any) -> Any:
+def gemini_schema(schema: Any) -> Any:
+    """A JSON Schema trimmed to Gemini's OpenAPI subset (the keywords it rejects removed)."""
     if isinstance(schema, dict):
-        return {k: _gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
+        return {k: gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
     if isinstance(schema, list):
-        return [_gemini_schema(v) for v in schema]
+        return [gemini_schema(v) for v in schema]
     return schema
 
 
@@ -60,7 +61,7 @@ def gemini_tools(tools: Sequence[ToolSpec]) -> GeminiTools:
     decls: list[dict[str, Any]] = []
     for t in tools:
         decl: dict[str, Any] = {"name": t.name, "description": t.description}
-        params = _gemini_schema(dict(t.parameters))
+        params = gemini_schema(dict(t.parameters))
         if params.get("properties"):
             decl["parameters"] = params
         decls.append(decl)

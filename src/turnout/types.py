@@ -183,6 +183,47 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseFormat:
+    """Structured output: the answer's text must be one JSON value of a given shape.
+
+    Attributes:
+        kind: ``json_schema`` (the text matches :attr:`schema`) or ``json_object`` (any JSON object).
+        schema: The JSON Schema, for ``json_schema``.
+        name: The schema's name (OpenAI requires one; ``[A-Za-z0-9_-]``).
+        description: What the answer is, when given.
+        strict: Ask the provider to enforce the schema exactly where it can (OpenAI ``strict``).
+    """
+
+    kind: Literal["json_schema", "json_object"]
+    schema: Mapping[str, Any] | None = None
+    name: str = "response"
+    description: str | None = None
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NativeRequest:
+    """The caller's request in its own wire protocol, for an entry that speaks that protocol.
+
+    An entry whose adapter speaks :attr:`protocol` sends :attr:`body` as it came (its own model, stream flag
+    and credentials set), so content blocks, tools and fields Turnout does not model pass through unchanged.
+    Entries speaking another protocol are sent the translated request, unless :attr:`only` names something
+    that has no translation: then they cannot serve it (see :func:`can_serve`).
+
+    Attributes:
+        protocol: ``anthropic``, ``openai-chat`` or ``openai-responses``.
+        body: The request body as the caller sent it (decoded JSON).
+        headers: Protocol headers to forward (``anthropic-beta``), already validated.
+        only: Fields only this protocol can carry (``messages[1].content[0] (document)``).
+    """
+
+    protocol: str
+    body: Mapping[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict)
+    only: tuple[str, ...] = ()
+
+
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
@@ -194,6 +235,8 @@ class ChatRequest:
         max_tokens: Upper bound on output tokens (None: the profile's or the adapter's default).
         tool_choice: ``"auto"``, ``"none"``, ``"required"`` or a tool name; None leaves it to the provider.
         stop: Stop sequences.
+        response_format: Structured output; entries that cannot honour it are skipped, never ignore it.
+        native: The caller's own wire request, passed through to entries that speak its protocol.
     """
 
     messages: tuple[Message, ...]
@@ -201,6 +244,8 @@ class ChatRequest:
     max_tokens: int | None = None
     tool_choice: str | None = None
     stop: tuple[str, ...] = ()
+    response_format: ResponseFormat | None = None
+    native: NativeRequest | None = None
 
     @classmethod
     def of(
@@ -211,6 +256,8 @@ class ChatRequest:
         max_tokens: int | None = None,
         tool_choice: str | None = None,
         stop: Sequence[str] = (),
+        response_format: ResponseFormat | None = None,
+        native: NativeRequest | None = None,
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
         return (new_chat_request if cls is ChatRequest else cls)(
@@ -219,6 +266,8 @@ class ChatRequest:
             max_tokens=max_tokens,
             tool_choice=tool_choice,
             stop=tuple(stop) if stop else (),
+            response_format=response_format,
+            native=native,
         )
 
     @property
@@ -240,6 +289,9 @@ class ChatResponse:
         finish_reason: Unified finish reason (``stop``, ``tool_calls``, ``length``, ``content_filter``).
         model: The model the provider says answered.
         request_id: The provider's request id, when given.
+        native: The provider's own answer body, when the request was passed through in its protocol (see
+            :class:`NativeRequest`): what Turnout does not model in it (more choices, citations, server tool
+            results, thinking signatures) can be relayed to a caller of the same protocol.
     """
 
     text: str = ""
@@ -249,6 +301,7 @@ class ChatResponse:
     finish_reason: str | None = None
     model: str | None = None
     request_id: str | None = None
+    native: Mapping[str, Any] | None = None
 
     @property
     def is_semantically_empty(self) -> bool:
@@ -276,9 +329,14 @@ class TextDelta:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
-    """A piece of reasoning/thinking text."""
+    """A piece of reasoning/thinking text.
+
+    ``signature`` is set on the last piece of an Anthropic thinking block: the block's signature, which a
+    same-protocol caller must send back unchanged with the block.
+    """
 
     text: str
+    signature: str | None = None
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 
@@ -338,6 +396,33 @@ class Capabilities:
     streaming_tool_events: bool = False
     prompt_caching: bool = False
     extended_thinking: bool = False
+    structured_output: bool = False
+    protocol: str = ""
+
+
+def can_serve(caps: Capabilities, request: ChatRequest) -> bool:
+    """Whether an entry with ``caps`` can honour what ``request`` asks beyond plain chat.
+
+    Structured output needs ``structured_output``; a request carrying what only its own protocol can express
+    (:attr:`NativeRequest.only`) needs an entry speaking that protocol. The walk and the stream skip an entry
+    that cannot, as they skip one without vision for images.
+    """
+    if request.response_format is not None and not caps.structured_output:
+        return False
+    native = request.native
+    return native is None or not native.only or caps.protocol == native.protocol
+
+
+def unservable_reason(request: ChatRequest) -> str:
+    """Why no entry could serve ``request`` (for :class:`~turnout.errors.UnsupportedRequest`): the fields at fault."""
+    reasons = []
+    if request.response_format is not None:
+        reasons.append("response_format (structured output) needs an entry that can honour a schema")
+    native = request.native
+    if native is not None and native.only:
+        fields = ", ".join(native.only[:4]) + (f" and {len(native.only) - 4} more" if len(native.only) > 4 else "")
+        reasons.append(f"{fields} can only be carried by an upstream speaking the {native.protocol} protocol")
+    return "no entry of this route can serve the request: " + "; ".join(reasons)
 
 
 # --- ToolsPayload: how a provider wants tools on the wire ---------------------------------------

@@ -148,10 +148,16 @@ async def test_routing_errors(model: str, status: int, code: str | None) -> None
         ("/v1/chat/completions", b"{not json", "invalid request body: Invalid JSON"),
         ("/v1/chat/completions", {"model": "m", "messages": []}, "messages: List should have at least 1 item"),
         ("/v1/chat/completions", {"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-        ("/v1/chat/completions", {**CHAT, "n": 2}, "n > 1 is not supported"),
+        ("/v1/chat/completions", {**CHAT, "n": 2}, "n can only be carried by an upstream speaking the openai-chat"),
+        ("/v1/chat/completions", {**CHAT, "n": 2, "stream": True}, "n > 1 is served without streaming only"),
         ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
         ("/v1/messages", {"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens: Field required"),
-        ("/v1/messages", {**MESSAGES, "tools": [{"type": "web_search_20250305", "name": "s"}]}, "only custom tools"),
+        (
+            "/v1/messages",
+            {**MESSAGES, "tools": [{"type": "web_search_20250305", "name": "s"}]},
+            "tools[0] (web_search_20250305) can only be carried by an upstream speaking the anthropic protocol",
+        ),
+        ("/v1/messages", {**MESSAGES, "tools": [{"name": "s"}]}, "tools[0]: a custom tool needs an input_schema"),
     ],
 )
 async def test_invalid_bodies_are_400_in_the_surface_shape(path: str, body: Any, fragment: str) -> None:

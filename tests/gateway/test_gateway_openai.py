@@ -291,8 +291,6 @@ async def test_models_lists_hints_profiles_and_default_models(sim: Simulator) ->
     async with gateway(toml) as server, sdk(server) as client:
         models = [m.id async for m in client.models.list()]
         one = await client.models.retrieve("hint:fast")
-        with pytest.raises(openai.NotFoundError):
-            await client.models.retrieve("nope")
     assert models == ["hint:fast", "openai.main", "anthropic.fast", "sim-ok", "sim-ok-t3"]
     assert one.model_extra is not None
     assert one.model_extra["turnout"] == {"kind": "hint", "provider": "anthropic.fast", "model": "sim-ok-t2"}
@@ -351,3 +349,24 @@ async def test_client_leaving_a_stream_cancels_the_upstream_stream(sim: Simulato
         log = await sim.wait_for_log(1)
     assert first is not None
     assert [e.outcome for e in log] == ["client_disconnected"]
+
+
+async def test_model_lookup_agrees_with_what_chat_accepts(sim: Simulator) -> None:
+    """GET /v1/models/{id} finds every name chat routes (a plain model, profile/model) and 404s what chat rejects."""
+    toml = config(
+        "openai.main",
+        profile(sim, "openai.main", "sim-ok"),
+        f'[providers.models.openai.bare]\nuri = "{sim.base_url("openai")}"\napi_key = "sk-up-bare"\n',
+    )
+    async with gateway(toml) as server, sdk(server) as client:
+        plain = await client.models.retrieve("gpt-unlisted")
+        chat = await client.chat.completions.create(model="gpt-unlisted", messages=MESSAGES)
+        pinned = await client.models.retrieve("openai.bare/sim-ok-t2")
+        with pytest.raises(openai.NotFoundError):
+            await client.models.retrieve("openai.bare")
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="openai.bare", messages=MESSAGES)
+    assert chat.choices[0].message.content == SIM_TEXT
+    assert plain.model_extra is not None and plain.model_extra["turnout"]["provider"] == "openai.main"
+    assert plain.model_extra["turnout"]["model"] == "gpt-unlisted"
+    assert pinned.model_extra is not None and pinned.model_extra["turnout"]["model"] == "sim-ok-t2"

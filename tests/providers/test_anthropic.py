@@ -208,6 +208,16 @@ def test_thinking_deltas_are_reasoning_and_empty_deltas_are_dropped() -> None:
     assert not any("EvQB" in e.text for e in events if isinstance(e, TextDelta | ReasoningDelta))
 
 
+def test_last_thinking_piece_carries_the_block_signature() -> None:
+    """The last ReasoningDelta of a thinking block carries its signature (whole or byte by byte); no other does."""
+    data = CASES["thinking+events"][0]
+    for pieces in ([data], [data[i : i + 1] for i in range(len(data))]):
+        reasoning = [e for e in decode(pieces) if isinstance(e, ReasoningDelta)]
+        signed = [e.signature for e in reasoning if e.signature]
+        assert len(signed) == 1 and signed[0].startswith("EvQB")
+        assert reasoning[-1].signature == signed[0]
+
+
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_truncation_anywhere_before_message_stop_raises(case: str) -> None:
     """A body cut at any byte before message_stop's payload is complete raises StreamTruncated."""

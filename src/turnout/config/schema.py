@@ -8,6 +8,7 @@ ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -22,6 +23,9 @@ from pydantic import (
 )
 
 from turnout.config.secrets import Secret
+
+#: A browser origin: ``scheme://host`` with an optional port, nothing after it.
+_ORIGIN = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?")
 
 
 def _to_secret(value: Any, info: ValidationInfo) -> Any:
@@ -82,6 +86,7 @@ class Profile(_Section):
     context_window: int | None = Field(default=None, gt=0)
     native_tools: bool | None = None
     vision: bool | None = None
+    structured_output: bool | None = None
     streaming: bool | None = None
     refusal_fallback: bool = False
     pricing: Pricing | None = None
@@ -200,6 +205,15 @@ class Gateway(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], or '*')")
+        return value
 
 
 class State(_Section):

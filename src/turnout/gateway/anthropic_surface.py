@@ -8,14 +8,17 @@ real API does, so clients that do not expect such blocks never see one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
+from turnout.gateway.counting import estimate_tokens
+from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
 from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import Failure, invalid, validation_message
+from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -23,6 +26,7 @@ from turnout.types import (
     ImagePart,
     Message,
     ReasoningDelta,
+    ResponseFormat,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -88,7 +92,7 @@ _Block = Annotated[_Text | _Image | _ToolUse | _ToolResult | _Thinking | _Redact
 
 
 class _Message(_In):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[_Block]
 
 
@@ -112,6 +116,15 @@ class _Metadata(_In):
     user_id: str | None = None
 
 
+class _OutputFormat(_In):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class _OutputConfig(_In):
+    format: _OutputFormat | None = None
+
+
 class MessagesRequest(_In):
     """The fields of an Anthropic Messages request the gateway acts on (others are ignored)."""
 
@@ -125,6 +138,8 @@ class MessagesRequest(_In):
     temperature: float | None = Field(default=None, ge=0, le=1)
     thinking: _ThinkingConfig | None = None
     metadata: _Metadata | None = None
+    output_format: _OutputFormat | None = None
+    output_config: _OutputConfig | None = None
 
 
 def _image(block: _Image) -> ImagePart:
@@ -142,13 +157,22 @@ def _result_text(content: str | list[_ResultPart] | None) -> str:
     return "".join(p.text for p in content if isinstance(p, _Text))
 
 
+def _block_text(content: str | list[_Block]) -> str:
+    return content if isinstance(content, str) else "".join(b.text for b in content if isinstance(b, _Text))
+
+
 def _messages(req: MessagesRequest) -> tuple[Message, ...]:
     out: list[Message] = []
     if req.system:
         text = req.system if isinstance(req.system, str) else "".join(b.text for b in req.system)
         out.append(Message(role="system", content=text))
     for m in req.messages:
-        if isinstance(m.content, str):
+        if m.role == "system":  # a system message between turns (Claude Code sends them)
+            text = (
+                m.content if isinstance(m.content, str) else "".join(b.text for b in m.content if isinstance(b, _Text))
+            )
+            out.append(Message(role="system", content=text))
+        elif isinstance(m.content, str):
             out.append(Message(role=m.role, content=m.content))
         elif m.role == "user":
             parts: list[ContentPart] = []
@@ -234,21 +258,26 @@ class AnthropicSurface:
 
     name = "anthropic"
 
-    def parse(self, body: bytes) -> ChatCall:
-        """Validate the body and translate it into a :class:`ChatCall`."""
+    def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
+        """Validate the body and translate it into a :class:`ChatCall`.
+
+        What has no translation (``document`` blocks, Anthropic-defined and server tools, ``mcp_servers``)
+        is kept for an Anthropic upstream (see :mod:`turnout.gateway.passthrough`).
+        """
+        raw = parse_json(body)
+        modelled, only = split_anthropic(raw)
         try:
-            req = MessagesRequest.model_validate_json(body)
+            req = MessagesRequest.model_validate(modelled)
         except ValidationError as exc:
             message, param = validation_message(exc)
             raise invalid(message, param=param) from None
         tools = []
         for i, t in enumerate(req.tools or ()):
-            if t.type not in (None, "custom") or t.input_schema is None:
-                raise invalid(
-                    f"tools[{i}]: only custom tools with an input_schema are supported by the gateway",
-                    param=f"tools.{i}",
-                )
+            if t.input_schema is None:
+                raise invalid(f"tools[{i}]: a custom tool needs an input_schema", param=f"tools.{i}")
             tools.append(ToolSpec(name=t.name, description=t.description or "", parameters=t.input_schema))
+        fmt = req.output_config.format if req.output_config is not None else None
+        fmt = fmt or req.output_format
         return ChatCall(
             model=req.model,
             messages=_messages(req),
@@ -260,10 +289,18 @@ class AnthropicSurface:
             thinking=req.thinking is not None and req.thinking.type != "disabled",
             show_reasoning=req.thinking is not None and req.thinking.type != "disabled",
             sender=req.metadata.user_id if req.metadata is not None else None,
+            response_format=ResponseFormat(kind="json_schema", schema=fmt.schema_) if fmt is not None else None,
+            native=native("anthropic", raw, only, anthropic_beta(headers)),
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
-        """A ``message`` object."""
+        """A ``message`` object: the Anthropic upstream's own when it holds what only it carries.
+
+        That is when the request held untranslatable blocks or tools (citations, server tool results) or
+        enabled thinking (the thinking blocks' signatures must go back unchanged next turn).
+        """
+        if reply.native is not None and call.native is not None and (call.native.only or call.thinking):
+            return orjson.dumps({**reply.native, "id": f"msg_{reply.call_id}", "model": reply.served.model})
         content: list[dict[str, Any]] = []
         if call.thinking and reply.reasoning:
             content.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})
@@ -305,7 +342,9 @@ class AnthropicSurface:
 
     def stream_encoder(self, call: ChatCall, model: str, call_id: str) -> AnthropicStreamEncoder:
         """``message_start``, content blocks, ``message_delta``, ``message_stop``."""
-        return AnthropicStreamEncoder(model, call_id, thinking=call.thinking)
+        return AnthropicStreamEncoder(
+            model, call_id, thinking=call.thinking, input_tokens=estimate_tokens(call.messages, call.tools)
+        )
 
 
 def _sse(name: bytes, data: bytes) -> bytes:
@@ -318,9 +357,11 @@ _MESSAGE_STOP = _sse(b"message_stop", b'{"type":"message_stop"}')
 class AnthropicStreamEncoder:
     """One streamed message as Anthropic SSE events (see :class:`turnout.gateway.surface.StreamEncoder`)."""
 
-    __slots__ = ("_block", "_index", "_model", "_msg_id", "_stop", "_thinking")
+    __slots__ = ("_block", "_index", "_input", "_model", "_msg_id", "_signature", "_stop", "_thinking")
 
-    def __init__(self, model: str, call_id: str, *, thinking: bool) -> None:
+    def __init__(self, model: str, call_id: str, *, thinking: bool, input_tokens: int = 0) -> None:
+        self._input = input_tokens
+        self._signature = ""
         self._model = model
         self._msg_id = f"msg_{call_id}"
         self._thinking = thinking
@@ -329,7 +370,10 @@ class AnthropicStreamEncoder:
         self._stop = "end_turn"
 
     def start(self) -> bytes:
-        """``message_start`` with an empty message (usage comes with ``message_delta``)."""
+        """``message_start`` with an empty message and the prompt's estimated input tokens.
+
+        The upstream's own count is not known until the answer ends; ``message_delta`` carries it.
+        """
         message: dict[str, Any] = {
             "id": self._msg_id,
             "type": "message",
@@ -338,7 +382,7 @@ class AnthropicStreamEncoder:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self._input, "output_tokens": 0},
         }
         return _sse(b"message_start", orjson.dumps({"type": "message_start", "message": message}))
 
@@ -346,8 +390,9 @@ class AnthropicStreamEncoder:
         if self._block is None:
             return b""
         out = b""
-        if self._block == "thinking":
-            out = self._delta({"type": "signature_delta", "signature": ""})
+        if self._block == "thinking":  # the upstream's signature when it gave one (an Anthropic upstream)
+            out = self._delta({"type": "signature_delta", "signature": self._signature})
+            self._signature = ""
         self._block = None
         return out + _sse(
             b"content_block_stop", b'{"type":"content_block_stop","index":' + str(self._index).encode() + b"}"
@@ -375,6 +420,8 @@ class AnthropicStreamEncoder:
             head = (
                 self._open({"type": "thinking", "thinking": "", "signature": ""}) if self._block != "thinking" else b""
             )
+            if event.signature:
+                self._signature = event.signature
             return head + self._delta({"type": "thinking_delta", "thinking": event.text})
         if isinstance(event, ToolCallEvent):
             c = event.call

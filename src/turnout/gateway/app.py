@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -20,14 +21,33 @@ from aiohttp import web
 
 from turnout.attribution import Attempt
 from turnout.client import Client
+from turnout.errors import ConfigError, UnsupportedRequest
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
+from turnout.gateway.counting import serve_count_tokens
+from turnout.gateway.edges import Edges, request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
-from turnout.gateway.status import RecentAttempts, anthropic_models, openai_models, status_payload
+from turnout.gateway.responses_surface import ResponsesSurface
+from turnout.gateway.status import (
+    MAX_MODEL_NAME,
+    RecentAttempts,
+    anthropic_models,
+    model_object,
+    openai_models,
+    status_payload,
+)
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import INTERNAL, SHUTTING_DOWN, UNAUTHORIZED, Failure, failure_for
+from turnout.gateway.wire import (
+    INTERNAL,
+    SHUTTING_DOWN,
+    UNAUTHORIZED,
+    Failure,
+    failure_for,
+    header_value,
+    route_choice,
+)
 from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
@@ -48,13 +68,17 @@ class Exchange:
         "interrupted",
         "model",
         "provider",
+        "request_id",
+        "route",
         "status",
         "stream",
         "surface",
     )
 
-    def __init__(self, surface: str) -> None:
+    def __init__(self, surface: str, request_id: str) -> None:
         self.surface = surface
+        self.request_id = request_id
+        self.route: str | None = None
         self.status = 200
         self.stream = False
         self.caller: str | None = None
@@ -98,8 +122,10 @@ class Gateway:
         self._idle: asyncio.Event | None = None
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
+        self.responses = ResponsesSurface()
         self._models = (openai_models(config), anthropic_models(config))
         self._model_items = (orjson.loads(self._models[0])["data"], orjson.loads(self._models[1])["data"])
+        self.edges = Edges(config.gateway.cors_origins, self._edge_error)
         self.app = self._application()
 
     # --- the application ------------------------------------------------------------------------
@@ -107,12 +133,16 @@ class Gateway:
     def _application(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
+        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses))
         app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
+        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))
         app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
         app.router.add_get("/status", self._guard("status", self._status))
         app.router.add_get("/metrics", self._guard("metrics", self._metrics))
         app.router.add_get("/health", self._health)
+        app.router.add_route("*", "/{tail:.*}", self.edges.fallback)  # last: what no route above serves
+        app.on_response_prepare.append(self.edges.on_prepare)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -140,10 +170,13 @@ class Gateway:
     def _surface_for(self, request: web.Request) -> Surface:
         return self.anthropic if "anthropic-version" in request.headers else self.openai
 
+    def _edge_error(self, request: web.Request, failure: Failure) -> web.Response:
+        return self.error_response(self._surface_for(request), failure)
+
     def _guard(self, name: str, handler: Handler, surface: Surface | None = None) -> Callable[..., Any]:
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange(name)
+            ex = Exchange(name, request_id(request))
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
             if self.draining:
@@ -182,23 +215,39 @@ class Gateway:
     async def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         return await serve_chat(self, surface, request, ex)
 
+    async def _count(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        return await serve_count_tokens(self, surface, request, ex)
+
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         body = self._models[1] if surface is self.anthropic else self._models[0]
         return web.Response(body=body, content_type=JSON)
 
     async def _get_model(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        """A listed model, or any other name chat accepts (routed the same way), else 404."""
         wanted = request.match_info["model"]
-        for item in self._model_items[1 if surface is self.anthropic else 0]:
+        anthropic = surface is self.anthropic
+        for item in self._model_items[1 if anthropic else 0]:
             if item["id"] == wanted:
                 return web.Response(body=orjson.dumps(item), content_type=JSON)
-        failure = Failure(
-            status=404,
-            kind="not_found",
-            message=f"model {wanted!r} is not listed",
-            param="model",
-            code="model_not_found",
-        )
-        return self.error_response(surface, failure)
+        target = None
+        if len(wanted) <= MAX_MODEL_NAME:
+            choice = route_choice(self.client.config, wanted)
+            try:
+                target = self.client.route(model=choice.model, provider=choice.provider)
+            except ConfigError:
+                target = None
+        if target is None:
+            failure = Failure(
+                status=404,
+                kind="not_found",
+                message="the model is not one this gateway routes",
+                param="model",
+                code="model_not_found",
+            )
+            return self.error_response(surface, failure)
+        entry = target.walk.entries[0]
+        item = model_object(wanted, entry.profile, entry.served_model(target.model), anthropic=anthropic)
+        return web.Response(body=orjson.dumps(item), content_type=JSON)
 
     async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         body = status_payload(
@@ -225,6 +274,9 @@ class Gateway:
             headers["Retry-After"] = str(failure.retry_after)
         if failure.status == 401:
             headers["WWW-Authenticate"] = 'Bearer realm="turnout"'
+        if failure.provider is not None:
+            headers["x-turnout-provider"] = header_value(failure.provider)
+            headers["x-turnout-model"] = header_value(failure.model or "")
         return web.Response(status=failure.status, body=surface.error_body(failure), headers=headers)
 
     def failure_response(self, surface: Surface, exc: BaseException, ex: Exchange) -> web.Response:
@@ -232,8 +284,10 @@ class Gateway:
         clock = self.client.factory.clock
         now = clock()
         failure = failure_for(exc, self.client.factory.store.cooldowns(now), now)
+        if isinstance(exc, UnsupportedRequest) and ex.route is not None:
+            failure = replace(failure, message=f"{failure.message} (route {ex.route[:MAX_MODEL_NAME]!r})")
         attempts: Sequence[Attempt] = getattr(exc, "attempts", ())
-        self.observe_attempts(attempts, ex)
+        self.observe_attempts(attempts, ex, provider=failure.provider, model=failure.model)
         response = self.error_response(surface, failure)
         response.headers["x-turnout-attempts"] = str(len(attempts))
         return response

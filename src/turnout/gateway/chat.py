@@ -46,16 +46,17 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
     """Answer one chat request of ``surface``."""
     try:
         body = await read_body(request, gw.max_body_bytes)
-        call = surface.parse(body)
+        call = surface.parse(body, request.headers)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
+    ex.route = call.model
     if call.stream:
         return await _stream(gw, surface, request, call, ex)
     return await _complete(gw, surface, call, ex)
 
 
-def _options(gw: Gateway, call: ChatCall) -> dict[str, Any]:
+def _options(gw: Gateway, call: ChatCall, ex: Exchange) -> dict[str, Any]:
     choice = route_choice(gw.client.config, call.model)
     return {
         "model": choice.model,
@@ -65,13 +66,18 @@ def _options(gw: Gateway, call: ChatCall) -> dict[str, Any]:
         "temperature": call.temperature,
         "max_tokens": call.max_tokens,
         "tool_choice": call.tool_choice,
+        "response_format": call.response_format,
+        "native": call.native,
+        "call_id": ex.request_id,
     }
 
 
 async def _complete(gw: Gateway, surface: Surface, call: ChatCall, ex: Exchange) -> web.StreamResponse:
     try:
-        reply = await gw.client.chat(call.messages, **_options(gw, call))
+        reply = await gw.client.chat(call.messages, **_options(gw, call, ex))
     except RefusalError as exc:
+        if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
+            return gw.failure_response(surface, exc, ex)
         return _refusal(gw, surface, call, exc, ex)
     except TurnoutError as exc:
         return gw.failure_response(surface, exc, ex)
@@ -106,7 +112,7 @@ async def _stream(
     gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, ex: Exchange
 ) -> web.StreamResponse:
     try:
-        stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **_options(gw, call))
+        stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **_options(gw, call, ex))
     except TurnoutError as exc:  # routing: an unknown profile, a missing model
         return gw.failure_response(surface, exc, ex)
     async with stream:
@@ -114,6 +120,8 @@ async def _stream(
         try:
             first = await events.__anext__()
         except RefusalError as exc:
+            if exc.request_rejected:
+                return gw.failure_response(surface, exc, ex)
             provider, model = _refused_by(exc, call)
             gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
             encoder = surface.stream_encoder(call, model, uuid.uuid4().hex)

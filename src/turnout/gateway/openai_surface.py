@@ -7,14 +7,16 @@ encoded with orjson, with every constant piece pre-encoded once.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
+from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import Failure, invalid, validation_message
+from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -22,6 +24,7 @@ from turnout.types import (
     ImagePart,
     Message,
     ReasoningDelta,
+    ResponseFormat,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -105,8 +108,16 @@ class _StreamOptions(_In):
     include_usage: bool | None = None
 
 
+class _JsonSchema(_In):
+    name: str = Field(default="response", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
 class _ResponseFormat(_In):
-    type: str
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: _JsonSchema | None = None
 
 
 class ChatCompletionRequest(_In):
@@ -162,6 +173,24 @@ def _message(m: _Message, i: int) -> Message:
     return Message(role="assistant", content=_text(m.content), tool_calls=calls, reasoning=m.reasoning_content)
 
 
+def _response_format(fmt: _ResponseFormat | None) -> ResponseFormat | None:
+    """``response_format`` as Turnout's structured output (``text`` asks for none)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return ResponseFormat(kind="json_object")
+    spec = fmt.json_schema
+    if spec is None:
+        raise invalid("response_format of type json_schema needs json_schema", param="response_format.json_schema")
+    return ResponseFormat(
+        kind="json_schema",
+        schema=spec.schema_ or {"type": "object"},
+        name=spec.name,
+        description=spec.description,
+        strict=bool(spec.strict),
+    )
+
+
 # --- responses ----------------------------------------------------------------------------------
 
 _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "content_filter": "content_filter"}
@@ -213,21 +242,22 @@ class OpenAISurface:
 
     name = "openai"
 
-    def parse(self, body: bytes) -> ChatCall:
-        """Validate the body and translate it into a :class:`ChatCall`."""
+    def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
+        """Validate the body and translate it into a :class:`ChatCall`.
+
+        What has no translation (``file`` parts, ``custom`` tools, ``role: "function"``, ``n > 1``) is kept
+        for an OpenAI Chat upstream (see :mod:`turnout.gateway.passthrough`).
+        """
+        raw = parse_json(body)
+        modelled, only = split_openai_chat(raw)
         try:
-            req = ChatCompletionRequest.model_validate_json(body)
+            req = ChatCompletionRequest.model_validate(modelled)
         except ValidationError as exc:
             message, param = validation_message(exc)
             raise invalid(message, param=param) from None
-        if req.n not in (None, 1):
-            raise invalid("n > 1 is not supported by the gateway", param="n", code="unsupported_parameter")
-        if req.response_format is not None and req.response_format.type != "text":
-            raise invalid(
-                f"response_format {req.response_format.type!r} is not supported by the gateway",
-                param="response_format",
-                code="unsupported_parameter",
-            )
+        if "n" in only and req.stream:
+            raise invalid("n > 1 is served without streaming only", param="n", code="unsupported_parameter")
+        response_format = _response_format(req.response_format)
         choice = req.tool_choice
         return ChatCall(
             model=req.model,
@@ -246,10 +276,14 @@ class OpenAISurface:
             stream=bool(req.stream),
             include_usage=bool(req.stream_options and req.stream_options.include_usage),
             sender=req.user,
+            response_format=response_format,
+            native=native("openai-chat", raw, only),
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
-        """A ``chat.completion`` object."""
+        """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""
+        if reply.native is not None and call.native is not None and call.native.only:
+            return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
         if reply.tool_calls:
             message["tool_calls"] = [_tool_call(c) for c in reply.tool_calls]

@@ -110,13 +110,14 @@ def _default(config: Config) -> str | None:
 
 
 def model_entries(config: Config) -> list[dict[str, Any]]:
-    """What a client may name as ``model``: hints, profiles, then the default profile's models."""
+    """What a client may name as ``model``: hints, profiles with a model, then the default profile's models."""
     out: list[dict[str, Any]] = []
     for r in config.model_routes:
         out.append({"id": f"hint:{r.hint}", "kind": "hint", "provider": r.model_provider, "model": r.model})
     profiles = config.profiles()
     for name, p in profiles.items():
-        out.append({"id": name, "kind": "profile", "provider": name, "model": p.model})
+        if p.model:  # a profile without a model is named with one (``family.alias/<model>``), never alone
+            out.append({"id": name, "kind": "profile", "provider": name, "model": p.model})
     default = _default(config)
     if default is not None:
         p = profiles[default]
@@ -127,6 +128,23 @@ def model_entries(config: Config) -> list[dict[str, Any]]:
                 seen.add(model)
                 out.append({"id": model, "kind": "model", "provider": default, "model": model})
     return out
+
+
+#: Longest ``model`` the gateway looks up (a longer one names nothing it routes).
+MAX_MODEL_NAME = 256
+
+
+def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
+    """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
+    if anthropic:
+        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": "model", "provider": provider, "model": model},
+    }
 
 
 def openai_models(config: Config) -> bytes:

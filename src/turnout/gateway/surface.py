@@ -7,13 +7,14 @@ stream events in its own protocol. It never decides statuses, routes or attribut
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from turnout.errors import RefusalError
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
-from turnout.types import Message, StreamEvent, ToolSpec, Usage
+from turnout.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +34,8 @@ class ChatCall:
         sender: The caller's end-user id (``user`` / ``metadata.user_id``), for ``[senders.<id>]``.
         show_reasoning: Whether the surface sends reasoning to this client (only what it sends counts as
             visible output for the replay boundary).
+        response_format: Structured output asked for.
+        native: The body in the surface's own protocol, passed through to entries that speak it.
     """
 
     model: str
@@ -46,6 +49,8 @@ class ChatCall:
     thinking: bool = False
     sender: str | None = None
     show_reasoning: bool = True
+    response_format: ResponseFormat | None = None
+    native: NativeRequest | None = None
 
 
 class StreamEncoder(Protocol):
@@ -72,8 +77,8 @@ class Surface(Protocol):
 
     name: str
 
-    def parse(self, body: bytes) -> ChatCall:
-        """Validate a request body.
+    def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
+        """Validate a request body (``headers``: the request's, for protocol headers such as ``anthropic-beta``).
 
         Raises:
             RequestRejected: The body is invalid or asks for something the gateway does not support.

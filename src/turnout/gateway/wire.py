@@ -10,19 +10,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 from urllib.parse import quote
 
+import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
 from turnout.attribution import Attempt
 from turnout.config import Config, resolve_profile_ref
+from turnout.config.secrets import scrub
 from turnout.errors import (
     AllProvidersFailed,
     ConfigError,
     ContextWindowExceeded,
     ErrorClass,
+    ProviderError,
+    RefusalError,
     StreamInterruptedAfterOutput,
     UnsupportedRequest,
 )
@@ -57,6 +61,8 @@ class Failure:
         code: A stable machine-readable code (OpenAI's ``code``), when there is one.
         retry_after: Whole seconds for a ``Retry-After`` header, when the client should come back later.
         cause: For an interrupted stream: the error class of the failure that cut it.
+        provider: The upstream profile whose own error this is (an upstream client error, a rejected request).
+        model: The model of that upstream.
     """
 
     status: int
@@ -66,6 +72,8 @@ class Failure:
     code: str | None = None
     retry_after: int | None = None
     cause: ErrorClass | None = None
+    provider: str | None = None
+    model: str | None = None
 
 
 class RequestRejected(Exception):
@@ -79,6 +87,17 @@ class RequestRejected(Exception):
 def invalid(message: str, *, param: str | None = None, code: str | None = None) -> RequestRejected:
     """A 400 for a request the gateway will not forward."""
     return RequestRejected(Failure(status=400, kind="invalid_request", message=message, param=param, code=code))
+
+
+def parse_json(body: bytes) -> Any:
+    """The request body as JSON: a 400 when it is not a JSON object."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise invalid("invalid request body: Invalid JSON") from None
+    if not isinstance(data, dict):
+        raise invalid("invalid request body: a JSON object is expected")
+    return data
 
 
 _UNION_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
@@ -160,15 +179,79 @@ def all_rate_limited(attempts: Iterable[Attempt]) -> bool:
     return bool(outcomes) and all(o in _LIMITED for o in outcomes)
 
 
+#: Upstream statuses that say the request itself is wrong: the client gets the same class of answer.
+CLIENT_STATUSES: Mapping[int, FailureKind] = {
+    400: "invalid_request",
+    404: "not_found",
+    413: "too_large",
+    422: "invalid_request",
+}
+_SKIPS = frozenset(("cooldown_skip", "breaker_skip"))
+_MAX_UPSTREAM_MESSAGE = 1000
+_CODE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def upstream_client_error(exc: AllProvidersFailed) -> ProviderError | None:
+    """The upstream client error (400/404/413/422) that decided a failed walk, if every failure was one.
+
+    A walk whose failures mix client errors with server errors, timeouts or rate limits stays a 502 (or 429):
+    only when every entry that was tried rejected the request itself is the request the client's to fix.
+    """
+    last = exc.last_error
+    if not isinstance(last, ProviderError) or last.status not in CLIENT_STATUSES:
+        return None
+    tried = [a for a in exc.attempts if a.outcome not in _SKIPS]
+    if tried and all(a.outcome == "non_retryable" and a.status in CLIENT_STATUSES for a in tried):
+        return last
+    return None
+
+
+def upstream_message(err: ProviderError) -> str:
+    """The provider's own message for the client, bounded and scrubbed of key shapes.
+
+    The adapter already removed its own credentials from it; the profile that said it leads.
+    """
+    text = scrub(err.message[:_MAX_UPSTREAM_MESSAGE], ())
+    status = f" (HTTP {err.status})" if err.status is not None else ""
+    return f"upstream {err.provider or 'provider'}{status}: {text}"
+
+
+def _upstream_code(err: ProviderError, default: str) -> str:
+    code = err.error_code or err.error_type
+    if code and len(code) <= 64 and set(code) <= _CODE_CHARS:
+        return code
+    return default
+
+
 def failure_for(exc: BaseException, cooldowns: Mapping[str, float], now: float) -> Failure:
     """How the gateway answers an exception raised by the client before any output was sent."""
     if isinstance(exc, RequestRejected):
         return exc.failure
+    if isinstance(exc, RefusalError) and exc.request_rejected:
+        return Failure(
+            status=400,
+            kind="invalid_request",
+            message=upstream_message(exc),
+            code="content_policy_violation",
+            provider=exc.provider,
+            model=exc.model,
+        )
     if isinstance(exc, ContextWindowExceeded):
         return Failure(
             status=400, kind="context_length", message=str(exc), param="messages", code="context_length_exceeded"
         )
     if isinstance(exc, AllProvidersFailed):
+        client_error = upstream_client_error(exc)
+        if client_error is not None:
+            assert client_error.status is not None
+            return Failure(
+                status=client_error.status,
+                kind=CLIENT_STATUSES[client_error.status],
+                message=upstream_message(client_error),
+                code=_upstream_code(client_error, "upstream_client_error"),
+                provider=client_error.provider,
+                model=client_error.model,
+            )
         if all_rate_limited(exc.attempts):
             return Failure(
                 status=429,

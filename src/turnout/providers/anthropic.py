@@ -16,6 +16,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
 from turnout.providers.http import HttpClient
 from turnout.tools import anthropic_tools, prompt_guided_tools
@@ -118,6 +119,7 @@ class AnthropicAdapter(HTTPAdapter):
         streaming_tool_events=True,
         prompt_caching=True,
         extended_thinking=True,
+        structured_output=True,
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -143,7 +145,10 @@ class AnthropicAdapter(HTTPAdapter):
         return anthropic_tools(tools) if self._caps.native_tools else prompt_guided_tools(tools)
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
-        """The Messages request body."""
+        """The Messages request body (a pass-through Messages request keeps the client's own body)."""
+        native = request.native
+        if native is not None and self.passes_through(request):
+            return self.with_merged_extras(native_body(native.body, model, self.temperature(temperature), stream))
         system: list[str] = []
         messages: list[dict[str, Any]] = []
         for m in request.messages:
@@ -182,6 +187,8 @@ class AnthropicAdapter(HTTPAdapter):
             body["temperature"] = t
         if request.stop:
             body["stop_sequences"] = list(request.stop)
+        if request.response_format is not None:
+            structured.anthropic(body, request.response_format)
         if stream:
             body["stream"] = True
         return self.with_merged_extras(body)
@@ -241,6 +248,99 @@ class AnthropicAdapter(HTTPAdapter):
     def decoder(self, model: str) -> StreamDecoder:
         """A Messages event-stream decoder."""
         return AnthropicDecoder(self, model)
+
+    async def count_tokens(self, request: ChatRequest, model: str) -> int:
+        """Anthropic's own count of the request's input tokens (``POST /v1/messages/count_tokens``).
+
+        Raises:
+            ProviderError: The upstream refused or failed (classified like a chat call's error).
+        """
+        body = {k: v for k, v in self.build_body(request, model, None, False).items() if k in _COUNTED}
+        resp = await self.http.post(
+            self._url + "/count_tokens",
+            headers=self.request_headers(request),
+            body=orjson.dumps(body),
+            timeouts=self.settings.timeouts,
+            target=self.target(model),
+            max_bytes=1024 * 1024,
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        data = loads(resp.body, provider=self.profile, model=model)
+        count = data.get("input_tokens") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ProtocolError("malformed count_tokens response", provider=self.profile, model=model)
+        return count
+
+
+#: The fields ``count_tokens`` accepts (a chat body's others, like ``max_tokens``, it refuses).
+_COUNTED = frozenset(("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"))
+
+
+def native_body(body: Mapping[str, Any], model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
+    """A client's own Messages body, for this upstream: its model and stream flag, system messages folded.
+
+    Everything else passes through unchanged (document blocks, Anthropic-defined and server tools,
+    ``mcp_servers``, ``cache_control``, signed thinking blocks; unsigned ones, which only another protocol's
+    answer has, are left out). ``role: "system"`` messages between turns are
+    folded, in order, into the top-level ``system`` (which keeps its own blocks and their ``cache_control``),
+    and the turns they separated are joined, as the Messages API needs alternating roles.
+    """
+    out = dict(body)
+    out["model"] = model
+    if stream:
+        out["stream"] = True
+    else:
+        out.pop("stream", None)
+    if temperature is not None and "temperature" not in out:
+        out["temperature"] = temperature
+    messages = out.get("messages")
+    if isinstance(messages, list) and any(_unsigned_thinking(m) for m in messages):
+        # a thinking block with an empty signature came from another protocol's answer: Anthropic would refuse
+        # it, so it is left out (as a translated request leaves out every thinking block)
+        out["messages"] = messages = [_without_unsigned_thinking(m) for m in messages]
+    if isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+        system = _system_blocks(out.get("system"))
+        turns: list[dict[str, Any]] = []
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") == "system":
+                system.extend(_system_blocks(m.get("content")))
+            elif turns and turns[-1].get("role") == m.get("role"):
+                turns[-1] = {**turns[-1], "content": _blocks(turns[-1].get("content")) + _blocks(m.get("content"))}
+            else:
+                turns.append(m)
+        out["messages"] = turns
+        if system:
+            out["system"] = system
+    return out
+
+
+def _unsigned(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking" and not block.get("signature")
+
+
+def _unsigned_thinking(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(_unsigned(b) for b in content)
+
+
+def _without_unsigned_thinking(message: Any) -> Any:
+    if not _unsigned_thinking(message):
+        return message
+    return {**message, "content": [b for b in message["content"] if not _unsigned(b)]}
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
+
+
+def _system_blocks(content: Any) -> list[Any]:
+    return [b for b in _blocks(content) if isinstance(b, dict) and b.get("type") == "text"]
 
 
 def _thinking_block(text: str, signature: Any) -> dict[str, Any]:
@@ -314,7 +414,7 @@ def _merge_system(messages: list[dict[str, Any]], system: str) -> None:
 class _Block:
     """An open content block of a stream."""
 
-    __slots__ = ("block", "id", "input", "kind", "name", "parts", "signature")
+    __slots__ = ("block", "held", "id", "input", "kind", "name", "parts", "signature")
 
     def __init__(self, kind: str, block: Mapping[str, Any]) -> None:
         self.kind = kind
@@ -324,6 +424,7 @@ class _Block:
         self.input = block.get("input")
         self.signature = block.get("signature") or ""
         self.parts: list[str] = []  # input JSON fragments, or thinking text
+        self.held = ""  # a thinking block's latest text, sent when the next arrives or, signed, at the block's end
 
     def arguments(self) -> str:
         """The assembled input as JSON text (``{}`` when every fragment was empty)."""
@@ -333,6 +434,14 @@ class _Block:
             # the stream and the non-stream answer carry the same text.
             return _json_text(orjson.loads(raw))
         return _json_text(self.input) if self.input else "{}"
+
+
+def _think(block: _Block, text: str, out: list[StreamEvent]) -> None:
+    """Thinking text: the piece held before it goes out; this one waits (the last is sent with the signature)."""
+    block.parts.append(text)
+    if block.held:
+        out.append(ReasoningDelta(text=block.held))
+    block.held = text
 
 
 class AnthropicDecoder(SSEEventDecoder):
@@ -434,8 +543,7 @@ class AnthropicDecoder(SSEEventDecoder):
         elif kind == "thinking":
             text = _str(block.get("thinking") or "")
             if text:
-                self._blocks[obj.get("index")].parts.append(text)
-                out.append(ReasoningDelta(text=text))
+                _think(self._blocks[obj.get("index")], text, out)
         elif kind.endswith("_tool_result"):
             # Results of provider-executed tools (web search, code execution) arrive whole.
             out.append(
@@ -460,8 +568,9 @@ class AnthropicDecoder(SSEEventDecoder):
             if text:
                 block = self._blocks.get(obj.get("index"))
                 if block is not None:
-                    block.parts.append(text)
-                out.append(ReasoningDelta(text=text))
+                    _think(block, text, out)
+                else:
+                    out.append(ReasoningDelta(text=text))
         elif dtype == "signature_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:
@@ -480,6 +589,8 @@ class AnthropicDecoder(SSEEventDecoder):
             self._calls += 1
             out.append(ToolCallEvent(call=call))
         elif block.kind == "thinking":
+            if block.held:  # the block's last piece carries its signature
+                out.append(ReasoningDelta(text=block.held, signature=block.signature or None))
             self._thinking.append(_thinking_block("".join(block.parts), block.signature))
         elif block.kind == "redacted_thinking":
             self._thinking.append({"type": "redacted_thinking", "data": block.block.get("data")})

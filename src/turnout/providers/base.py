@@ -54,6 +54,7 @@ class AdapterSettings:
     ssl_ca: str | None = None
     native_tools: bool | None = None
     vision: bool | None = None
+    structured_output: bool | None = None
     streaming: bool | None = None
     api_version: str = AZURE_DEFAULT_API_VERSION
     deployment: str | None = None
@@ -89,6 +90,7 @@ class AdapterSettings:
             ssl_ca=profile.tls_ca_cert_path,
             native_tools=profile.native_tools,
             vision=profile.vision,
+            structured_output=profile.structured_output,
             streaming=profile.streaming,
             api_version=profile.api_version or AZURE_DEFAULT_API_VERSION,
             deployment=profile.deployment,
@@ -213,7 +215,7 @@ class HTTPAdapter(Provider):
 
     protocol: ClassVar[str]
     default_capabilities: ClassVar[Capabilities] = Capabilities(
-        native_tools=True, vision=True, streaming=True, streaming_tool_events=True
+        native_tools=True, vision=True, streaming=True, streaming_tool_events=True, structured_output=True
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -286,11 +288,26 @@ class HTTPAdapter(Provider):
             vision=base.vision if s.vision is None else s.vision,
             streaming=streaming,
             streaming_tool_events=base.streaming_tool_events and streaming and native,
+            structured_output=base.structured_output if s.structured_output is None else s.structured_output,
+            # a caller's own body passes through only where it would reach the upstream as sent
+            protocol=self.protocol if native and not s.merge_system_into_user else "",
         )
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         """Protocol defaults with the profile's ``native_tools``/``vision``/``streaming`` overrides."""
         return self._caps
+
+    def passes_through(self, request: ChatRequest) -> bool:
+        """Whether ``request`` carries a caller's own body in this adapter's protocol, to be sent as it came."""
+        native = request.native
+        return native is not None and native.protocol == self._caps.protocol
+
+    def request_headers(self, request: ChatRequest) -> Mapping[str, str]:
+        """The headers of a call: the credential's, plus what a pass-through request forwards in this protocol."""
+        native = request.native
+        if native is None or not native.headers or native.protocol != self.protocol:
+            return self._headers
+        return {**self._headers, **native.headers}
 
     @property
     def max_line(self) -> int:
@@ -345,7 +362,7 @@ class HTTPAdapter(Provider):
         settings = self.settings
         resp = await self.http.post(
             self.url(model, False),
-            headers=self._headers,
+            headers=self._headers if request.native is None else self.request_headers(request),
             body=_dumps(self.build_body(request, model, temperature, False)),
             timeouts=settings.timeouts,
             target=self.target(model),
@@ -364,6 +381,8 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
+        if request.native is not None and self.passes_through(request):
+            parsed = replace(parsed, native=data)
         if parsed.request_id is not None:
             return parsed
         request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
@@ -384,7 +403,7 @@ class HTTPAdapter(Provider):
         feed = decoder.feed
         async with self.http.stream(
             self.url(model, True),
-            headers=self._headers,
+            headers=self._headers if request.native is None else self.request_headers(request),
             body=body,
             timeouts=self.settings.timeouts,
             target=self.target(model),

@@ -19,6 +19,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.streams import collect
@@ -306,7 +307,12 @@ class GeminiAdapter(HTTPAdapter):
 
     protocol: ClassVar[str] = "gemini"
     default_capabilities: ClassVar[Capabilities] = Capabilities(
-        native_tools=True, vision=True, streaming=True, streaming_tool_events=True, extended_thinking=True
+        native_tools=True,
+        vision=True,
+        streaming=True,
+        streaming_tool_events=True,
+        extended_thinking=True,
+        structured_output=True,
     )
 
     def url(self, model: str, stream: bool) -> str:
@@ -355,6 +361,8 @@ class GeminiAdapter(HTTPAdapter):
             config["maxOutputTokens"] = max_tokens
         if request.stop:
             config["stopSequences"] = list(request.stop)
+        if request.response_format is not None:
+            structured.gemini(config, request.response_format)
         if config:
             body["generationConfig"] = config
         if request.tools:

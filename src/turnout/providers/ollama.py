@@ -16,6 +16,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import NDJSONParser
 from turnout.providers.http import HttpClient
@@ -230,7 +231,12 @@ class OllamaAdapter(HTTPAdapter):
 
     protocol: ClassVar[str] = "ollama"
     default_capabilities: ClassVar[Capabilities] = Capabilities(
-        native_tools=True, vision=True, streaming=True, streaming_tool_events=True, extended_thinking=True
+        native_tools=True,
+        vision=True,
+        streaming=True,
+        streaming_tool_events=True,
+        extended_thinking=True,
+        structured_output=True,
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -282,6 +288,8 @@ class OllamaAdapter(HTTPAdapter):
             body["options"] = options
         if self.settings.think is not None:
             body["think"] = self.settings.think
+        if request.response_format is not None:
+            structured.ollama(body, request.response_format)
         return self.with_merged_extras(body)
 
     def _message(self, msg: Message, names: dict[str, str], model: str) -> dict[str, Any]:

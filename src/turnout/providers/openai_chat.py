@@ -17,6 +17,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
@@ -128,7 +129,15 @@ class OpenAIChatAdapter(HTTPAdapter):
         return self._url
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
-        """The Chat Completions body (reasoning from earlier turns is not replayed)."""
+        """The Chat Completions body (reasoning from earlier turns is not replayed).
+
+        A pass-through Chat Completions request keeps the client's own body (``file`` parts, ``custom`` tools,
+        ``n``, ``role: "function"``, every field Turnout does not model), with this upstream's model and the
+        stream flag.
+        """
+        native = request.native
+        if native is not None and self.passes_through(request):
+            return self._native_body(native.body, model, temperature, stream)
         body: dict[str, Any] = {}
         if not self._azure:
             body["model"] = model
@@ -151,10 +160,39 @@ class OpenAIChatAdapter(HTTPAdapter):
             body[self._max_key] = max_tokens
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.response_format is not None:
+            structured.openai_chat(body, request.response_format)
         if stream:
             body["stream"] = True
             if self._stream_options:
                 body["stream_options"] = {"include_usage": True}
+        return self.with_merged_extras(body) if self._extras else body
+
+    def _native_body(
+        self, native: Mapping[str, Any], model: str, temperature: float | None, stream: bool
+    ) -> dict[str, Any]:
+        body = dict(native)
+        other = "max_tokens" if self._max_key == "max_completion_tokens" else "max_completion_tokens"
+        if other in body and self._max_key not in body:  # the limit under the name this upstream reads
+            body[self._max_key] = body.pop(other)
+        if not self._azure:
+            body["model"] = model
+        elif self.settings.deployment:
+            body["model"] = self.settings.deployment
+        else:
+            body.pop("model", None)
+        temp = temperature if temperature is not None else self.settings.temperature
+        if temp is not None and "temperature" not in body:
+            body["temperature"] = temp
+        if stream:
+            body["stream"] = True
+            if self._stream_options:
+                body["stream_options"] = {**dict(body.get("stream_options") or {}), "include_usage": True}
+            else:
+                body.pop("stream_options", None)
+        else:
+            body.pop("stream", None)
+            body.pop("stream_options", None)
         return self.with_merged_extras(body) if self._extras else body
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:

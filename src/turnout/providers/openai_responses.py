@@ -17,6 +17,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.providers import structured
 from turnout.providers.base import (
     AZURE_DEFAULT_API_VERSION,
     MALFORMED,
@@ -126,6 +127,7 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         streaming_tool_events=True,
         prompt_caching=True,
         extended_thinking=True,
+        structured_output=True,
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -159,7 +161,24 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         return OpenAITools(tools=tuple(tool_spec(t) for t in tools))
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
-        """The Responses request body (``store: false``: the conversation is sent whole every time)."""
+        """The Responses request body (``store: false``: the conversation is sent whole every time).
+
+        A pass-through Responses request keeps the client's own body (items, tools and fields Turnout does
+        not model), with this upstream's model, the stream flag and ``store: false``.
+        """
+        native = request.native
+        if native is not None and self.passes_through(request):
+            out = dict(native.body)
+            out["model"] = self.settings.deployment or model if self._azure else model
+            out["store"] = False
+            if stream:
+                out["stream"] = True
+            else:
+                out.pop("stream", None)
+            t = self.temperature(temperature)
+            if t is not None and "temperature" not in out:
+                out["temperature"] = t
+            return self.with_merged_extras(out)
         system: list[str] = []
         items: list[dict[str, Any]] = []
         for m in request.messages:
@@ -199,6 +218,8 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         t = self.temperature(temperature)
         if t is not None:
             body["temperature"] = t
+        if request.response_format is not None:
+            structured.openai_responses(body, request.response_format)
         body["store"] = False
         if stream:
             body["stream"] = True

@@ -24,6 +24,7 @@ from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
 from turnout.sim.scenarios import Scenarios
+from turnout.sim.schema import structured
 from turnout.sim.script import Script
 from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
 from turnout.sim.wire.base import JSON, Parsed
@@ -72,6 +73,7 @@ class SimServer:
         add_post("/v1/chat/completions", self._on_openai)
         add_post("/v1/responses", self._on_responses)
         add_post("/v1/messages", self._on_anthropic)
+        add_post("/v1/messages/count_tokens", self._on_anthropic_count)
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
@@ -117,6 +119,17 @@ class SimServer:
 
     async def _on_anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._anthropic)
+
+    async def _on_anthropic_count(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's ``count_tokens``: one token per word of the system prompt and messages."""
+        try:
+            payload = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict) or "max_tokens" in payload:
+            spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message="turnout-sim: not a count_tokens body")
+            return _error_response(self._anthropic, Parsed(model="", stream=False), spec)
+        return _json({"input_tokens": self._anthropic.parse(payload, None).input_words})
 
     async def _on_ollama(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._ollama)
@@ -233,7 +246,7 @@ class SimServer:
             rec.outcome = "reset"
             _abort(request)
             return web.Response()
-        content = b.content
+        content = structured(b.content, req.schema) if b.content is not None else None
         assert content is not None
         usage = content.usage(req.input_words)
         if req.stream:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnout.sim.behaviour import Content, ErrorKind, ErrorSpec, Finish, SimUsage, ToolCall
+from turnout.sim.schema import anthropic_schema
 from turnout.sim.wire.base import Codec, Parsed, StreamEncoder, Unit, broken, dumps, new_id, part_words, sse
 
 SIGNATURE = "c2ltLXNpZ25hdHVyZQ=="  # opaque, as real thinking signatures are
@@ -114,6 +115,7 @@ class AnthropicMessages(Codec):
             stream=payload.get("stream") is True,
             input_words=n,
             prefill=bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant",
+            schema=anthropic_schema(payload),
         )
 
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:

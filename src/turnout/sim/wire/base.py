@@ -95,6 +95,7 @@ class Parsed:
         include_usage: OpenAI chat ``stream_options.include_usage``.
         input_words: Whitespace-separated words in the system prompt and every message.
         prefill: Whether the last message is the assistant's.
+        schema: The JSON Schema of a structured-output request (see :mod:`turnout.sim.schema`), else None.
     """
 
     model: str
@@ -102,6 +103,7 @@ class Parsed:
     include_usage: bool = False
     input_words: int = 0
     prefill: bool = False
+    schema: Any = None
 
 
 @dataclass(frozen=True, slots=True)

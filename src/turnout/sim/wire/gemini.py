@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnout.sim.behaviour import Content, ErrorKind, ErrorSpec, Finish, SimUsage
+from turnout.sim.schema import gemini_schema
 from turnout.sim.wire.base import DEFAULT_STATUS, Codec, Parsed, StreamEncoder, Unit, broken, dumps, new_id, retry_delay
 
 DEFAULT_CONTEXT_LIMIT = 1_048_576
@@ -198,6 +199,7 @@ class Gemini(Codec):
             stream=False,  # the endpoint decides; the server sets it
             input_words=n,
             prefill=isinstance(last, dict) and last.get("role") == "model",
+            schema=gemini_schema(payload.get("generationConfig")),
         )
 
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:

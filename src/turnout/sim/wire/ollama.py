@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from turnout.sim.behaviour import Content, ErrorKind, ErrorSpec, Finish, SimUsage, ToolCall
+from turnout.sim.schema import ollama_schema
 from turnout.sim.wire.base import NDJSON, Codec, Parsed, StreamEncoder, broken, dumps, part_words
 
 DEFAULT_CONTEXT_LIMIT = 4096
@@ -89,6 +90,7 @@ class Ollama(Codec):
             stream=payload.get("stream", True) is not False,
             input_words=n,
             prefill=bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant",
+            schema=ollama_schema(payload.get("format")),
         )
 
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnout.sim.behaviour import Content, ErrorKind, ErrorSpec, Finish, SimUsage, ToolCall
+from turnout.sim.schema import chat_schema
 from turnout.sim.wire.base import (
     Codec,
     Parsed,
@@ -145,6 +146,7 @@ class OpenAIChat(Codec):
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             input_words=n,
             prefill=bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant",
+            schema=chat_schema(payload.get("response_format")),
         )
 
     def message(self, content: Content) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnout.sim.behaviour import Content, ErrorSpec, Finish, SimUsage, ToolCall
+from turnout.sim.schema import responses_schema
 from turnout.sim.wire.base import (
     Codec,
     Parsed,
@@ -161,6 +162,7 @@ class OpenAIResponses(Codec):
             stream=payload.get("stream") is True,
             input_words=n,
             prefill=prefill,
+            schema=responses_schema(payload.get("text")),
         )
 
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:

@@ -1,0 +1,79 @@
+"""Token counts the gateway gives before (or without) an upstream's own count: a documented estimate.
+
+About four characters of text per token, plus a few tokens per message: close enough for a client that
+budgets its context (Claude Code, the Anthropic SDK's ``count_tokens``), never used for billing. Wherever
+the gateway answers with this estimate it says so (``x-turnout-token-count: estimate``); the upstream's
+own count is used whenever the served upstream has one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+
+from turnout.errors import ConfigError, ProviderError
+from turnout.gateway.surface import Surface
+from turnout.gateway.wire import RequestRejected, config_failure, header_value, parse_json, read_body, route_choice
+from turnout.providers.anthropic import AnthropicAdapter
+from turnout.types import ChatRequest, Message, ToolSpec
+
+if TYPE_CHECKING:
+    from turnout.gateway.app import Exchange, Gateway
+
+log = logging.getLogger("turnout.gateway")
+
+CHARS_PER_TOKEN = 4
+TOKENS_PER_MESSAGE = 4
+
+
+def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+    """An estimate of the input tokens of a prompt (at least 1)."""
+    chars = 0
+    for m in messages:
+        chars += len(m.text)
+        for call in m.tool_calls:
+            chars += len(call.name) + len(call.arguments)
+        chars += 85 * 4 * len(m.images)  # an image costs about as much as 85 tokens at the least
+    for t in tools:
+        chars += len(t.name) + len(t.description) + len(orjson.dumps(dict(t.parameters)))
+    return max(1, -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages))
+
+
+async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
+
+    The body is a Messages request without ``max_tokens``. When the entry that would serve it is an
+    Anthropic profile, its ``count_tokens`` endpoint answers (``x-turnout-token-count: upstream``);
+    otherwise, or when that call fails, the estimate above answers (``x-turnout-token-count: estimate``).
+    """
+    try:
+        raw = parse_json(await read_body(request, gw.max_body_bytes))
+        raw.setdefault("max_tokens", 1)
+        call = surface.parse(orjson.dumps(raw), request.headers)
+        choice = route_choice(gw.client.config, call.model)
+        target = gw.client.route(model=choice.model, provider=choice.provider)
+    except RequestRejected as exc:
+        return gw.error_response(surface, exc.failure)
+    except ConfigError as exc:
+        return gw.error_response(surface, config_failure(exc))
+    entry = target.walk.entries[0]
+    model = entry.served_model(target.model)
+    key = entry.keys.pick(gw.client.factory.clock())
+    provider = entry.providers[key.index] if key is not None else None
+    count, source = None, "estimate"
+    if isinstance(provider, AnthropicAdapter):
+        request_ = ChatRequest(messages=call.messages, tools=call.tools, native=call.native)
+        try:
+            count, source = await provider.count_tokens(request_, model), "upstream"
+        except ProviderError:
+            log.info("count_tokens on %s failed; answering with the estimate", entry.profile)
+    if count is None:
+        count = estimate_tokens(call.messages, call.tools)
+    ex.provider, ex.model = entry.profile, model
+    headers = {"x-turnout-token-count": source, "x-turnout-provider": header_value(entry.profile)}
+    headers["x-turnout-model"] = header_value(model)
+    return web.json_response({"input_tokens": count}, headers=headers)

@@ -1,0 +1,50 @@
+"""The walk and the stream skip entries that cannot serve a request, through the one can_serve predicate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fakes import FULL, E, Scripted, err, walk
+from turnout.errors import AllProvidersFailed, UnsupportedRequest
+from turnout.types import ChatRequest, NativeRequest, ResponseFormat
+
+SHAPED = ChatRequest.of("hi", response_format=ResponseFormat(kind="json_object"))
+ABLE = replace(FULL, structured_output=True, protocol="anthropic")
+
+
+async def test_walk_skips_an_entry_without_structured_output() -> None:
+    """An entry that cannot honour a schema is never called; the next one serves."""
+    plain, able = Scripted("no"), Scripted('{"a": 1}', caps=ABLE)
+    reply = await walk(E("openai.a", "m", [plain]), E("anthropic.b", "m", [able])).chat(SHAPED, "m")
+    assert reply.text == '{"a": 1}' and plain.calls == [] and able.calls == ["m"]
+
+
+async def test_walk_with_no_capable_entry_raises_unsupported() -> None:
+    """No entry can serve: UnsupportedRequest naming the field, and no call is made."""
+    plain = Scripted("no")
+    with pytest.raises(UnsupportedRequest, match="response_format"):
+        await walk(E("openai.a", "m", [plain])).chat(SHAPED, "m")
+    assert plain.calls == []
+
+
+async def test_native_only_fields_need_the_protocol() -> None:
+    """A request carrying a field only Anthropic has goes to the Anthropic entry only (streams too)."""
+    native = NativeRequest(protocol="anthropic", body={}, only=("messages[0].content[0] (document)",))
+    request = ChatRequest.of("hi", native=native)
+    plain, able = Scripted("no"), Scripted("yes", caps=ABLE)
+    reliable = walk(E("openai.a", "m", [plain]), E("anthropic.b", "m", [able]))
+    assert (await reliable.chat(request, "m")).text == "yes"
+    events = [e async for e in reliable.stream(request, "m")]
+    assert plain.calls == [] and plain.stream_calls == [] and able.stream_calls == ["m"]
+    assert events[0].type == "text"
+
+
+async def test_all_failed_carries_the_last_error() -> None:
+    """AllProvidersFailed keeps the last try's exception (its message never enters the aggregate's)."""
+    bad = err(400, "field x is invalid")
+    with pytest.raises(AllProvidersFailed) as info:
+        await walk(E("openai.a", "m", [Scripted(bad)])).chat(ChatRequest.of("hi"), "m")
+    assert info.value.last_error is bad
+    assert "field x" not in str(info.value)
