@@ -16,7 +16,6 @@ from turnout.errors import (
     RefusalError,
 )
 from turnout.reliable import Resume
-from turnout.report import aggregate_message
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
 
@@ -310,16 +309,6 @@ async def test_excessive_failure_events_are_bounded() -> None:
     assert "[56 additional failure event(s) omitted]" in msg
     assert "secret" not in msg and "sk-live" not in msg and "openai.p" not in msg
     assert len(info.value.attempts) == 64
-
-
-def test_aggregate_message_byte_limit_marker() -> None:
-    """When events do not all fit the byte budget the rest are counted as omitted."""
-    from turnout.attribution import Attempt
-
-    attempts = [Attempt(provider="a.b", model="m", outcome="retryable", status=500) for _ in range(30)]
-    msg = aggregate_message(attempts, 1)
-    assert len(msg.encode()) <= 2048
-    assert "[22 additional failure event(s) omitted]" in msg
 
 
 # --- rate limits, cooldowns, Retry-After -------------------------------------------------------
