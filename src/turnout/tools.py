@@ -49,7 +49,17 @@ _GEMINI_DROP = frozenset(("$schema", "additionalProperties", "$id", "$ref", "$de
 
 def _gemini_schema(schema: Any) -> Any:
     if isinstance(schema, dict):
-        return {k: _gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
+        return {
+            # The keys of ``properties`` are the tool's parameter names, not keywords: a parameter may be
+            # called ``strict`` or ``definitions``. Only the schemas under them are trimmed.
+            k: (
+                {name: _gemini_schema(s) for name, s in v.items()}
+                if k == "properties" and isinstance(v, dict)
+                else _gemini_schema(v)
+            )
+            for k, v in schema.items()
+            if k not in _GEMINI_DROP
+        }
     if isinstance(schema, list):
         return [_gemini_schema(v) for v in schema]
     return schema
