@@ -473,8 +473,10 @@ def test_error_class_of_exceptions(exc: BaseException, expected: ErrorClass) -> 
 
 
 def test_dead_key_needs_an_auth_failure() -> None:
-    """Only auth failures (or 401/403) kill a key; rate limits do not."""
-    assert is_dead_key_error(ProviderError("x", status=403))
+    """Only auth failures kill a key (401, a 403 that is not moderation); rate limits and other errors do not."""
+    assert is_dead_key_error(provider_error(ErrorFacts(status=401, message="x"), provider="a.b", model="m"))
+    assert is_dead_key_error(provider_error(ErrorFacts(status=403, message="Forbidden"), provider="a.b", model="m"))
+    assert is_dead_key_error(ProviderError("x", status=400, auth_failure=True))
     assert not is_dead_key_error(ProviderError("x", status=429, error_class=RL))
     assert not is_dead_key_error(ValueError("invalid api key"))
 
@@ -590,4 +592,5 @@ def test_moderation_403_does_not_kill_the_key() -> None:
     facts = ErrorFacts(status=403, message="Your input was flagged by moderation")
     assert classify(facts) is ErrorClass.NON_RETRYABLE
     assert not is_auth_failure(facts)
+    assert not is_dead_key_error(provider_error(facts, provider="openrouter.main", model="m"))
     assert is_auth_failure(ErrorFacts(status=403, message="Permission denied"))

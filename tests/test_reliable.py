@@ -504,6 +504,18 @@ async def test_dead_key_is_skipped_for_the_process() -> None:
     assert store.dead_keys() == {r.entries[0].keys.ids[0]}
 
 
+async def test_a_moderation_403_leaves_the_key_alive() -> None:
+    """A 403 moderation block is not an auth failure: the walk moves on and reports no key (SPEC 6.8)."""
+    moderated, other = Scripted(err(403, "Your input was flagged by moderation")), Scripted("ok")
+    store = MemoryStore()
+    r = walk(
+        E("openrouter.a", "m", [moderated, Scripted("no")], keys=["k1", "k2"]), E("openai.b", "m", [other]), store=store
+    )
+    assert (await r.chat(req(), "m")).text == "ok"
+    assert len(moderated.calls) == 1
+    assert store.dead_keys() == frozenset()
+
+
 async def test_all_keys_cooling_skips_the_profile() -> None:
     """When every key of a pool cools down the profile's entries are skipped."""
     clock = FakeClock()
