@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from fakes import CW, NR, REF, RL, RNR, R
 from turnout.classify import (
     ErrorFacts,
     classify,
@@ -32,13 +33,6 @@ from turnout.errors import (
     RefusalError,
     StreamTruncated,
 )
-
-R = ErrorClass.RETRYABLE
-RL = ErrorClass.RATE_LIMITED
-RNR = ErrorClass.RATE_LIMITED_NON_RETRYABLE
-NR = ErrorClass.NON_RETRYABLE
-CW = ErrorClass.CONTEXT_WINDOW
-REF = ErrorClass.REFUSAL
 
 
 def hint(message: str = "", **kw: object) -> float | None:

@@ -208,6 +208,14 @@ class GatedTime:
 
 
 @pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> GatedTime:
+    """The writer's batch wait, held until the test opens the gate."""
+    clock = GatedTime()
+    monkeypatch.setattr(ledger_module, "time", clock)
+    return clock
+
+
+@pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every batch the writer commits."""
     sizes: list[int] = []
@@ -223,33 +231,27 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def test_calls_recorded_during_the_batch_delay_share_one_transaction(
-    path: Path, writes: list[int], monkeypatch: pytest.MonkeyPatch
+    path: Path, writes: list[int], gated: GatedTime
 ) -> None:
     """The writer waits batch_delay after a first record; everything queued meanwhile is one commit."""
-    clock = GatedTime()
-    monkeypatch.setattr(ledger_module, "time", clock)
     led = Ledger(path, batch_delay=0.05)
     for i in range(5):
         led.record(call(f"c{i}", [attempt("ok")]))
-    clock.gate.set()
+    gated.gate.set()
     await asyncio.wait_for(led.aclose(), BOUND)
     assert writes == [5]
-    assert clock.waits == [0.05]
+    assert gated.waits == [0.05]
     assert rows(path, "SELECT COUNT(*) FROM calls") == [(5,)]
 
 
-async def test_without_batch_delay_the_writer_never_waits(
-    path: Path, writes: list[int], monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_without_batch_delay_the_writer_never_waits(path: Path, writes: list[int], gated: GatedTime) -> None:
     """batch_delay=0 writes each drained batch at once; records flushed apart are separate commits."""
-    clock = GatedTime()
-    monkeypatch.setattr(ledger_module, "time", clock)
     led = Ledger(path, batch_delay=0)
     led.record(call("a", [attempt("ok")]))
     await asyncio.wait_for(led.flush(), BOUND)
     led.record(call("b", [attempt("ok")]))
     await asyncio.wait_for(led.aclose(), BOUND)
-    assert (writes, clock.waits) == ([1, 1], [])
+    assert (writes, gated.waits) == ([1, 1], [])
 
 
 # --- flush and close ---------------------------------------------------------------------------------

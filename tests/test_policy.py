@@ -7,19 +7,11 @@ from typing import Any
 
 import pytest
 
+from fakes import CW, EMPTY, NR, REF, RL, RNR, TO, R
 from turnout.errors import ErrorClass
 from turnout.policy import Action, Position, Step, decide
 
 RETRY, NEXT_KEY, NEXT_ENTRY, STOP = Step.RETRY, Step.NEXT_KEY, Step.NEXT_ENTRY, Step.STOP
-
-R = ErrorClass.RETRYABLE
-RL = ErrorClass.RATE_LIMITED
-RLN = ErrorClass.RATE_LIMITED_NON_RETRYABLE
-NR = ErrorClass.NON_RETRYABLE
-CW = ErrorClass.CONTEXT_WINDOW
-REF = ErrorClass.REFUSAL
-TO = ErrorClass.TIMEOUT
-EMPTY = ErrorClass.EMPTY
 
 
 def at(**facts: Any) -> Position:
@@ -74,9 +66,9 @@ TABLE = [
     pytest.param(RL, POOL_COOLING, False, act(NEXT_ENTRY, cool_key=True, cool_profile=True), id="rate-limit-keys-cool"),
     pytest.param(RL, POOL_DEAD, False, act(NEXT_ENTRY, cool_key=True, cool_profile=True), id="rate-limit-keys-dead"),
     # rate_limited_non_retryable: move on at once, no retry, no cooldown (SPEC 5).
-    pytest.param(RLN, MIDDLE, False, act(NEXT_ENTRY), id="quota-moves-on"),
-    pytest.param(RLN, SINGLE, False, act(NEXT_ENTRY), id="quota-single-moves-on"),
-    pytest.param(RLN, POOL_USABLE, False, act(NEXT_ENTRY), id="quota-with-pool-moves-on"),
+    pytest.param(RNR, MIDDLE, False, act(NEXT_ENTRY), id="quota-moves-on"),
+    pytest.param(RNR, SINGLE, False, act(NEXT_ENTRY), id="quota-single-moves-on"),
+    pytest.param(RNR, POOL_USABLE, False, act(NEXT_ENTRY), id="quota-with-pool-moves-on"),
     # non_retryable: move on at once (SPEC 5) ...
     pytest.param(NR, MIDDLE, False, act(NEXT_ENTRY), id="client-error-moves-on"),
     pytest.param(NR, SINGLE, False, act(NEXT_ENTRY), id="client-error-single-moves-on"),

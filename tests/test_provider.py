@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import WEATHER
 from turnout.errors import StreamingUnsupported
 from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, PromptGuidedTools, ToolSpec
-
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Weather for a city",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-)
+from turnout.types import Capabilities, ChatRequest, ChatResponse, PromptGuidedTools
 
 
 class Echo(Provider):

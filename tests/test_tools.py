@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import orjson
 
+from fakes import WEATHER
 from turnout.tools import anthropic_tools, gemini_tools, openai_tools, parse_prompt_guided_calls, prompt_guided_tools
 from turnout.types import ToolSpec
 
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Weather for a city",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-)
 NOW = ToolSpec(name="now")  # no description, no parameters
 
 
