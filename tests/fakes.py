@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnout.classify import ErrorFacts, provider_error
-from turnout.errors import ProviderError
+from turnout.errors import ErrorClass, ProviderError
 from turnout.keys import KeyPool
 from turnout.pricing import Catalogue, Rates, _Rate
 from turnout.provider import Provider
@@ -20,11 +20,34 @@ from turnout.types import (
     Final,
     StreamEvent,
     TextDelta,
+    ToolSpec,
     Usage,
     UsageEvent,
 )
 
 FULL = Capabilities(native_tools=True, vision=True, streaming=True, streaming_tool_events=True)
+
+# Short names for the error classes, for tables of cases.
+R = ErrorClass.RETRYABLE
+RL = ErrorClass.RATE_LIMITED
+RNR = ErrorClass.RATE_LIMITED_NON_RETRYABLE
+NR = ErrorClass.NON_RETRYABLE
+CW = ErrorClass.CONTEXT_WINDOW
+REF = ErrorClass.REFUSAL
+TO = ErrorClass.TIMEOUT
+EMPTY = ErrorClass.EMPTY
+
+#: A tool with a one-property object schema (``additionalProperties`` included, which Gemini rejects).
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Weather for a city",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
 
 Step = Any  # a ChatResponse, a str (answer text), an exception, or a list of stream events
 

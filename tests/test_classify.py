@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from fakes import CW, NR, REF, RL, RNR, R
 from turnout.classify import (
     ErrorFacts,
     classify,
@@ -32,13 +33,6 @@ from turnout.errors import (
     RefusalError,
     StreamTruncated,
 )
-
-R = ErrorClass.RETRYABLE
-RL = ErrorClass.RATE_LIMITED
-RNR = ErrorClass.RATE_LIMITED_NON_RETRYABLE
-NR = ErrorClass.NON_RETRYABLE
-CW = ErrorClass.CONTEXT_WINDOW
-REF = ErrorClass.REFUSAL
 
 
 def hint(message: str = "", **kw: object) -> float | None:
@@ -473,8 +467,10 @@ def test_error_class_of_exceptions(exc: BaseException, expected: ErrorClass) -> 
 
 
 def test_dead_key_needs_an_auth_failure() -> None:
-    """Only auth failures (or 401/403) kill a key; rate limits do not."""
-    assert is_dead_key_error(ProviderError("x", status=403))
+    """Only auth failures kill a key (401, a 403 that is not moderation); rate limits and other errors do not."""
+    assert is_dead_key_error(provider_error(ErrorFacts(status=401, message="x"), provider="a.b", model="m"))
+    assert is_dead_key_error(provider_error(ErrorFacts(status=403, message="Forbidden"), provider="a.b", model="m"))
+    assert is_dead_key_error(ProviderError("x", status=400, auth_failure=True))
     assert not is_dead_key_error(ProviderError("x", status=429, error_class=RL))
     assert not is_dead_key_error(ValueError("invalid api key"))
 
@@ -590,4 +586,5 @@ def test_moderation_403_does_not_kill_the_key() -> None:
     facts = ErrorFacts(status=403, message="Your input was flagged by moderation")
     assert classify(facts) is ErrorClass.NON_RETRYABLE
     assert not is_auth_failure(facts)
+    assert not is_dead_key_error(provider_error(facts, provider="openrouter.main", model="m"))
     assert is_auth_failure(ErrorFacts(status=403, message="Permission denied"))

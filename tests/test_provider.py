@@ -4,30 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import WEATHER
 from turnout.errors import StreamingUnsupported
 from turnout.provider import Provider
-from turnout.tools import anthropic_tools, gemini_tools, openai_tools, parse_prompt_guided_calls
-from turnout.types import (
-    AnthropicTools,
-    Capabilities,
-    ChatRequest,
-    ChatResponse,
-    GeminiTools,
-    OpenAITools,
-    PromptGuidedTools,
-    ToolSpec,
-)
-
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Weather for a city",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-)
+from turnout.types import Capabilities, ChatRequest, ChatResponse, PromptGuidedTools
 
 
 class Echo(Provider):
@@ -88,22 +68,6 @@ async def test_default_stream_is_unsupported() -> None:
             pass
 
 
-def test_convert_tools_shapes() -> None:
-    """One ToolSpec, four wire shapes."""
+def test_default_convert_tools_is_prompt_guided() -> None:
+    """A provider without its own conversion describes tools in the prompt."""
     assert isinstance(Echo().convert_tools([WEATHER]), PromptGuidedTools)
-    o = openai_tools([WEATHER])
-    assert isinstance(o, OpenAITools)
-    assert o.tools[0]["function"]["name"] == "get_weather"
-    a = anthropic_tools([WEATHER])
-    assert isinstance(a, AnthropicTools)
-    assert a.tools[0]["input_schema"]["required"] == ["city"]
-    g = gemini_tools([WEATHER])
-    assert isinstance(g, GeminiTools)
-    assert "additionalProperties" not in g.function_declarations[0]["parameters"]
-
-
-def test_invalid_prompt_guided_blocks_stay_text() -> None:
-    """A block that is not valid JSON is left in the text, not turned into a call."""
-    text, calls = parse_prompt_guided_calls("<tool_call>{nope</tool_call>")
-    assert calls == ()
-    assert text == "<tool_call>{nope</tool_call>"

@@ -16,7 +16,6 @@ from turnout.errors import (
     RefusalError,
 )
 from turnout.reliable import Resume
-from turnout.report import aggregate_message
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
 
@@ -312,16 +311,6 @@ async def test_excessive_failure_events_are_bounded() -> None:
     assert len(info.value.attempts) == 64
 
 
-def test_aggregate_message_byte_limit_marker() -> None:
-    """When events do not all fit the byte budget the rest are counted as omitted."""
-    from turnout.attribution import Attempt
-
-    attempts = [Attempt(provider="a.b", model="m", outcome="retryable", status=500) for _ in range(30)]
-    msg = aggregate_message(attempts, 1)
-    assert len(msg.encode()) <= 2048
-    assert "[22 additional failure event(s) omitted]" in msg
-
-
 # --- rate limits, cooldowns, Retry-After -------------------------------------------------------
 
 
@@ -513,6 +502,18 @@ async def test_dead_key_is_skipped_for_the_process() -> None:
         assert (await r.chat(req(), "m")).text == "ok"
     assert len(bad.calls) == 1
     assert store.dead_keys() == {r.entries[0].keys.ids[0]}
+
+
+async def test_a_moderation_403_leaves_the_key_alive() -> None:
+    """A 403 moderation block is not an auth failure: the walk moves on and reports no key (SPEC 6.8)."""
+    moderated, other = Scripted(err(403, "Your input was flagged by moderation")), Scripted("ok")
+    store = MemoryStore()
+    r = walk(
+        E("openrouter.a", "m", [moderated, Scripted("no")], keys=["k1", "k2"]), E("openai.b", "m", [other]), store=store
+    )
+    assert (await r.chat(req(), "m")).text == "ok"
+    assert len(moderated.calls) == 1
+    assert store.dead_keys() == frozenset()
 
 
 async def test_all_keys_cooling_skips_the_profile() -> None:

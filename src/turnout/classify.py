@@ -426,5 +426,8 @@ def error_class_of(exc: BaseException) -> ErrorClass:
 
 
 def is_dead_key_error(exc: BaseException) -> bool:
-    """The failure means the credential used is invalid (401/403, Gemini ``API_KEY_INVALID``)."""
-    return isinstance(exc, ProviderError) and (exc.auth_failure or exc.status in (401, 403))
+    """The failure means the credential used is invalid (:attr:`ProviderError.auth_failure`, SPEC 6.8).
+
+    The typed fact alone decides: a bare 403 status would also kill a key on a moderation block.
+    """
+    return isinstance(exc, ProviderError) and exc.auth_failure

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from turnout.attribution import Attempt, RouteRef
+from turnout.errors import ConfigError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -92,9 +93,16 @@ class Ledger:
     """Persists :class:`CallRecord` values on a background thread.
 
     Args:
-        path: The SQLite file (created with its tables when missing).
+        path: The SQLite file (created with its directory and tables, when missing, by the constructor).
         batch_delay: Seconds the writer waits after the first record of a batch, so that calls made
             meanwhile are written in the same transaction (fewer commits, less work per call).
+
+    Attributes:
+        errors: Failed writes: each batch SQLite refused, and each call dropped because the file could not
+            be opened by the writer.
+
+    Raises:
+        ConfigError: ``path`` cannot hold the database (``ledger.path``).
     """
 
     def __init__(self, path: str | Path, *, batch_delay: float = 0.05) -> None:
@@ -104,6 +112,27 @@ class Ledger:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors = 0
+        try:  # a path that cannot hold the database fails here, not silently in the writer thread
+            self._open().close()
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"cannot open the ledger file {self.path}: {exc}", path="ledger.path", code="ledger_unavailable"
+            ) from exc
+
+    def _open(self) -> sqlite3.Connection:
+        """The database, with its directory and tables created when missing."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
+        try:
+            db.executescript(SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last batches,
+            # never corrupt the file. The ledger is accounting, not a transaction log.
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -118,14 +147,12 @@ class Ledger:
         self._queue.put(call)
 
     def _run(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
         try:
-            db.executescript(SCHEMA)
-            db.execute("PRAGMA journal_mode=WAL")
-            # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last batches,
-            # never corrupt the file. The ledger is accounting, not a transaction log.
-            db.execute("PRAGMA synchronous=NORMAL")
+            db = self._open()
+        except (OSError, sqlite3.Error):  # the file went away since construction
+            self._discard()
+            return
+        try:
             while True:
                 item = self._queue.get()
                 if isinstance(item, CallRecord) and self.batch_delay:
@@ -149,6 +176,17 @@ class Ledger:
                     return
         finally:
             db.close()
+
+    def _discard(self) -> None:
+        """Drain the queue without a database: count each call as an error, still answer flush and stop."""
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                self.errors += 1
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written."""
@@ -269,7 +307,7 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         return LedgerSummary(
             calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None, routes=[]
         )
-    db = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True)  # as_uri escapes '#', '?' and '%'
     try:
         cutoff = since if since is not None else 0.0
         calls, failed, fallbacks = db.execute(

@@ -130,8 +130,10 @@ class Catalogue:
             from genai_prices.data_snapshot import get_snapshot
         except ImportError:  # pragma: no cover - genai-prices is a dependency
             return None, None
-        snapshot = get_snapshot()
         provider_id = FAMILY_CATALOGUE_IDS.get(family, family)
+        if provider_id is None:  # a local family: searching every provider would price it as some cloud model
+            return None, None
+        snapshot = get_snapshot()
         info = None
         for pid in (provider_id, None) if provider_id else (None,):
             try:

@@ -50,7 +50,17 @@ _GEMINI_DROP = frozenset(("$schema", "additionalProperties", "$id", "$ref", "$de
 def gemini_schema(schema: Any) -> Any:
     """A JSON Schema trimmed to Gemini's OpenAPI subset (the keywords it rejects removed)."""
     if isinstance(schema, dict):
-        return {k: gemini_schema(v) for k, v in schema.items() if k not in _GEMINI_DROP}
+        return {
+            # The keys of ``properties`` are the tool's parameter names, not keywords: a parameter may be
+            # called ``strict`` or ``definitions``. Only the schemas under them are trimmed.
+            k: (
+                {name: gemini_schema(s) for name, s in v.items()}
+                if k == "properties" and isinstance(v, dict)
+                else gemini_schema(v)
+            )
+            for k, v in schema.items()
+            if k not in _GEMINI_DROP
+        }
     if isinstance(schema, list):
         return [gemini_schema(v) for v in schema]
     return schema
