@@ -265,6 +265,7 @@ class Client:
         return cls(load_config_dict(mapping), **options)
 
     async def __aenter__(self) -> Client:
+        await self.factory.start()
         return self
 
     async def __aexit__(

@@ -158,6 +158,10 @@ class Factory:
             self._routers[cache_key] = router
         return router
 
+    async def start(self) -> None:
+        """Load the shared cooldown and key state before the first call (bounded; see :meth:`StateStore.start`)."""
+        await self.store.start()
+
     async def aclose(self) -> None:
         """Close the shared HTTP session and the state store."""
         await self.http.aclose()

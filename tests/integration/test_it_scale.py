@@ -92,6 +92,23 @@ async def test_a_429_seen_by_one_client_makes_the_other_skip_the_profile(sim: Si
     ]
 
 
+async def test_a_client_started_later_skips_a_shared_cooldown_on_its_first_call(
+    sim: Simulator, clients: Clients, redis_url: str
+) -> None:
+    """``async with Client(...)`` loads the shared state: its very first call skips what another cooled down."""
+    (one,) = await clients(1)
+    assert [a.outcome for a in (await one.chat("hi")).attempts] == ["rate_limited", "ok"]
+    prefix = store(one).prefix
+    async with client(shared_config(sim, redis_url, prefix)) as late:  # no explicit start: entering is enough
+        first = await late.chat("hi")
+    assert trail(first.attempts) == [
+        ("openai.main", "sim-429-ra5", "cooldown_skip", None),
+        ("openai.spare", "sim-ok-t2", "ok", None),
+    ]
+    log = await sim.wait_for_log(3)
+    assert [e.model for e in log].count("sim-429-ra5") == 1
+
+
 async def test_a_shared_cooldown_expires_on_time(sim: Simulator, clients: Clients) -> None:
     """A 0.4 s Retry-After cools the profile for 0.4 s in both clients; then both use it again."""
     one, two = await clients(model="sim-429-ra0.4-then-ok")

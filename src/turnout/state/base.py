@@ -39,5 +39,11 @@ class StateStore(ABC):
     def dead_keys(self) -> frozenset[str]:
         """Every dead key id."""
 
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load the shared state before the first call (a store kept in this process has none to load).
+
+        Bounded in time and never raises: a store that cannot reach its backend goes on with the local view.
+        """
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
-        """Release connections."""
+        """Release connections (bounded in time)."""

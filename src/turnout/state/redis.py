@@ -5,6 +5,11 @@ Redis (a cooldown is a key whose TTL is the cooldown; dead keys are a set) and a
 pub/sub channel; every process applies announcements to its mirror as they arrive and resynchronises the
 whole mirror on (re)connection and every few seconds.
 
+:meth:`RedisStore.start` (awaited by ``async with Client(...)`` and the gateway's start-up) waits for the first
+synchronisation, at most the connect timeout, so a new process sees the shared state on its first call.
+:meth:`RedisStore.aclose` stops the background task by a closing flag as well as by cancellation, and bounds
+every wait, so closing never hangs, whether Redis is up, down or not answering.
+
 If Redis becomes unreachable, nothing fails: the walk keeps using the local mirror, a warning is logged
 once per outage and :attr:`RedisStore.errors` counts failed operations. When Redis returns, the mirror's
 active cooldowns and dead keys are written back and sharing resumes.
@@ -28,6 +33,13 @@ from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.state")
 
+#: Seconds to connect to Redis; also the longest :meth:`RedisStore.start` waits for the first synchronisation.
+CONNECT_TIMEOUT_S = 1.0
+#: Seconds one Redis command may take before the connection counts as lost.
+COMMAND_TIMEOUT_S = 1.0
+#: The longest each step of :meth:`RedisStore.aclose` waits.
+CLOSE_STEP_S = 0.5
+
 # Keep the later of two deadlines; set the TTL to the remaining time.
 _SET_LATER = """
 local cur = redis.call('GET', KEYS[1])
@@ -45,6 +57,8 @@ class RedisStore(StateStore):
         prefix: Prefix of every key and of the pub/sub channel.
         clock: Wall clock (seconds).
         resync_interval: Seconds between full resynchronisations (a safety net for missed messages).
+        connect_timeout: Seconds to connect, and the bound of :meth:`start`.
+        command_timeout: Seconds one command may take before the connection counts as lost.
     """
 
     def __init__(
@@ -54,11 +68,15 @@ class RedisStore(StateStore):
         prefix: str = "turnout:",
         clock: Callable[[], float] = time.time,
         resync_interval: float = 5.0,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        command_timeout: float = COMMAND_TIMEOUT_S,
     ) -> None:
         self.url = url
         self.prefix = prefix
         self.clock = clock
         self.resync_interval = resync_interval
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
         self.channel = f"{prefix}events"
         self._cooldowns: dict[str, float] = {}
         self._dead: set[str] = set()
@@ -68,6 +86,7 @@ class RedisStore(StateStore):
         self.connected = False
         self.errors = 0
         self._warned = False
+        self._closing = False
         self._synced = asyncio.Event() if _has_loop() else None
         self._changed: asyncio.Condition | None = None
 
@@ -122,26 +141,44 @@ class RedisStore(StateStore):
         return frozenset(self._dead)
 
     async def aclose(self) -> None:
-        """See :class:`~turnout.state.base.StateStore`."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._redis is not None:
-            with contextlib.suppress(Exception):
-                await self._redis.aclose()
-            self._redis = None
+        """Stop the background task and close the connections, each step bounded by :data:`CLOSE_STEP_S`.
+
+        The task stops on the closing flag even when its cancellation is lost (on Python 3.11 a cancellation
+        that races the pub/sub read's own timeout can surface as a timeout, or be swallowed by it).
+        """
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_STEP_S)
+            if not task.done():
+                log.warning("redis state task still busy after %.1fs; it stops on its own", CLOSE_STEP_S)
+            elif not task.cancelled():
+                task.exception()  # retrieved: the loop ends quietly on the closing flag
+        redis, self._redis = self._redis, None
+        if redis is not None:
+            await _bounded(redis.aclose())
         self.connected = False
 
     # --- connection management -----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect and load the shared state (optional: the first use starts it in the background)."""
+        """Connect and load the shared state, waiting at most :attr:`connect_timeout` seconds.
+
+        Without it the first use starts the connection in the background and reads an empty mirror. When Redis
+        does not answer in time, the store goes on with the local view (and keeps trying in the background).
+        """
         self._ensure_started()
-        if self._synced is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), timeout=2.0)
+        if self._synced is None or self._synced.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._synced.wait(), timeout=self.connect_timeout)
+        except TimeoutError:
+            if not self._warned:
+                log.warning(
+                    "redis state backend did not answer within %.1fs; using the local view", self.connect_timeout
+                )
+                self._warned = True
 
     async def sync(self) -> None:
         """Reload the shared state from Redis now (no-op while Redis is unreachable)."""
@@ -158,13 +195,18 @@ class RedisStore(StateStore):
                 await asyncio.wait_for(self._changed.wait_for(predicate), within)
         return predicate()
 
+    @property
+    def closing(self) -> bool:
+        """:meth:`aclose` has begun: the background task stops at its next step."""
+        return self._closing
+
     async def _notify(self) -> None:
         if self._changed is not None:
             async with self._changed:
                 self._changed.notify_all()
 
     def _ensure_started(self) -> None:
-        if self._task is None and _has_loop():
+        if self._task is None and not self._closing and _has_loop():
             if self._synced is None:
                 self._synced = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="turnout-redis-state")
@@ -172,7 +214,10 @@ class RedisStore(StateStore):
     def _client(self) -> Any:
         if self._redis is None:
             self._redis = aioredis.from_url(
-                self.url, socket_connect_timeout=1.0, socket_timeout=1.0, health_check_interval=5
+                self.url,
+                socket_connect_timeout=self.connect_timeout,
+                socket_timeout=self.command_timeout,
+                health_check_interval=5,
             )
             self._script = self._redis.register_script(_SET_LATER)
         return self._redis
@@ -181,7 +226,7 @@ class RedisStore(StateStore):
         return f"{self.prefix}cd:{key}"
 
     async def _guard(self, op: Any) -> None:
-        if not self.connected:
+        if not self.connected or self._closing:
             op.close()
             return
         try:
@@ -210,7 +255,7 @@ class RedisStore(StateStore):
 
     async def _run(self) -> None:
         delay = 0.05
-        while True:
+        while not self._closing:
             pubsub = None
             try:
                 client = self._client()
@@ -226,30 +271,32 @@ class RedisStore(StateStore):
                 if self._synced is not None:
                     self._synced.set()
                 delay = 0.05
-                next_sync = time.monotonic() + self.resync_interval
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-                    if message is not None:
-                        self._apply(message.get("data"))
-                        await self._notify()
-                    if time.monotonic() >= next_sync:
-                        await self._resync()
-                        next_sync = time.monotonic() + self.resync_interval
-            except asyncio.CancelledError:
-                if pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        await pubsub.aclose()
-                raise
+                await self._listen(pubsub)
             except (RedisError, OSError) as exc:
+                if self.closing:  # a cancellation that surfaced as a timeout: closing, not a lost connection
+                    break
                 self._lost(exc)
                 await self._notify()
-                if pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        await pubsub.aclose()
                 if self._synced is not None:
                     self._synced.set()
+            finally:
+                if pubsub is not None:
+                    await _bounded(pubsub.aclose())
+            if not self._closing:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _listen(self, pubsub: Any) -> None:
+        """Apply announcements until closing (a lost connection raises)."""
+        next_sync = time.monotonic() + self.resync_interval
+        while not self._closing:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+            if message is not None:
+                self._apply(message.get("data"))
+                await self._notify()
+            if time.monotonic() >= next_sync:
+                await self._resync()
+                next_sync = time.monotonic() + self.resync_interval
 
     def _apply(self, data: Any) -> None:
         if isinstance(data, bytes):
@@ -296,6 +343,12 @@ class RedisStore(StateStore):
                 await self._write_cooldown(key, until, max(int((until - now) * 1000), 1))
         for key_id in list(self._dead):
             await self._write_dead(key_id)
+
+
+async def _bounded(closing: Any) -> None:
+    """Await a close of a connection for at most :data:`CLOSE_STEP_S`; its failure changes nothing."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(closing, CLOSE_STEP_S)
 
 
 def _has_loop() -> bool:
