@@ -469,11 +469,11 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Current cooldowns (seconds remaining) and dead key ids, for ``turnout status`` and the gateway."""
+        """Current cooldowns (seconds remaining) and dead keys (id, rest, probe), for ``turnout status``."""
         now = self.factory.clock()
         store = self.factory.store
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
-            "dead_keys": sorted(store.dead_keys()),
+            "dead_keys": store.dead_keys(now),
             "profiles": sorted(self.config.profiles()),
         }

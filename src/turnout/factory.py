@@ -80,7 +80,7 @@ class Factory:
         cache_key = (profile, tuple(keys))
         pool = self._pools.get(cache_key)
         if pool is None:
-            pool = KeyPool(profile, keys, self.store)
+            pool = KeyPool(profile, keys, self.store, self.clock)
             self._pools[cache_key] = pool
         return pool
 

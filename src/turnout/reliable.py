@@ -46,7 +46,7 @@ from turnout.errors import (
     StreamTruncated,
     UnsupportedRequest,
 )
-from turnout.keys import KeyChoice, KeyPool
+from turnout.keys import KeyChoice, KeyPool, call_witness
 from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.state import MemoryStore, StateStore
@@ -501,7 +501,7 @@ class ReliableProvider(Provider):
             return "next_entry"
         if cls is ErrorClass.NON_RETRYABLE:
             if is_dead_key_error(exc) and choice.key_id is not None:
-                await self.store.mark_dead(choice.key_id)
+                await entry.keys.report_auth_failure(choice.key_id, witness=call_witness(walk.scope or walk))
                 if entry.keys.rotates and not entry.keys.all_dead():
                     return "next_key"
             return "next_entry"

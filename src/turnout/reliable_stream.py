@@ -128,4 +128,4 @@ async def _note_failure(
         elif len(owner.entries) > 1:
             await owner.cool_down(entry.profile, hint)
     elif cls is ErrorClass.NON_RETRYABLE and key_id is not None and is_dead_key_error(exc):
-        await owner.store.mark_dead(key_id)
+        await entry.keys.report_auth_failure(key_id, witness=f"{id(exc)}@{owner.clock()}")

@@ -1,7 +1,8 @@
-"""Cooldowns and dead keys shared between processes through Redis.
+"""Cooldowns and rejected keys shared between processes through Redis.
 
 Reads never touch the network: the walk reads a local mirror. Writes update the mirror at once, then
-Redis (a cooldown is a key whose TTL is the cooldown; dead keys are a set) and announce themselves on a
+Redis (a cooldown is a key whose TTL is the cooldown; a rejected key's record is a key whose TTL is the time
+the record means something, see :mod:`turnout.state.dead_keys`) and announce themselves on a
 pub/sub channel; every process applies announcements to its mirror as they arrive and resynchronises the
 whole mirror on (re)connection and every few seconds.
 
@@ -12,7 +13,12 @@ every wait, so closing never hangs, whether Redis is up, down or not answering.
 
 If Redis becomes unreachable, nothing fails: the walk keeps using the local mirror, a warning is logged
 once per outage and :attr:`RedisStore.errors` counts failed operations. When Redis returns, the mirror's
-active cooldowns and dead keys are written back and sharing resumes.
+active cooldowns and key records are written back and sharing resumes.
+
+A rejection is recorded in a transaction (``WATCH``/``MULTI``) that applies the one policy of
+:func:`~turnout.state.dead_keys.rejected` to the shared record, so two processes that each see one rejection
+of a key confirm it between them. A probe is taken in the local mirror at once (the pick is synchronous) and
+announced right after, so other processes skip the key while it is probed.
 
 Key rotation positions stay per process (they would otherwise cost a round trip per attempt).
 """
@@ -21,15 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
 from turnout.state.base import StateStore
+from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger
 
 log = logging.getLogger("turnout.state")
 
@@ -79,7 +87,8 @@ class RedisStore(StateStore):
         self.command_timeout = command_timeout
         self.channel = f"{prefix}events"
         self._cooldowns: dict[str, float] = {}
-        self._dead: set[str] = set()
+        self._keys: dict[str, KeyHealth] = {}
+        self._announcing: set[asyncio.Task[None]] = set()
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
         self._script: Any = None
@@ -125,20 +134,47 @@ class RedisStore(StateStore):
             del self._cooldowns[key]
         return dict(self._cooldowns)
 
-    def is_dead(self, key_id: str) -> bool:
+    def key_health(self, key_id: str) -> KeyHealth | None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
-        return key_id in self._dead
+        return self._keys.get(key_id)
 
-    async def mark_dead(self, key_id: str) -> None:
-        """See :class:`~turnout.state.base.StateStore`."""
+    async def report_auth_failure(self, key_id: str, *, witness: str, now: float) -> KeyHealth:
+        """See :class:`~turnout.state.base.StateStore` (applied to the shared record when Redis is reachable)."""
         self._ensure_started()
-        self._dead.add(key_id)
-        await self._guard(self._write_dead(key_id))
 
-    def dead_keys(self) -> frozenset[str]:
+        def change(current: KeyHealth | None) -> KeyHealth:
+            return rejected(current, key_id, witness, now)
+
+        health = self._keys[key_id] = change(self._keys.get(key_id))
+        if self.connected and not self._closing:
+            try:
+                health = self._keys[key_id] = await self._update_key(key_id, change)
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+        return health
+
+    def claim_probe(self, key_id: str, now: float) -> bool:
+        """See :class:`~turnout.state.base.StateStore` (taken locally, then announced to the other processes)."""
+        health = self._keys.get(key_id)
+        if health is None or health.state(now) != "probe_due":
+            return False
+        probing = self._keys[key_id] = health.probing(now)
+        if self.connected and not self._closing:
+
+            def change(current: KeyHealth | None) -> KeyHealth:
+                if current is not None and current.state(now) != "probe_due":
+                    return current  # another process took the probe (or the key changed) first
+                return probing
+
+            task = asyncio.get_running_loop().create_task(self._guard(self._update_key(key_id, change)))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
+        return True
+
+    def key_records(self) -> list[KeyHealth]:
         """See :class:`~turnout.state.base.StateStore`."""
-        return frozenset(self._dead)
+        return list(self._keys.values())
 
     async def aclose(self) -> None:
         """Stop the background task and close the connections, each step bounded by :data:`CLOSE_STEP_S`.
@@ -147,6 +183,10 @@ class RedisStore(StateStore):
         that races the pub/sub read's own timeout can surface as a timeout, or be swallowed by it).
         """
         self._closing = True
+        for announcing in list(self._announcing):
+            announcing.cancel()
+        if self._announcing:
+            await asyncio.wait(self._announcing, timeout=CLOSE_STEP_S)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -249,9 +289,29 @@ class RedisStore(StateStore):
         await self._client().delete(self._cd_key(key))
         await self._client().publish(self.channel, f"clear 0 {key}")
 
-    async def _write_dead(self, key_id: str) -> None:
-        await self._client().sadd(f"{self.prefix}dead", key_id)
-        await self._client().publish(self.channel, f"dead 0 {key_id}")
+    def _key_key(self, key_id: str) -> str:
+        return f"{self.prefix}key:{key_id}"
+
+    async def _update_key(self, key_id: str, change: Callable[[KeyHealth | None], KeyHealth]) -> KeyHealth:
+        """Apply ``change`` to the shared record of ``key_id`` atomically; announce and return the result."""
+        name = self._key_key(key_id)
+        async with self._client().pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(name)
+                    current = decode(await pipe.get(name))
+                    health = change(current)
+                    if health == current:
+                        await pipe.unwatch()
+                        return health
+                    encoded = health.encode()
+                    pipe.multi()
+                    pipe.set(name, encoded, px=max(int((health.expires() - self.clock()) * 1000), 1))
+                    pipe.publish(self.channel, b"key " + key_id.encode() + b" " + encoded)
+                    await pipe.execute()
+                    return health
+                except WatchError:
+                    continue  # another process changed the record meanwhile: apply the change to its version
 
     async def _run(self) -> None:
         delay = 0.05
@@ -311,8 +371,10 @@ class RedisStore(StateStore):
                 self._cooldowns[key] = until
         elif kind == "clear":
             self._cooldowns.pop(key, None)
-        elif kind == "dead":
-            self._dead.add(key)
+        elif kind == "key":
+            health = decode(key)
+            if health is not None and health.key_id == value:
+                self._keys[value] = health
 
     async def _resync(self) -> None:
         client = self._client()
@@ -332,8 +394,13 @@ class RedisStore(StateStore):
             if until > now and until > fresh.get(name, 0.0):
                 fresh[name] = until
         self._cooldowns = fresh
-        members = await client.smembers(f"{self.prefix}dead")
-        self._dead |= {m.decode() if isinstance(m, bytes) else m for m in members}
+        names = [k async for k in client.scan_iter(match=f"{self.prefix}key:*", count=500)]
+        records = await client.mget(names) if names else []
+        shared = {h.key_id: h for h in map(decode, records) if h is not None and h.state(now) != "healthy"}
+        for key_id, health in self._keys.items():  # a record made while this resync ran
+            if key_id not in shared and health.state(now) != "healthy":
+                shared[key_id] = health
+        self._keys = shared
         await self._notify()
 
     async def _push_local(self) -> None:
@@ -341,8 +408,9 @@ class RedisStore(StateStore):
         for key, until in list(self._cooldowns.items()):
             if until > now:
                 await self._write_cooldown(key, until, max(int((until - now) * 1000), 1))
-        for key_id in list(self._dead):
-            await self._write_dead(key_id)
+        for key_id, local in list(self._keys.items()):
+            if local.state(now) != "healthy":
+                await self._update_key(key_id, functools.partial(stronger, local=local))
 
 
 async def _bounded(closing: Any) -> None:
