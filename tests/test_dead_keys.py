@@ -10,6 +10,7 @@ import pytest
 from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout.attribution import DispatchScope
 from turnout.config.secrets import key_id
+from turnout.errors import ProviderError
 from turnout.keys import KeyPool
 from turnout.state import MemoryStore
 from turnout.state.dead_keys import (
@@ -208,3 +209,17 @@ async def test_a_probe_that_is_not_rejected_gives_the_key_back() -> None:
     clock.now += PROBE_LEASE_S
     assert pool.pick(clock()) is not None and pool.pick(clock()) is not None
     assert store.dead_keys(clock()) == []
+
+
+async def test_a_stream_rejected_in_two_calls_kills_the_key() -> None:
+    """A stream's 401 is reported like a walk's: the first suspects the key, another call's confirms it."""
+    clock = FakeClock(now=T0)
+    store = MemoryStore()
+    r = walk(E("openai.a", "m", [Scripted(err(401))], keys=[BAD]), store=store, clock=clock)
+    for expected in ("suspected", "dead"):
+        with pytest.raises(ProviderError):
+            async for _ in r.stream(req(), "m"):
+                pass
+        health = store.key_health(key_id(BAD))
+        assert health is not None and health.state(clock()) == expected
+        clock.now += 1

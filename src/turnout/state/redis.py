@@ -160,7 +160,7 @@ class RedisStore(StateStore):
         if health is None or health.state(now) != "probe_due":
             return False
         probing = self._keys[key_id] = health.probing(now)
-        if self.connected and not self._closing:
+        if self.connected and not self._closing and _has_loop():
 
             def change(current: KeyHealth | None) -> KeyHealth:
                 if current is not None and current.state(now) != "probe_due":
