@@ -162,7 +162,7 @@ def walk(
     pools: dict[str, KeyPool] = {}
     entries = []
     for s in specs:
-        pool = pools.setdefault(s.profile, KeyPool(s.profile, list(s.keys), store))
+        pool = pools.setdefault(s.profile, KeyPool(s.profile, list(s.keys), store, clock))
         rates = Rates(input=_Rate(s.price[0]), output=_Rate(s.price[1])) if s.price else None
         entries.append(
             Entry(

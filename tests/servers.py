@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def free_port() -> int:
@@ -46,6 +49,20 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the server (SIGSTOP) for the block: the kernel still accepts connections, nothing answers.
+
+        The same as ``DEBUG SLEEP`` for a client, but it ends exactly when the block does (no waiting for a
+        sleep to run out) and needs no ``enable-debug-command``.
+        """
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
 
     def flush(self) -> None:
         with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:

@@ -18,7 +18,6 @@ from turnout.classify import (
     classify,
     classify_text,
     error_class_of,
-    is_auth_failure,
     is_dead_key_error,
     parse_duration,
     provider_error,
@@ -107,10 +106,17 @@ def test_numbers_in_text_are_never_read_as_statuses(text: str) -> None:
     [
         (ErrorFacts(status=401, message="Unauthorized"), True),
         (ErrorFacts(status=403, message="Forbidden"), True),
-        (ErrorFacts(message="invalid api key"), True),
-        (ErrorFacts(message="authentication failed"), True),
-        (ErrorFacts(message="token expired"), True),
-        (ErrorFacts(status=400, message="Bad Request: invalid api key provided"), True),
+        (ErrorFacts(status=400, error_code="invalid_api_key", message="Incorrect API key provided"), True),
+        (ErrorFacts(error_type="authentication_error", message="invalid x-api-key"), True),
+        (ErrorFacts(status=400, error_type="INVALID_ARGUMENT", reason="API_KEY_INVALID"), True),
+        (ErrorFacts(status=400, error_type="UNAUTHENTICATED"), True),
+        # free text never kills a key: it can quote the client's own input back
+        (ErrorFacts(message="invalid api key"), False),
+        (ErrorFacts(message="authentication failed"), False),
+        (ErrorFacts(message="token expired"), False),
+        (ErrorFacts(status=400, message="Bad Request: invalid api key provided"), False),
+        (ErrorFacts(status=400, message="The model `invalid api key` does not exist"), False),
+        (ErrorFacts(status=404, error_code="model_not_found", message="invalid api key"), False),
         (ErrorFacts(status=400, message="Bad Request"), False),
         (ErrorFacts(status=429, message="Too Many Requests"), False),
         (ErrorFacts(message="timeout"), False),
@@ -118,9 +124,11 @@ def test_numbers_in_text_are_never_read_as_statuses(text: str) -> None:
         (ErrorFacts(status=400, message="Invalid token count in request"), False),
     ],
 )
-def test_auth_failure_detection(facts: ErrorFacts, expected: bool) -> None:
-    """401/403 and explicit key-rejection phrases mark the key dead; 400/429/timeouts do not (#40)."""
-    assert is_auth_failure(facts) is expected
+def test_dead_key_detection(facts: ErrorFacts, expected: bool) -> None:
+    """401, 403 and a typed invalid-key type/code/reason may kill a key; message text never does."""
+    assert is_dead_key_error(facts) is expected
+    err = provider_error(facts, provider="p.q", model="m")
+    assert err.auth_failure is expected and is_dead_key_error(err) is expected
 
 
 def test_token_expired_is_not_retried() -> None:
@@ -580,11 +588,11 @@ def test_anthropic_content_filtering_block_is_a_refusal() -> None:
 
 def test_moderation_403_does_not_kill_the_key() -> None:
     """An OpenRouter 403 moderation block is non-retryable but leaves the key alive."""
-    from turnout.classify import ErrorFacts, classify, is_auth_failure
+    from turnout.classify import ErrorFacts, classify
     from turnout.errors import ErrorClass
 
     facts = ErrorFacts(status=403, message="Your input was flagged by moderation")
     assert classify(facts) is ErrorClass.NON_RETRYABLE
-    assert not is_auth_failure(facts)
+    assert not is_dead_key_error(facts)
+    assert is_dead_key_error(ErrorFacts(status=403, message="Permission denied"))
     assert not is_dead_key_error(provider_error(facts, provider="openrouter.main", model="m"))
-    assert is_auth_failure(ErrorFacts(status=403, message="Permission denied"))

@@ -146,9 +146,11 @@ class DispatchScope:
 
     Attributes:
         attempts: Every attempt, in order.
+        call_id: The call's id (it tells one call from another where a rule needs two calls to agree).
     """
 
     attempts: list[Attempt] = field(default_factory=list)
+    call_id: str | None = None
 
     def add(self, attempt: Attempt) -> None:
         """Record one attempt."""

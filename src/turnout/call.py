@@ -84,8 +84,8 @@ class Call:
         self.ledger = ledger
         self.surface = surface
         self.intra_family = intra_family
-        self.log = DispatchScope()
         self.call_id = call_id if call_id is not None else new_call_id()
+        self.log = DispatchScope(call_id=self.call_id)
         self.started = time.time()
 
     def fallback(self, served: RouteRef, entry: int) -> FallbackNotice | None:

@@ -39,16 +39,6 @@ AUTH_HINTS = (
     "invalid token",
     "token expired",
 )
-#: Phrases that say the credential itself was rejected, for statuses that do not say so (400, none).
-KEY_REJECTED_HINTS = (
-    "invalid api key",
-    "incorrect api key",
-    "api key not valid",
-    "api key expired",
-    "invalid x-api-key",
-    "authentication failed",
-    "token expired",
-)
 MODEL_NOT_FOUND_WORDS = ("not found", "unknown", "unsupported", "does not exist", "invalid")
 CONTEXT_WINDOW_HINTS = (
     "exceeds the context window",
@@ -116,9 +106,12 @@ NON_RETRYABLE_TYPES = frozenset(
         "request_too_large",
     }
 )
-AUTH_TYPES = frozenset(
-    {"authentication_error", "permission_error", "invalid_api_key", "unauthenticated", "permission_denied"}
-)
+#: Error types and codes that say the credential is invalid, whatever the status (OpenAI ``invalid_api_key``,
+#: Anthropic ``authentication_error``, Google ``UNAUTHENTICATED``). Permission errors are not here: they say
+#: what a key may do, and arrive as a 403 when they concern the key.
+KEY_INVALID_TYPES = frozenset({"authentication_error", "invalid_api_key", "unauthenticated"})
+#: Gemini ``ErrorInfo.reason`` values that say the key is invalid.
+KEY_INVALID_REASONS = frozenset({"api_key_invalid", "api_key_expired"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,23 +193,14 @@ def _refusal(status: int | None, code: str, reason: str, text: str) -> bool:
     return status in (None, 400) and _has(text, REFUSAL_HINTS)
 
 
-def is_auth_failure(facts: ErrorFacts) -> bool:
-    """The credential itself was rejected: the key is dead for this process."""
-    code, etype, reason, text = _lowered(facts)
-    return _auth_failure(facts.status, code, etype, reason, text)
-
-
-def _auth_failure(status: int | None, code: str, etype: str, reason: str, text: str) -> bool:
+def _key_rejected(status: int | None, code: str, etype: str, reason: str, text: str) -> bool:
+    """The rule of :func:`is_dead_key_error`, on lowercased facts (computed once per failure)."""
     if status == 401:
         return True
     if status == 403:  # a moderation block (OpenRouter) says nothing about the key
         return not _has(text, MODERATION_HINTS)
-    if reason in ("api_key_invalid", "api_key_expired"):
-        return True
-    if etype in AUTH_TYPES or code in AUTH_TYPES:
-        return True
-    # Some providers reject a bad key with a plain 400 (or say so in text only): last resort, strong phrases.
-    return status in (None, 400) and _has(text, KEY_REJECTED_HINTS)
+    # Typed facts only: free text can quote the client's own input ("invalid api key" in a model name).
+    return reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
 
 
 def _has_retry_hint(facts: ErrorFacts) -> bool:
@@ -410,7 +394,7 @@ def provider_error(
         error_code=facts.error_code,
         retry_after=retry_after_seconds(facts),
         request_id=request_id or headers.get("x-request-id") or headers.get("request-id"),
-        auth_failure=_auth_failure(facts.status, code, etype, reason, text),
+        auth_failure=_key_rejected(facts.status, code, etype, reason, text),
     )
 
 
@@ -425,9 +409,14 @@ def error_class_of(exc: BaseException) -> ErrorClass:
     return classify_text(str(exc))
 
 
-def is_dead_key_error(exc: BaseException) -> bool:
-    """The failure means the credential used is invalid (:attr:`ProviderError.auth_failure`, SPEC 6.8).
+def is_dead_key_error(failure: BaseException | ErrorFacts) -> bool:
+    """The provider rejected the credential itself (SPEC 6.8): the one rule that may kill a key.
 
-    The typed fact alone decides: a bare 403 status would also kill a key on a moderation block.
+    401; a 403 that is not a moderation block; or an error whose type, code or Gemini reason says the key
+    is invalid (``invalid_api_key``, ``authentication_error``, ``UNAUTHENTICATED``, ``API_KEY_INVALID``).
+    Never message text, which can echo the client's input. For an exception this is its ``auth_failure``,
+    which :func:`provider_error` sets by the same rule.
     """
-    return isinstance(exc, ProviderError) and exc.auth_failure
+    if isinstance(failure, ErrorFacts):
+        return _key_rejected(failure.status, *_lowered(failure))
+    return isinstance(failure, ProviderError) and failure.auth_failure

@@ -352,8 +352,18 @@ def status(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         out.print("cooldowns live in each process; ask a running gateway: GET /status", markup=False)
     for key, secs in body["cooldowns"].items():
         out.print(f"  cooling  {key}  {secs:.1f}s left", markup=False)
-    for kid in body["dead_keys"]:
-        out.print(f"  dead key {kid}", markup=False)
+    for dead in body["dead_keys"]:
+        out.print(f"  dead key {_dead_key_line(dead)}", markup=False)
+
+
+def _dead_key_line(dead: dict[str, Any]) -> str:
+    """One dead key for the terminal: its id, where it stands, and when one request probes it."""
+    line = f"{dead['key_id']}  {dead['state']}  strikes={dead['strikes']}"
+    if dead["state"] == "dead":
+        return f"{line}  probed in {dead['remaining_seconds']:.0f}s"
+    if dead["state"] == "probing":
+        return f"{line}  one request is probing it"
+    return f"{line}  the next request probes it"
 
 
 async def _status(cfg: Config) -> dict[str, Any]:
@@ -370,7 +380,7 @@ async def _status(cfg: Config) -> dict[str, Any]:
             "backend": "redis",
             "connected": store.connected,
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
-            "dead_keys": sorted(store.dead_keys()),
+            "dead_keys": store.dead_keys(now),
         }
     finally:
         await store.aclose()

@@ -120,6 +120,7 @@ class Client:
         return cls(load_config_dict(mapping), **options)
 
     async def __aenter__(self) -> Client:
+        await self.factory.start()
         return self
 
     async def __aexit__(
@@ -333,12 +334,12 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Current cooldowns (seconds remaining) and dead key ids, for ``turnout status`` and the gateway."""
+        """Current cooldowns (seconds remaining) and dead keys (id, rest, probe), for ``turnout status``."""
         now = self.factory.clock()
         store = self.factory.store
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
-            "dead_keys": sorted(store.dead_keys()),
+            "dead_keys": store.dead_keys(now),
             "profiles": sorted(self.config.profiles()),
         }
 

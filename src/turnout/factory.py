@@ -80,7 +80,7 @@ class Factory:
         cache_key = (profile, tuple(keys))
         pool = self._pools.get(cache_key)
         if pool is None:
-            pool = KeyPool(profile, keys, self.store)
+            pool = KeyPool(profile, keys, self.store, self.clock)
             self._pools[cache_key] = pool
         return pool
 
@@ -157,6 +157,10 @@ class Factory:
             router = self.router_for_plan(build_plan(self.config, profile=profile, model=model))
             self._routers[cache_key] = router
         return router
+
+    async def start(self) -> None:
+        """Load the shared cooldown and key state before the first call (bounded; see :meth:`StateStore.start`)."""
+        await self.store.start()
 
     async def aclose(self) -> None:
         """Close the shared HTTP session and the state store."""

@@ -1,18 +1,26 @@
 """Key pools and rotation: every attempt is bound to one concrete credential.
 
-A profile's pool rotates round-robin over its keys, skipping dead keys (rejected with 401/403) and keys
-cooling down after a rate limit. With more than one key, a rate limit cools down that key alone (cooldown
-key ``family.alias#<key id>``) and the retry uses the next key; the profile itself cools down only when no
-key is left. Keys are never stored in the state store or logs: only their ids (SHA-256 prefixes).
+A profile's pool rotates round-robin over its keys, skipping dead keys and keys cooling down after a rate
+limit. With more than one key, a rate limit cools down that key alone (cooldown key
+``family.alias#<key id>``) and the retry uses the next key; the profile itself cools down only when no key
+is left. Keys are never stored in the state store or logs: only their ids (SHA-256 prefixes).
+
+A key is dead only when another call confirms its rejection, and rests before one request probes it again
+(:mod:`turnout.state.dead_keys` decides; the pool reports rejections, hands out the probe and logs both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from turnout.config.secrets import key_id
 from turnout.state.base import StateStore
+from turnout.state.dead_keys import KeyHealth
+
+log = logging.getLogger("turnout.keys")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +37,17 @@ class KeyPool:
     Args:
         profile: The profile name, ``family.alias``.
         keys: The credentials in rotation order (empty for a keyless profile).
-        store: Where cooldowns and dead keys live.
+        store: Where cooldowns and key rejections live.
+        clock: Wall clock (seconds), the walk's.
     """
 
-    __slots__ = ("_choices", "_cooldown_keys", "_next", "ids", "profile", "rotates", "store")
+    __slots__ = ("_choices", "_cooldown_keys", "_next", "clock", "ids", "profile", "rotates", "store")
 
-    def __init__(self, profile: str, keys: Sequence[str], store: StateStore) -> None:
+    def __init__(
+        self, profile: str, keys: Sequence[str], store: StateStore, clock: Callable[[], float] = time.time
+    ) -> None:
         self.profile = profile
+        self.clock = clock
         self.ids: tuple[str, ...] = tuple(key_id(k) for k in keys)
         self.store = store
         #: Whether there is more than one key to rotate between.
@@ -49,10 +61,25 @@ class KeyPool:
         """The cooldown key of one credential."""
         return self._cooldown_keys.get(kid) or f"{self.profile}#{kid}"
 
+    def _alive(self, kid: str, now: float) -> bool:
+        """Not dead: never rejected, suspected, healthy again, or dead with its probe free to take."""
+        health = self.store.key_health(kid)
+        return health is None or health.state(now) in ("healthy", "suspected", "probe_due")
+
+    def _take(self, kid: str, health: KeyHealth, now: float) -> bool:
+        """Whether this pick may use a key with a rejection record (taking its probe when one is due)."""
+        state = health.state(now)
+        if state == "probe_due":
+            if not self.store.claim_probe(kid, now):
+                return False
+            log.warning("key %s of profile %s: its rest is over; one request probes it", kid, self.profile)
+            return True
+        return state in ("healthy", "suspected")
+
     def usable(self, index: int, now: float) -> bool:
         """The key at ``index`` is neither dead nor (in a rotating pool) cooling down."""
         kid = self.ids[index]
-        if self.store.is_dead(kid):
+        if not self._alive(kid, now):
             return False
         return not (self.rotates and self.store.cooldown_until(self._cooldown_keys[kid], now) is not None)
 
@@ -60,12 +87,19 @@ class KeyPool:
         """The next usable key in rotation order; None when every key is dead or cooling down."""
         n = len(self.ids)
         if n <= 1:
-            if n == 0 or not self.store.is_dead(self.ids[0]):
+            if n == 0:
+                return self._choices[0]
+            health = self.store.key_health(self.ids[0])
+            if health is None or self._take(self.ids[0], health, now):
                 return self._choices[0]
             return None
         for step in range(n):
             i = (self._next + step) % n
             if self.usable(i, now):
+                kid = self.ids[i]
+                health = self.store.key_health(kid)
+                if health is not None and not self._take(kid, health, now):
+                    continue
                 self._next = (i + 1) % n
                 return self._choices[i]
         return None
@@ -78,20 +112,47 @@ class KeyPool:
         """Whether a key other than the one at ``index`` can be used now."""
         return any(self.usable(i, now) for i in range(len(self.ids)) if i != index)
 
-    def other_live(self, index: int) -> bool:
+    def other_live(self, index: int, now: float) -> bool:
         """Whether a key other than the one at ``index`` is not dead."""
-        return any(not self.store.is_dead(kid) for i, kid in enumerate(self.ids) if i != index)
+        return any(self._alive(kid, now) for i, kid in enumerate(self.ids) if i != index)
 
     def soonest_key_free(self, now: float) -> float | None:
         """When the first cooling (not dead) key becomes usable again, if any is cooling."""
         ends = [
             until
             for kid in self.ids
-            if not self.store.is_dead(kid)
-            and (until := self.store.cooldown_until(self.key_cooldown(kid), now)) is not None
+            if self._alive(kid, now) and (until := self.store.cooldown_until(self.key_cooldown(kid), now)) is not None
         ]
         return min(ends) if ends else None
 
     def all_dead(self) -> bool:
-        """Every key of the pool was rejected."""
-        return bool(self.ids) and all(self.store.is_dead(k) for k in self.ids)
+        """Every key of the pool is dead (rejected and confirmed, resting or probed by another request)."""
+        now = self.clock()
+        return bool(self.ids) and not any(self._alive(k, now) for k in self.ids)
+
+    async def report_auth_failure(self, kid: str, *, witness: str) -> None:
+        """The provider rejected the key ``kid`` in the call ``witness``: record it, and log what it changed.
+
+        A first rejection makes the key suspected; a rejection from another call makes it dead for a rest,
+        after which one request probes it (:mod:`turnout.state.dead_keys`).
+        """
+        now = self.clock()
+        before = self.store.key_health(kid)
+        after = await self.store.report_auth_failure(kid, witness=witness, now=now)
+        if after == before:
+            return
+        if after.strikes == 0:
+            log.warning(
+                "key %s of profile %s was rejected by the provider; it dies if another call confirms it",
+                kid,
+                self.profile,
+            )
+        else:
+            log.warning(
+                "key %s of profile %s is dead (rejected by the provider, %d confirmation(s)); "
+                "one request probes it in %.0fs",
+                kid,
+                self.profile,
+                after.strikes,
+                max(after.dead_until - now, 0.0),
+            )

@@ -19,6 +19,7 @@ Every attempt is recorded in the call's :class:`~turnout.attribution.DispatchSco
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -65,6 +66,8 @@ MAX_COOLDOWN_S = 60.0
 DEFAULT_COOLDOWN_S = 10.0
 
 T = TypeVar("T")
+
+_walk_numbers = itertools.count(1)
 
 #: Event kinds that are output: the first batch holding one marks the time to first token.
 _OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
@@ -468,7 +471,7 @@ class ReliableProvider(Provider):
                 single_entry=len(self.entries) == 1,
                 rotates=rotates,
                 other_key_usable=rotates and pool.other_usable(choice.index, now),
-                other_key_live=rotates and pool.other_live(choice.index),
+                other_key_live=rotates and pool.other_live(choice.index, now),
                 refusal_fallback=entry.refusal_fallback,
                 larger_entry_remains=larger,
             ),
@@ -481,7 +484,7 @@ class ReliableProvider(Provider):
         if action.cool_profile:
             await self.cool_down(entry.profile, hint)
         if action.report_key and kid is not None:
-            await self.store.mark_dead(kid)
+            await pool.report_auth_failure(kid, witness=walk.witness)
         return action
 
 
@@ -499,7 +502,7 @@ async def _answer(provider: Provider, request: ChatRequest, model: str, temperat
 class _Walk:
     """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
 
-    __slots__ = ("attempts", "last_failure", "limits", "log", "owner", "requested", "try_number")
+    __slots__ = ("attempts", "last_failure", "limits", "log", "owner", "requested", "try_number", "witness")
 
     def __init__(
         self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits | None
@@ -513,6 +516,8 @@ class _Walk:
         self.last_failure: tuple[Exception, Action] | None = None
         #: The try number of the last try (1-based).
         self.try_number = 0
+        #: What tells this walk's call from others (a key dies only when two calls agree it was rejected).
+        self.witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""

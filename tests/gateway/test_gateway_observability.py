@@ -59,21 +59,34 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 async def test_status_shows_cooldowns_dead_keys_and_recent_attempts() -> None:
-    """/status lists profiles and routes, cooldowns with remaining seconds, dead key ids and attempt counts."""
+    """/status lists profiles and routes, cooldowns with remaining seconds, dead keys with their rest, and counts."""
     fleet = Fleet(anthropic__prod=[err(401, "bad key")], openai__backup=[err(429, headers={"retry-after": "30"})])
     async with served(fleet) as (server, clock):
         await post(server, "/v1/chat/completions", CHAT)
-        clock.now += 5
+        clock.now += 1
+        await post(server, "/v1/chat/completions", CHAT)  # another call: the keys' rejections are confirmed
+        dead_at = clock.now
+        clock.now += 4
         status = (await get(server, "/status")).json()
     assert [p["name"] for p in status["profiles"]] == ["anthropic.prod", "openai.backup"]
     assert [p["cooling_down"] for p in status["profiles"]] == [False, True]
     assert status["routes"] == [{"hint": "hint:cheap", "provider": "openai.backup", "model": "gpt-4.1"}]
-    assert status["dead_keys"] == sorted([key_id("sk-ant-POOL-1"), key_id("sk-ant-POOL-2")])
+    assert status["dead_keys"] == [
+        {
+            "key_id": kid,
+            "state": "dead",
+            "strikes": 1,
+            "dead_until": dead_at + 60.0,
+            "remaining_seconds": 56.0,
+            "probe_until": None,
+        }
+        for kid in sorted([key_id("sk-ant-POOL-1"), key_id("sk-ant-POOL-2")])
+    ]
     assert status["cooldowns"] == [
         {"key": "openai.backup", "profile": "openai.backup", "key_id": None, "remaining_seconds": 25.0}
     ]
-    assert status["recent_attempts"]["by_outcome"] == {"non_retryable": 2, "rate_limited": 1}
-    assert status["recent_attempts"]["by_provider"]["openai.backup"] == {"rate_limited": 1}
+    assert status["recent_attempts"]["by_outcome"] == {"cooldown_skip": 1, "non_retryable": 4, "rate_limited": 1}
+    assert status["recent_attempts"]["by_provider"]["openai.backup"] == {"cooldown_skip": 1, "rate_limited": 1}
     assert status["status"] == "ok"
     assert "sk-" not in orjson.dumps(status).decode()
 

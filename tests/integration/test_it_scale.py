@@ -92,6 +92,23 @@ async def test_a_429_seen_by_one_client_makes_the_other_skip_the_profile(sim: Si
     ]
 
 
+async def test_a_client_started_later_skips_a_shared_cooldown_on_its_first_call(
+    sim: Simulator, clients: Clients, redis_url: str
+) -> None:
+    """``async with Client(...)`` loads the shared state: its very first call skips what another cooled down."""
+    (one,) = await clients(1)
+    assert [a.outcome for a in (await one.chat("hi")).attempts] == ["rate_limited", "ok"]
+    prefix = store(one).prefix
+    async with client(shared_config(sim, redis_url, prefix)) as late:  # no explicit start: entering is enough
+        first = await late.chat("hi")
+    assert trail(first.attempts) == [
+        ("openai.main", "sim-429-ra5", "cooldown_skip", None),
+        ("openai.spare", "sim-ok-t2", "ok", None),
+    ]
+    log = await sim.wait_for_log(3)
+    assert [e.model for e in log].count("sim-429-ra5") == 1
+
+
 async def test_a_shared_cooldown_expires_on_time(sim: Simulator, clients: Clients) -> None:
     """A 0.4 s Retry-After cools the profile for 0.4 s in both clients; then both use it again."""
     one, two = await clients(model="sim-429-ra0.4-then-ok")
@@ -119,23 +136,38 @@ async def test_a_shared_cooldown_expires_on_time(sim: Simulator, clients: Client
     ]
 
 
-async def test_a_dead_key_is_skipped_by_both_clients(sim: Simulator, clients: Clients) -> None:
-    """A key rejected with 401 in one client is never sent again by either."""
+async def test_a_key_rejected_by_two_clients_is_dead_for_both(sim: Simulator, clients: Clients) -> None:
+    """One client's 401 only suspects the key; the other client's 401 confirms it, and neither sends it again."""
     dead, live = "sk-it-dead-0001", "sk-it-live-0002"
-    one, two = await clients(model="sim-auth-then-ok", key=None, api_keys=[dead, live])
+    # the upstream answers 401, ok, 401, ok, then ok: what a rejected key and a live one get, two calls running
+    one, two = await clients(model="sim-auth-then-ok-then-auth-then-ok", key=None, api_keys=[dead, live])
     first = await one.chat("hi")
     assert [(a.outcome, a.status, a.key_id) for a in first.attempts] == [
         ("non_retryable", 401, key_id(dead)),
         ("ok", None, key_id(live)),
     ]
-    s2 = store(two)
-    assert await s2.wait_until(lambda: s2.is_dead(key_id(dead)), within=2.0)
-    assert two.status()["dead_keys"] == [key_id(dead)]
+    s1, s2 = store(one), store(two)
+    assert await s2.wait_until(lambda: s2.key_health(key_id(dead)) is not None, within=2.0)
+    assert two.status()["dead_keys"] == []
+    second = await two.chat("hi")  # another call (another process): the shared record confirms it
+    assert [(a.outcome, a.key_id) for a in second.attempts] == [
+        ("non_retryable", key_id(dead)),
+        ("ok", key_id(live)),
+    ]
+    assert await s1.wait_until(lambda: one.status()["dead_keys"] != [], within=2.0)
+    for c in (one, two):
+        (entry,) = c.status()["dead_keys"]
+        assert (entry["key_id"], entry["state"], entry["strikes"]) == (key_id(dead), "dead", 1)
     for c in (two, one, two):
         reply = await c.chat("hi")
         assert [(a.outcome, a.key_id) for a in reply.attempts] == [("ok", key_id(live))]
-    log = await sim.wait_for_log(5)
-    assert [(e.outcome, e.key_id) for e in log] == [("status:401", key_id(dead))] + [("ok", key_id(live))] * 4
+    log = await sim.wait_for_log(7)
+    assert [(e.outcome, e.key_id) for e in log] == [
+        ("status:401", key_id(dead)),
+        ("ok", key_id(live)),
+        ("status:401", key_id(dead)),
+        ("ok", key_id(live)),
+    ] + [("ok", key_id(live))] * 3
 
 
 async def test_requests_survive_a_redis_outage_and_sharing_resumes(

@@ -251,8 +251,8 @@ async def test_quota_exhausted_is_not_retried(sim: Simulator, family: str) -> No
 
 
 @each_family
-async def test_rejected_key_is_dead_and_never_sent_again(sim: Simulator, family: str) -> None:
-    """A rejected key (401) moves on at once and marks the key dead: the next call does not send it upstream."""
+async def test_rejected_key_is_dead_once_another_call_confirms_it(sim: Simulator, family: str) -> None:
+    """A rejected key (401) moves on at once; rejected again by another call it is dead and no longer sent."""
     main, spare = f"{family}.main", f"{family}.spare"
     spare_key = "sk-it-spare-key-0002"
     status = 400 if family == "gemini" else 401  # Gemini rejects a bad key with 400 API_KEY_INVALID
@@ -266,12 +266,18 @@ async def test_rejected_key_is_dead_and_never_sent_again(sim: Simulator, family:
         first = await c.chat("hello there")
         assert trail(first.attempts) == [(main, "sim-auth", "non_retryable", status), (spare, "sim-ok-t1", "ok", None)]
         assert first.attempts[0].key_id == KID
-        assert c.status()["dead_keys"] == [KID]
+        assert c.status()["dead_keys"] == []  # one call's word is not enough
         second = await c.chat("hello again")
-    assert trail(second.attempts) == [(main, "sim-auth", "non_retryable", None), (spare, "sim-ok-t1", "ok", None)]
-    assert second.attempts[0].detail == "no_live_key"
-    log = await sim.wait_for_log(3)
+        assert trail(second.attempts) == trail(first.attempts)
+        (dead,) = c.status()["dead_keys"]
+        assert (dead["key_id"], dead["state"], dead["strikes"]) == (KID, "dead", 1)
+        third = await c.chat("and again")
+    assert trail(third.attempts) == [(main, "sim-auth", "non_retryable", None), (spare, "sim-ok-t1", "ok", None)]
+    assert third.attempts[0].detail == "no_live_key"
+    log = await sim.wait_for_log(5)
     assert [(e.model, e.outcome, e.key_id) for e in log] == [
+        ("sim-auth", f"status:{status}", KID),
+        ("sim-ok-t1", "ok", key_id(spare_key)),
         ("sim-auth", f"status:{status}", KID),
         ("sim-ok-t1", "ok", key_id(spare_key)),
         ("sim-ok-t1", "ok", key_id(spare_key)),

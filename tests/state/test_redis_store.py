@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
+from pathlib import Path
 
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from servers import RedisServer
+from turnout.cli import app
 from turnout.state.redis import RedisStore
 
 pytestmark = pytest.mark.redis
 
 
+async def kill(store: RedisStore, kid: str) -> None:
+    """Two calls report the key rejected: it is dead."""
+    await store.report_auth_failure(kid, witness="call-1", now=time.time())
+    await store.report_auth_failure(kid, witness="call-2", now=time.time())
+
+
+def is_dead(store: RedisStore, kid: str) -> bool:
+    return [d["key_id"] for d in store.dead_keys(time.time())] == [kid]
+
+
 async def test_two_stores_share_cooldowns_and_dead_keys(redis_url: str) -> None:
-    """A cooldown and a dead key set through one store appear in the other's mirror."""
+    """A cooldown and a key's rejections set through one store appear in the other's mirror."""
     a, b = RedisStore(redis_url, prefix="t1:"), RedisStore(redis_url, prefix="t1:")
     try:
         await a.start()
         await b.start()
         until = time.time() + 30
         await a.set_cooldown("openai.main", until)
-        await a.mark_dead("deadbeef")
+        await kill(a, "deadbeef")
         assert await b.wait_until(lambda: b.cooldown_until("openai.main", time.time()) == until, within=5)
-        assert await b.wait_until(lambda: b.is_dead("deadbeef"), within=5)
+        assert await b.wait_until(lambda: is_dead(b, "deadbeef"), within=5)
         assert b.cooldowns(time.time()) == {"openai.main": until}
     finally:
         await a.aclose()
@@ -72,7 +88,7 @@ async def test_redis_outage_keeps_working_then_resumes(redis_url: str, redis_ser
         redis_server.stop()
         until = time.time() + 30
         await a.set_cooldown("anthropic.prod", until)  # must not raise
-        await a.mark_dead("cafebabe")
+        await kill(a, "cafebabe")
         assert a.cooldown_until("anthropic.prod", time.time()) == until
         assert await a.wait_until(lambda: not a.connected, within=5)
         assert a.errors >= 1
@@ -80,7 +96,73 @@ async def test_redis_outage_keeps_working_then_resumes(redis_url: str, redis_ser
         assert await a.wait_until(lambda: a.connected, within=10)
         await b.start()
         assert await b.wait_until(lambda: b.cooldown_until("anthropic.prod", time.time()) == until, within=5)
-        assert b.is_dead("cafebabe")
+        assert is_dead(b, "cafebabe")
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_two_processes_each_seeing_one_rejection_confirm_it_between_them(redis_url: str) -> None:
+    """One rejection in each of two processes is a confirmation: the shared record is updated atomically."""
+    a, b = RedisStore(redis_url, prefix="t5:"), RedisStore(redis_url, prefix="t5:")
+    try:
+        await a.start()
+        await b.start()
+        first = await a.report_auth_failure("0badc0de", witness="a-1", now=time.time())
+        assert first.strikes == 0
+        second = await b.report_auth_failure("0badc0de", witness="b-1", now=time.time())  # b's mirror may lag
+        assert second.strikes == 1
+        assert await a.wait_until(lambda: is_dead(a, "0badc0de"), within=5)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_probe_taken_in_one_process_is_skipped_by_the_others(redis_url: str) -> None:
+    """When a dead key's rest is over, one process takes the probe and the others see it taken."""
+    a, b = RedisStore(redis_url, prefix="t6:"), RedisStore(redis_url, prefix="t6:")
+    try:
+        await a.start()
+        await b.start()
+        past = time.time() - 3600  # confirmed an hour ago: its first rest is over
+        await a.report_auth_failure("feedf00d", witness="x", now=past)
+        await a.report_auth_failure("feedf00d", witness="y", now=past)
+        assert await b.wait_until(lambda: b.key_health("feedf00d") is not None, within=5)
+        now = time.time()
+        assert a.claim_probe("feedf00d", now)
+        assert not a.claim_probe("feedf00d", now)
+        assert await b.wait_until(lambda: b.dead_keys(time.time())[0]["state"] == "probing", within=5)
+        assert not b.claim_probe("feedf00d", time.time())
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_status_shows_dead_keys_with_their_rest(redis_url: str, tmp_path: Path, as_json: bool) -> None:
+    """``turnout status`` reads dead keys from Redis and shows each one's state, strikes and rest, by id only."""
+
+    async def confirm() -> None:
+        store = RedisStore(redis_url, prefix="t7:")
+        try:
+            await store.start()
+            await kill(store, "a1b2c3d4")
+        finally:
+            await store.aclose()
+
+    asyncio.run(confirm())
+    path = tmp_path / "turnout.toml"
+    path.write_text(
+        'default_provider = "openai.main"\n[providers.models.openai.main]\napi_key = "sk-never-shown"\nmodel = "m"\n'
+        f'[state]\nbackend = "redis"\nurl = "{redis_url}"\nkey_prefix = "t7:"\n'
+    )
+    args = ["status", "--config", str(path), *(["--json"] if as_json else [])]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "sk-never-shown" not in result.output
+    if as_json:
+        (dead,) = orjson.loads(result.output)["dead_keys"]
+        assert (dead["key_id"], dead["state"], dead["strikes"]) == ("a1b2c3d4", "dead", 1)
+        assert 59 < dead["remaining_seconds"] <= 60
+    else:
+        assert re.search(r"dead key a1b2c3d4  dead  strikes=1  probed in (59|60)s", result.output)

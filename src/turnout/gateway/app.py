@@ -148,9 +148,7 @@ class Gateway:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
-        start = getattr(self.client.factory.store, "start", None)
-        if start is not None:  # a shared store (Redis): load the shared state before serving
-            await start()
+        await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
         self._warm_up()
 
     def _warm_up(self) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
+
+from turnout.state.dead_keys import DEAD_STATES, KeyHealth
 
 
 class StateStore(ABC):
-    """Cooldowns (by key: ``family.alias`` or ``family.alias#<key id>``) and dead keys.
+    """Cooldowns (by key: ``family.alias`` or ``family.alias#<key id>``) and rejected credentials (by key id).
 
     Deadlines are wall-clock Unix seconds so several processes can share them.
     """
@@ -28,16 +31,36 @@ class StateStore(ABC):
         """Every active cooldown: key → deadline."""
 
     @abstractmethod
-    def is_dead(self, key_id: str) -> bool:
-        """Whether a credential was rejected (401/403) and must not be used again."""
+    def key_health(self, key_id: str) -> KeyHealth | None:
+        """What is known about a credential's rejections (None: nothing; read on every pick, so no I/O)."""
 
     @abstractmethod
-    async def mark_dead(self, key_id: str) -> None:
-        """Mark a credential dead for the life of the process (or of the shared store)."""
+    async def report_auth_failure(self, key_id: str, *, witness: str, now: float) -> KeyHealth:
+        """Record that the provider rejected a credential in the call ``witness``; returns the new record.
+
+        The policy (suspected, confirmed dead by another call, probed after a rest) is
+        :func:`turnout.state.dead_keys.rejected`; the store keeps the records, and a shared store shares them.
+        """
 
     @abstractmethod
-    def dead_keys(self) -> frozenset[str]:
-        """Every dead key id."""
+    def claim_probe(self, key_id: str, now: float) -> bool:
+        """Take the one probe of a dead key whose rest is over; False when it is not due or already taken."""
+
+    @abstractmethod
+    def key_records(self) -> list[KeyHealth]:
+        """Every record of a rejected credential (some may describe keys that are healthy again)."""
+
+    def dead_keys(self, now: float) -> list[dict[str, Any]]:
+        """The dead keys at ``now``, by id, with their rest and probe (for ``/status`` and ``turnout status``)."""
+        return [
+            h.describe(now) for h in sorted(self.key_records(), key=lambda h: h.key_id) if h.state(now) in DEAD_STATES
+        ]
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load the shared state before the first call (a store kept in this process has none to load).
+
+        Bounded in time and never raises: a store that cannot reach its backend goes on with the local view.
+        """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
-        """Release connections."""
+        """Release connections (bounded in time)."""

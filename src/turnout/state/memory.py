@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from turnout.state.base import StateStore
+from turnout.state.dead_keys import KeyHealth, rejected
 
 
 class MemoryStore(StateStore):
-    """Cooldowns and dead keys in dictionaries; expired cooldowns are pruned when read."""
+    """Cooldowns and rejected keys in dictionaries; expired cooldowns are pruned when read."""
 
     def __init__(self) -> None:
         self._cooldowns: dict[str, float] = {}
-        self._dead: set[str] = set()
+        self._keys: dict[str, KeyHealth] = {}
 
     def cooldown_until(self, key: str, now: float) -> float | None:
         """See :class:`~turnout.state.base.StateStore`."""
@@ -38,14 +39,23 @@ class MemoryStore(StateStore):
             del self._cooldowns[key]
         return dict(self._cooldowns)
 
-    def is_dead(self, key_id: str) -> bool:
+    def key_health(self, key_id: str) -> KeyHealth | None:
         """See :class:`~turnout.state.base.StateStore`."""
-        return key_id in self._dead
+        return self._keys.get(key_id)
 
-    async def mark_dead(self, key_id: str) -> None:
+    async def report_auth_failure(self, key_id: str, *, witness: str, now: float) -> KeyHealth:
         """See :class:`~turnout.state.base.StateStore`."""
-        self._dead.add(key_id)
+        health = self._keys[key_id] = rejected(self._keys.get(key_id), key_id, witness, now)
+        return health
 
-    def dead_keys(self) -> frozenset[str]:
+    def claim_probe(self, key_id: str, now: float) -> bool:
         """See :class:`~turnout.state.base.StateStore`."""
-        return frozenset(self._dead)
+        health = self._keys.get(key_id)
+        if health is None or health.state(now) != "probe_due":
+            return False
+        self._keys[key_id] = health.probing(now)
+        return True
+
+    def key_records(self) -> list[KeyHealth]:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return list(self._keys.values())

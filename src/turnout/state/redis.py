@@ -1,13 +1,24 @@
-"""Cooldowns and dead keys shared between processes through Redis.
+"""Cooldowns and rejected keys shared between processes through Redis.
 
 Reads never touch the network: the walk reads a local mirror. Writes update the mirror at once, then
-Redis (a cooldown is a key whose TTL is the cooldown; dead keys are a set) and announce themselves on a
+Redis (a cooldown is a key whose TTL is the cooldown; a rejected key's record is a key whose TTL is the time
+the record means something, see :mod:`turnout.state.dead_keys`) and announce themselves on a
 pub/sub channel; every process applies announcements to its mirror as they arrive and resynchronises the
 whole mirror on (re)connection and every few seconds.
 
+:meth:`RedisStore.start` (awaited by ``async with Client(...)`` and the gateway's start-up) waits for the first
+synchronisation, at most the connect timeout, so a new process sees the shared state on its first call.
+:meth:`RedisStore.aclose` stops the background task by a closing flag as well as by cancellation, and bounds
+every wait, so closing never hangs, whether Redis is up, down or not answering.
+
 If Redis becomes unreachable, nothing fails: the walk keeps using the local mirror, a warning is logged
 once per outage and :attr:`RedisStore.errors` counts failed operations. When Redis returns, the mirror's
-active cooldowns and dead keys are written back and sharing resumes.
+active cooldowns and key records are written back and sharing resumes.
+
+A rejection is recorded in a transaction (``WATCH``/``MULTI``) that applies the one policy of
+:func:`~turnout.state.dead_keys.rejected` to the shared record, so two processes that each see one rejection
+of a key confirm it between them. A probe is taken in the local mirror at once (the pick is synchronous) and
+announced right after, so other processes skip the key while it is probed.
 
 Key rotation positions stay per process (they would otherwise cost a round trip per attempt).
 """
@@ -16,17 +27,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
 from turnout.state.base import StateStore
+from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger
 
 log = logging.getLogger("turnout.state")
+
+#: Seconds to connect to Redis; also the longest :meth:`RedisStore.start` waits for the first synchronisation.
+CONNECT_TIMEOUT_S = 1.0
+#: Seconds one Redis command may take before the connection counts as lost.
+COMMAND_TIMEOUT_S = 1.0
+#: The longest each step of :meth:`RedisStore.aclose` waits.
+CLOSE_STEP_S = 0.5
 
 # Keep the later of two deadlines; set the TTL to the remaining time.
 _SET_LATER = """
@@ -45,6 +65,8 @@ class RedisStore(StateStore):
         prefix: Prefix of every key and of the pub/sub channel.
         clock: Wall clock (seconds).
         resync_interval: Seconds between full resynchronisations (a safety net for missed messages).
+        connect_timeout: Seconds to connect, and the bound of :meth:`start`.
+        command_timeout: Seconds one command may take before the connection counts as lost.
     """
 
     def __init__(
@@ -54,20 +76,26 @@ class RedisStore(StateStore):
         prefix: str = "turnout:",
         clock: Callable[[], float] = time.time,
         resync_interval: float = 5.0,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        command_timeout: float = COMMAND_TIMEOUT_S,
     ) -> None:
         self.url = url
         self.prefix = prefix
         self.clock = clock
         self.resync_interval = resync_interval
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
         self.channel = f"{prefix}events"
         self._cooldowns: dict[str, float] = {}
-        self._dead: set[str] = set()
+        self._keys: dict[str, KeyHealth] = {}
+        self._announcing: set[asyncio.Task[None]] = set()
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
         self._script: Any = None
         self.connected = False
         self.errors = 0
         self._warned = False
+        self._closing = False
         self._synced = asyncio.Event() if _has_loop() else None
         self._changed: asyncio.Condition | None = None
 
@@ -106,42 +134,91 @@ class RedisStore(StateStore):
             del self._cooldowns[key]
         return dict(self._cooldowns)
 
-    def is_dead(self, key_id: str) -> bool:
+    def key_health(self, key_id: str) -> KeyHealth | None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
-        return key_id in self._dead
+        return self._keys.get(key_id)
 
-    async def mark_dead(self, key_id: str) -> None:
-        """See :class:`~turnout.state.base.StateStore`."""
+    async def report_auth_failure(self, key_id: str, *, witness: str, now: float) -> KeyHealth:
+        """See :class:`~turnout.state.base.StateStore` (applied to the shared record when Redis is reachable)."""
         self._ensure_started()
-        self._dead.add(key_id)
-        await self._guard(self._write_dead(key_id))
 
-    def dead_keys(self) -> frozenset[str]:
+        def change(current: KeyHealth | None) -> KeyHealth:
+            return rejected(current, key_id, witness, now)
+
+        health = self._keys[key_id] = change(self._keys.get(key_id))
+        if self.connected and not self._closing:
+            try:
+                health = self._keys[key_id] = await self._update_key(key_id, change)
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+        return health
+
+    def claim_probe(self, key_id: str, now: float) -> bool:
+        """See :class:`~turnout.state.base.StateStore` (taken locally, then announced to the other processes)."""
+        health = self._keys.get(key_id)
+        if health is None or health.state(now) != "probe_due":
+            return False
+        probing = self._keys[key_id] = health.probing(now)
+        if self.connected and not self._closing and _has_loop():
+
+            def change(current: KeyHealth | None) -> KeyHealth:
+                if current is not None and current.state(now) != "probe_due":
+                    return current  # another process took the probe (or the key changed) first
+                return probing
+
+            task = asyncio.get_running_loop().create_task(self._guard(self._update_key(key_id, change)))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
+        return True
+
+    def key_records(self) -> list[KeyHealth]:
         """See :class:`~turnout.state.base.StateStore`."""
-        return frozenset(self._dead)
+        return list(self._keys.values())
 
     async def aclose(self) -> None:
-        """See :class:`~turnout.state.base.StateStore`."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._redis is not None:
-            with contextlib.suppress(Exception):
-                await self._redis.aclose()
-            self._redis = None
+        """Stop the background task and close the connections, each step bounded by :data:`CLOSE_STEP_S`.
+
+        The task stops on the closing flag even when its cancellation is lost (on Python 3.11 a cancellation
+        that races the pub/sub read's own timeout can surface as a timeout, or be swallowed by it).
+        """
+        self._closing = True
+        for announcing in list(self._announcing):
+            announcing.cancel()
+        if self._announcing:
+            await asyncio.wait(self._announcing, timeout=CLOSE_STEP_S)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_STEP_S)
+            if not task.done():
+                log.warning("redis state task still busy after %.1fs; it stops on its own", CLOSE_STEP_S)
+            elif not task.cancelled():
+                task.exception()  # retrieved: the loop ends quietly on the closing flag
+        redis, self._redis = self._redis, None
+        if redis is not None:
+            await _bounded(redis.aclose())
         self.connected = False
 
     # --- connection management -----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect and load the shared state (optional: the first use starts it in the background)."""
+        """Connect and load the shared state, waiting at most :attr:`connect_timeout` seconds.
+
+        Without it the first use starts the connection in the background and reads an empty mirror. When Redis
+        does not answer in time, the store goes on with the local view (and keeps trying in the background).
+        """
         self._ensure_started()
-        if self._synced is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._synced.wait(), timeout=2.0)
+        if self._synced is None or self._synced.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._synced.wait(), timeout=self.connect_timeout)
+        except TimeoutError:
+            if not self._warned:
+                log.warning(
+                    "redis state backend did not answer within %.1fs; using the local view", self.connect_timeout
+                )
+                self._warned = True
 
     async def sync(self) -> None:
         """Reload the shared state from Redis now (no-op while Redis is unreachable)."""
@@ -158,13 +235,18 @@ class RedisStore(StateStore):
                 await asyncio.wait_for(self._changed.wait_for(predicate), within)
         return predicate()
 
+    @property
+    def closing(self) -> bool:
+        """:meth:`aclose` has begun: the background task stops at its next step."""
+        return self._closing
+
     async def _notify(self) -> None:
         if self._changed is not None:
             async with self._changed:
                 self._changed.notify_all()
 
     def _ensure_started(self) -> None:
-        if self._task is None and _has_loop():
+        if self._task is None and not self._closing and _has_loop():
             if self._synced is None:
                 self._synced = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="turnout-redis-state")
@@ -172,7 +254,10 @@ class RedisStore(StateStore):
     def _client(self) -> Any:
         if self._redis is None:
             self._redis = aioredis.from_url(
-                self.url, socket_connect_timeout=1.0, socket_timeout=1.0, health_check_interval=5
+                self.url,
+                socket_connect_timeout=self.connect_timeout,
+                socket_timeout=self.command_timeout,
+                health_check_interval=5,
             )
             self._script = self._redis.register_script(_SET_LATER)
         return self._redis
@@ -181,7 +266,7 @@ class RedisStore(StateStore):
         return f"{self.prefix}cd:{key}"
 
     async def _guard(self, op: Any) -> None:
-        if not self.connected:
+        if not self.connected or self._closing:
             op.close()
             return
         try:
@@ -204,13 +289,33 @@ class RedisStore(StateStore):
         await self._client().delete(self._cd_key(key))
         await self._client().publish(self.channel, f"clear 0 {key}")
 
-    async def _write_dead(self, key_id: str) -> None:
-        await self._client().sadd(f"{self.prefix}dead", key_id)
-        await self._client().publish(self.channel, f"dead 0 {key_id}")
+    def _key_key(self, key_id: str) -> str:
+        return f"{self.prefix}key:{key_id}"
+
+    async def _update_key(self, key_id: str, change: Callable[[KeyHealth | None], KeyHealth]) -> KeyHealth:
+        """Apply ``change`` to the shared record of ``key_id`` atomically; announce and return the result."""
+        name = self._key_key(key_id)
+        async with self._client().pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(name)
+                    current = decode(await pipe.get(name))
+                    health = change(current)
+                    if health == current:
+                        await pipe.unwatch()
+                        return health
+                    encoded = health.encode()
+                    pipe.multi()
+                    pipe.set(name, encoded, px=max(int((health.expires() - self.clock()) * 1000), 1))
+                    pipe.publish(self.channel, b"key " + key_id.encode() + b" " + encoded)
+                    await pipe.execute()
+                    return health
+                except WatchError:
+                    continue  # another process changed the record meanwhile: apply the change to its version
 
     async def _run(self) -> None:
         delay = 0.05
-        while True:
+        while not self._closing:
             pubsub = None
             try:
                 client = self._client()
@@ -226,30 +331,32 @@ class RedisStore(StateStore):
                 if self._synced is not None:
                     self._synced.set()
                 delay = 0.05
-                next_sync = time.monotonic() + self.resync_interval
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-                    if message is not None:
-                        self._apply(message.get("data"))
-                        await self._notify()
-                    if time.monotonic() >= next_sync:
-                        await self._resync()
-                        next_sync = time.monotonic() + self.resync_interval
-            except asyncio.CancelledError:
-                if pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        await pubsub.aclose()
-                raise
+                await self._listen(pubsub)
             except (RedisError, OSError) as exc:
+                if self.closing:  # a cancellation that surfaced as a timeout: closing, not a lost connection
+                    break
                 self._lost(exc)
                 await self._notify()
-                if pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        await pubsub.aclose()
                 if self._synced is not None:
                     self._synced.set()
+            finally:
+                if pubsub is not None:
+                    await _bounded(pubsub.aclose())
+            if not self._closing:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _listen(self, pubsub: Any) -> None:
+        """Apply announcements until closing (a lost connection raises)."""
+        next_sync = time.monotonic() + self.resync_interval
+        while not self._closing:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+            if message is not None:
+                self._apply(message.get("data"))
+                await self._notify()
+            if time.monotonic() >= next_sync:
+                await self._resync()
+                next_sync = time.monotonic() + self.resync_interval
 
     def _apply(self, data: Any) -> None:
         if isinstance(data, bytes):
@@ -264,8 +371,10 @@ class RedisStore(StateStore):
                 self._cooldowns[key] = until
         elif kind == "clear":
             self._cooldowns.pop(key, None)
-        elif kind == "dead":
-            self._dead.add(key)
+        elif kind == "key":
+            health = decode(key)
+            if health is not None and health.key_id == value:
+                self._keys[value] = health
 
     async def _resync(self) -> None:
         client = self._client()
@@ -285,8 +394,13 @@ class RedisStore(StateStore):
             if until > now and until > fresh.get(name, 0.0):
                 fresh[name] = until
         self._cooldowns = fresh
-        members = await client.smembers(f"{self.prefix}dead")
-        self._dead |= {m.decode() if isinstance(m, bytes) else m for m in members}
+        names = [k async for k in client.scan_iter(match=f"{self.prefix}key:*", count=500)]
+        records = await client.mget(names) if names else []
+        shared = {h.key_id: h for h in map(decode, records) if h is not None and h.state(now) != "healthy"}
+        for key_id, health in self._keys.items():  # a record made while this resync ran
+            if key_id not in shared and health.state(now) != "healthy":
+                shared[key_id] = health
+        self._keys = shared
         await self._notify()
 
     async def _push_local(self) -> None:
@@ -294,8 +408,15 @@ class RedisStore(StateStore):
         for key, until in list(self._cooldowns.items()):
             if until > now:
                 await self._write_cooldown(key, until, max(int((until - now) * 1000), 1))
-        for key_id in list(self._dead):
-            await self._write_dead(key_id)
+        for key_id, local in list(self._keys.items()):
+            if local.state(now) != "healthy":
+                await self._update_key(key_id, functools.partial(stronger, local=local))
+
+
+async def _bounded(closing: Any) -> None:
+    """Await a close of a connection for at most :data:`CLOSE_STEP_S`; its failure changes nothing."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(closing, CLOSE_STEP_S)
 
 
 def _has_loop() -> bool:
