@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -123,7 +122,7 @@ def test_no_try_left_turns_retry_and_key_switch_into_a_move_keeping_state_update
     """With no try left a retry or key switch becomes next_entry; its cooldown and report flags stay."""
     for cls, position, auth in [(R, MIDDLE, False), (RL, POOL_USABLE, False), (NR, POOL_USABLE, True)]:
         with_tries = decide(cls, position, auth_failure=auth)
-        exhausted = decide(cls, replace(position, tries_left=0), auth_failure=auth)
+        exhausted = decide(cls, position._replace(tries_left=0), auth_failure=auth)
         assert with_tries.step in (RETRY, NEXT_KEY)
         assert exhausted == act(
             NEXT_ENTRY,
@@ -131,7 +130,7 @@ def test_no_try_left_turns_retry_and_key_switch_into_a_move_keeping_state_update
             cool_profile=with_tries.cool_profile,
             report_key=with_tries.report_key,
         )
-        assert decide(cls, replace(position, tries_left=-1), auth_failure=auth) == exhausted
+        assert decide(cls, position._replace(tries_left=-1), auth_failure=auth) == exhausted
 
 
 def test_rate_limit_on_a_single_entry_whose_pool_has_no_usable_key_diverges_from_spec() -> None:

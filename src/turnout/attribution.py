@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal, TypeAlias
 
 from turnout._fast import fast_init, fast_new
@@ -123,8 +124,9 @@ class FallbackNotice:
     shown: bool
 
 
+@lru_cache(maxsize=256)
 def fallback_notice(requested: RouteRef, served: RouteRef, *, intra_family: bool = False) -> FallbackNotice:
-    """The notice for a fallback from ``requested`` to ``served``."""
+    """The notice for a fallback from ``requested`` to ``served`` (a route pair's notice is made once)."""
     cross = requested.family != served.family
     return FallbackNotice(
         requested=requested,

@@ -94,7 +94,7 @@ class Call:
         A fallback is an answer from a later entry or from another model than the requested one; a pure
         retry of the first entry is not.
         """
-        if entry == 0 and served == self.requested:
+        if entry == 0 and (served is self.requested or served == self.requested):
             return None
         return fallback_notice(self.requested, served, intra_family=self.intra_family)
 

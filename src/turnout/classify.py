@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from turnout._fast import fast_init
 from turnout.config.secrets import scrub
 from turnout.errors import ErrorClass, ProviderError, RefusalError
 
@@ -114,6 +115,7 @@ KEY_INVALID_TYPES = frozenset({"authentication_error", "invalid_api_key", "unaut
 KEY_INVALID_REASONS = frozenset({"api_key_invalid", "api_key_expired"})
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorFacts:
     """What an adapter knows about one failure, before it is classified.

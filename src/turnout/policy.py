@@ -26,8 +26,8 @@ A retry or a key switch with no try left on the entry becomes a move to the next
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from turnout.errors import ErrorClass
 
@@ -45,9 +45,8 @@ class Step(StrEnum):
     """End the walk with this failure (a refusal, or no larger context window left)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Position:
-    """Where a failed try stands, as far as the policy needs to know.
+class Position(NamedTuple):
+    """Where a failed try stands, as far as the policy needs to know (a named tuple: one per failed try).
 
     Attributes:
         tries_left: Tries the entry has after this one.
@@ -70,9 +69,8 @@ class Position:
     larger_entry_remains: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Action:
-    """The policy's answer to one failure.
+class Action(NamedTuple):
+    """The policy's answer to one failure (a named tuple: one per failed try).
 
     Attributes:
         step: What the walk does next.
@@ -87,10 +85,15 @@ class Action:
     report_key: bool = False
 
 
+# Every action the policy can take, made once.
 _RETRY = Action(step=Step.RETRY)
-_NEXT_KEY = Action(step=Step.NEXT_KEY)
 _NEXT_ENTRY = Action(step=Step.NEXT_ENTRY)
 _STOP = Action(step=Step.STOP)
+_SWITCH_KEY_COOLING_IT = Action(step=Step.NEXT_KEY, cool_key=True)
+_MOVE_ON_COOLING_KEY_AND_PROFILE = Action(step=Step.NEXT_ENTRY, cool_key=True, cool_profile=True)
+_MOVE_ON_COOLING_PROFILE = Action(step=Step.NEXT_ENTRY, cool_profile=True)
+_SWITCH_KEY_REPORTING_IT = Action(step=Step.NEXT_KEY, report_key=True)
+_MOVE_ON_REPORTING_KEY = Action(step=Step.NEXT_ENTRY, report_key=True)
 
 
 def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False) -> Action:
@@ -102,13 +105,8 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False)
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
     """
     action = _action(error_class, at, auth_failure)
-    if action.step in (Step.RETRY, Step.NEXT_KEY) and at.tries_left <= 0:
-        return Action(
-            step=Step.NEXT_ENTRY,
-            cool_key=action.cool_key,
-            cool_profile=action.cool_profile,
-            report_key=action.report_key,
-        )
+    if at.tries_left <= 0 and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
+        return action._replace(step=Step.NEXT_ENTRY)
     return action
 
 
@@ -117,19 +115,13 @@ def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
         return _RETRY
     if cls is ErrorClass.RATE_LIMITED:
         if at.rotates:
-            if at.other_key_usable:
-                return Action(step=Step.NEXT_KEY, cool_key=True)
-            return Action(step=Step.NEXT_ENTRY, cool_key=True, cool_profile=True)
-        if not at.single_entry:
-            return Action(step=Step.NEXT_ENTRY, cool_profile=True)
-        return _RETRY
+            return _SWITCH_KEY_COOLING_IT if at.other_key_usable else _MOVE_ON_COOLING_KEY_AND_PROFILE
+        return _RETRY if at.single_entry else _MOVE_ON_COOLING_PROFILE
     if cls is ErrorClass.RATE_LIMITED_NON_RETRYABLE:
         return _NEXT_ENTRY
     if cls is ErrorClass.NON_RETRYABLE:
         if auth_failure:
-            if at.rotates and at.other_key_live:
-                return Action(step=Step.NEXT_KEY, report_key=True)
-            return Action(step=Step.NEXT_ENTRY, report_key=True)
+            return _SWITCH_KEY_REPORTING_IT if at.rotates and at.other_key_live else _MOVE_ON_REPORTING_KEY
         return _NEXT_ENTRY
     if cls is ErrorClass.CONTEXT_WINDOW:
         return _NEXT_ENTRY if at.larger_entry_remains else _STOP

@@ -339,7 +339,7 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             if not walk.admits(i, entry, served, request, images, stream=False):
                 continue
-            answer = await walk.tries(i, entry, served, tries, _answer, request, temperature)
+            answer = await walk.tries(i, entry, served, tries, _answer, request, temperature, check=_not_empty)
             if answer is not None:
                 response, choice, started, t0 = answer
                 walk.record(
@@ -450,10 +450,17 @@ class ReliableProvider(Provider):
         )
 
     async def _settle(
-        self, walk: _Walk, index: int, entry: Entry, served: str, choice: KeyChoice, exc: Exception, tries_left: int
+        self,
+        walk: _Walk,
+        index: int,
+        entry: Entry,
+        served: str,
+        choice: KeyChoice,
+        exc: Exception,
+        cls: ErrorClass,
+        tries_left: int,
     ) -> Action:
-        """Decide what follows a failure (:func:`turnout.policy.decide`) and update the state it names."""
-        cls = error_class_of(exc)
+        """Decide what follows a failure of class ``cls`` (:func:`turnout.policy.decide`); update the state it names."""
         pool = entry.keys
         larger = False
         if cls is ErrorClass.CONTEXT_WINDOW:
@@ -466,14 +473,14 @@ class ReliableProvider(Provider):
         action = decide(
             cls,
             Position(
-                tries_left=tries_left,
-                last_entry=index == len(self.entries) - 1,
-                single_entry=len(self.entries) == 1,
-                rotates=rotates,
-                other_key_usable=rotates and pool.other_usable(choice.index, now),
-                other_key_live=rotates and pool.other_live(choice.index, now),
-                refusal_fallback=entry.refusal_fallback,
-                larger_entry_remains=larger,
+                tries_left,
+                index == len(self.entries) - 1,
+                len(self.entries) == 1,
+                rotates,
+                rotates and pool.other_usable(choice.index, now),
+                rotates and pool.other_live(choice.index, now),
+                entry.refusal_fallback,
+                larger,
             ),
             auth_failure=is_dead_key_error(exc),
         )
@@ -488,15 +495,17 @@ class ReliableProvider(Provider):
         return action
 
 
-async def _answer(provider: Provider, request: ChatRequest, model: str, temperature: float | None) -> ChatResponse:
-    """One non-streaming try: the adapter's answer, with an empty answer turned into a failure."""
+def _answer(provider: Provider, request: ChatRequest, model: str, temperature: float | None) -> Awaitable[ChatResponse]:
+    """One non-streaming try: the adapter's answer (a plain function: no coroutine of its own around the call)."""
     if request.tools:
-        response = await chat_using_tools(provider, request, model, temperature)
-    else:
-        response = await provider.chat(request, model, temperature)
+        return chat_using_tools(provider, request, model, temperature)
+    return provider.chat(request, model, temperature)
+
+
+def _not_empty(response: ChatResponse) -> None:
+    """An empty answer is a failed try (SPEC 6.3)."""
     if response.is_semantically_empty:
         raise EmptyCompletion(usage=response.usage)
-    return response
 
 
 class _Walk:
@@ -581,6 +590,7 @@ class _Walk:
         request: ChatRequest,
         temperature: float | None,
         *,
+        check: Callable[[T], None] | None = None,
         stream: bool = False,
     ) -> tuple[T, KeyChoice, float, float] | None:
         """Try entry ``i`` up to ``tries`` times with ``call``: ``(result, key, start, perf counter)`` of the success.
@@ -600,6 +610,8 @@ class _Walk:
             t0 = time.perf_counter()
             try:
                 result = await call(entry.providers[choice.index], request, served, temperature)
+                if check is not None:
+                    check(result)
             except asyncio.CancelledError:
                 elapsed = time.perf_counter() - t0
                 self.record(
@@ -618,12 +630,13 @@ class _Walk:
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
+                cls = error_class_of(exc)
                 self.record(
                     owner.attempt(
                         entry,
                         i,
                         served,
-                        outcome_of(error_class_of(exc)),
+                        outcome_of(cls),
                         try_number=t,
                         choice=choice,
                         started=started,
@@ -633,7 +646,7 @@ class _Walk:
                         stream=stream,
                     )
                 )
-                action = await owner._settle(self, i, entry, served, choice, exc, tries - t)
+                action = await owner._settle(self, i, entry, served, choice, exc, cls, tries - t)
                 self.last_failure = (exc, action)
                 if action.step is Step.STOP:
                     self.stop(exc)
@@ -747,8 +760,9 @@ class ReliableStream:
             raise
         except Exception as exc:
             error = exc
-            outcome = outcome_of(error_class_of(exc))
-            walk.last_failure = (exc, await owner._settle(walk, index, entry, served, choice, exc, 0))
+            cls = error_class_of(exc)
+            outcome = outcome_of(cls)
+            walk.last_failure = (exc, await owner._settle(walk, index, entry, served, choice, exc, cls, 0))
             raise
         finally:
             self._record = len(walk.attempts)

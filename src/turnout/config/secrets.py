@@ -77,13 +77,15 @@ def scrub(text: str, secrets: list[str] | tuple[str, ...]) -> str:
     for s in secrets:
         if s and len(s) >= 4 and s in text:
             text = text.replace(s, "[REDACTED]")
-    return _KEY_SHAPES.sub("[REDACTED]", text) if _KEY_HINT.search(text) else text
+    if _KEY_PREFIX.search(text.lower()) is None:  # most messages hold no key shape: one scan, no case folding
+        return text
+    return _KEY_SHAPES.sub("[REDACTED]", text)
 
 
-#: The key shapes :func:`scrub` redacts, and a quick test for the prefixes they all start with.
+#: The key shapes :func:`scrub` redacts, and the lowercase prefixes one of which each shape starts with.
 _KEY_SHAPES = re.compile(
     r"(?:sk-[A-Za-z0-9_\-*.]{6,}|xox[bp]-[A-Za-z0-9\-]{6,}|gh[pou]_[A-Za-z0-9]{6,}|github_pat_[A-Za-z0-9_]{6,}"
     r"|AIza[A-Za-z0-9_\-]{10,}|(?<=Bearer )[A-Za-z0-9_\-.=]{8,})",
     re.IGNORECASE,
 )
-_KEY_HINT = re.compile(r"sk-|xox[bp]-|gh[pou]_|github_pat_|AIza|Bearer ", re.IGNORECASE)
+_KEY_PREFIX = re.compile("sk-|xoxb-|xoxp-|ghp_|gho_|ghu_|github_pat_|aiza|bearer ")
