@@ -32,18 +32,20 @@ POOL_DEAD = at(rotates=True)  # every other key is dead
 POOL_SINGLE_USABLE = at(last_entry=True, single_entry=True, rotates=True, other_key_usable=True, other_key_live=True)
 
 
-def act(step: Step, *, cool_key: bool = False, cool_profile: bool = False, report_key: bool = False) -> Action:
-    return Action(step=step, cool_key=cool_key, cool_profile=cool_profile, report_key=report_key)
+def act(
+    step: Step, *, cool_key: bool = False, cool_profile: bool = False, report_key: bool = False, health: bool = False
+) -> Action:
+    return Action(step=step, cool_key=cool_key, cool_profile=cool_profile, report_key=report_key, health=health)
 
 
 # (class, position, auth_failure, expected action), from policy.py's table and SPEC 5 / 6.
 TABLE = [
     # retryable: retry the same entry with backoff; with no try left, next entry (SPEC 6.1).
-    pytest.param(R, MIDDLE, False, act(RETRY), id="retryable-retries"),
-    pytest.param(R, SINGLE, False, act(RETRY), id="retryable-single-retries"),
-    pytest.param(R, MIDDLE_NO_TRIES, False, act(NEXT_ENTRY), id="retryable-exhausted-moves-on"),
-    pytest.param(R, SINGLE_NO_TRIES, False, act(NEXT_ENTRY), id="retryable-single-exhausted-moves-on"),
-    pytest.param(R, POOL_USABLE, False, act(RETRY), id="retryable-with-pool-keeps-the-key"),
+    pytest.param(R, MIDDLE, False, act(RETRY, health=True), id="retryable-retries"),
+    pytest.param(R, SINGLE, False, act(RETRY, health=True), id="retryable-single-retries"),
+    pytest.param(R, MIDDLE_NO_TRIES, False, act(NEXT_ENTRY, health=True), id="retryable-exhausted-moves-on"),
+    pytest.param(R, SINGLE_NO_TRIES, False, act(NEXT_ENTRY, health=True), id="retryable-single-exhausted-moves-on"),
+    pytest.param(R, POOL_USABLE, False, act(RETRY, health=True), id="retryable-with-pool-keeps-the-key"),
     # empty: retry with backoff, then move on (SPEC 6.3).
     pytest.param(EMPTY, MIDDLE, False, act(RETRY), id="empty-retries"),
     pytest.param(EMPTY, LAST, False, act(RETRY), id="empty-last-retries"),
@@ -90,12 +92,16 @@ TABLE = [
     pytest.param(REF, SINGLE, False, act(STOP), id="refusal-single-stops"),
     pytest.param(REF, at(refusal_fallback=True), False, act(NEXT_ENTRY), id="refusal-fallback-moves-on"),
     pytest.param(REF, at(refusal_fallback=True, last_entry=True), False, act(NEXT_ENTRY), id="refusal-fallback-last"),
+    # a try that probes a half-open breaker gets no second try, whatever the class (SPEC 6.7).
+    pytest.param(R, at(probing=True), False, act(NEXT_ENTRY, health=True), id="retryable-probe-moves-on"),
+    pytest.param(TO, at(last_entry=True, probing=True), False, act(NEXT_ENTRY, health=True), id="timeout-probe"),
+    pytest.param(RL, at(single_entry=True, last_entry=True, probing=True), False, act(NEXT_ENTRY), id="rl-probe"),
     # timeout: move on; retried only on the last entry (SPEC 5).
-    pytest.param(TO, MIDDLE, False, act(NEXT_ENTRY), id="timeout-moves-on"),
-    pytest.param(TO, POOL_USABLE, False, act(NEXT_ENTRY), id="timeout-with-pool-moves-on"),
-    pytest.param(TO, LAST, False, act(RETRY), id="timeout-last-of-several-retries"),
-    pytest.param(TO, SINGLE, False, act(RETRY), id="timeout-single-retries"),
-    pytest.param(TO, LAST_NO_TRIES, False, act(NEXT_ENTRY), id="timeout-last-exhausted"),
+    pytest.param(TO, MIDDLE, False, act(NEXT_ENTRY, health=True), id="timeout-moves-on"),
+    pytest.param(TO, POOL_USABLE, False, act(NEXT_ENTRY, health=True), id="timeout-with-pool-moves-on"),
+    pytest.param(TO, LAST, False, act(RETRY, health=True), id="timeout-last-of-several-retries"),
+    pytest.param(TO, SINGLE, False, act(RETRY, health=True), id="timeout-single-retries"),
+    pytest.param(TO, LAST_NO_TRIES, False, act(NEXT_ENTRY, health=True), id="timeout-last-exhausted"),
 ]
 
 
@@ -119,7 +125,7 @@ def test_auth_failure_is_only_acted_on_for_non_retryable(error_class: ErrorClass
 
 
 def test_no_try_left_turns_retry_and_key_switch_into_a_move_keeping_state_updates() -> None:
-    """With no try left a retry or key switch becomes next_entry; its cooldown and report flags stay."""
+    """With no try left a retry or key switch becomes next_entry; its cooldown, report and health flags stay."""
     for cls, position, auth in [(R, MIDDLE, False), (RL, POOL_USABLE, False), (NR, POOL_USABLE, True)]:
         with_tries = decide(cls, position, auth_failure=auth)
         exhausted = decide(cls, position._replace(tries_left=0), auth_failure=auth)
@@ -129,6 +135,7 @@ def test_no_try_left_turns_retry_and_key_switch_into_a_move_keeping_state_update
             cool_key=with_tries.cool_key,
             cool_profile=with_tries.cool_profile,
             report_key=with_tries.report_key,
+            health=with_tries.health,
         )
         assert decide(cls, position._replace(tries_left=-1), auth_failure=auth) == exhausted
 

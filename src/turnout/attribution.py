@@ -31,6 +31,7 @@ Outcome: TypeAlias = Literal[
     "timeout",
     "empty",
     "cooldown_skip",
+    "breaker_skip",
     "stream_interrupted",
     "cancelled",
 ]

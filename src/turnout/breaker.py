@@ -65,6 +65,21 @@ class BreakerRecord:
     until: float
     interval: float
 
+    def encode(self) -> str:
+        """The record as a shared store keeps it: ``"opened_at until interval"``."""
+        return f"{self.opened_at!r} {self.until!r} {self.interval!r}"
+
+    @classmethod
+    def decode(cls, text: str | bytes | None) -> BreakerRecord | None:
+        """A record from :meth:`encode`'s form (None for anything else)."""
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        try:
+            opened_at, until, interval = (float(part) for part in (text or "").split(" "))
+        except ValueError:
+            return None
+        return cls(opened_at=opened_at, until=until, interval=interval)
+
 
 class Gate(Enum):
     """What a breaker lets through now."""

@@ -12,10 +12,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from turnout.breaker import BreakerSettings
 from turnout.config.graph import EntrySpec, Plan, Route, build_plan, profile_credentials
 from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
+from turnout.health import Breakers
 from turnout.keys import KeyPool
 from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
@@ -61,6 +63,7 @@ class Factory:
         self.clock = clock
         self.sleep = sleep
         self.jitter = jitter
+        self.breakers = breaker_registry(config, self.store)
         self._adapters: dict[tuple[str, str | None], Provider] = {}
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
         self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
@@ -130,6 +133,7 @@ class Factory:
                 sleep=self.sleep,
                 jitter=self.jitter,
                 name=route.hint or route.profile,
+                breakers=self.breakers,
             )
             self._walks[cache_key] = walk
         return walk
@@ -174,3 +178,26 @@ def missing_model_error(profile: str) -> ConfigError:
         f"profile {profile} has no model; pass model=... or set model on [providers.models.{profile}]",
         code="missing_model",
     )
+
+
+def breaker_registry(config: Config, store: StateStore) -> Breakers:
+    """The circuit breakers of every entry: ``[reliability.breaker]``, with each profile's ``breaker`` on top.
+
+    Raises:
+        ConfigError: ``open_secs`` exceeds ``max_open_secs`` (the key path names the table).
+    """
+    base = config.reliability.breaker.settings()
+    default = _breaker_settings(base, "reliability.breaker")
+    profiles = {
+        name: _breaker_settings(base | profile.breaker.settings(), f"providers.models.{name}.breaker")
+        for name, profile in config.profiles().items()
+        if profile.breaker is not None
+    }
+    return Breakers(store, default, profiles)
+
+
+def _breaker_settings(values: dict[str, object], path: str) -> BreakerSettings:
+    settings = BreakerSettings(**values)  # type: ignore[arg-type]  # the schema checked each value's type
+    if settings.open_secs > settings.max_open_secs:
+        raise ConfigError("open_secs must not exceed max_open_secs", path=path, code="invalid_breaker")
+    return settings

@@ -21,7 +21,9 @@ timeout                     move on; retried only on the last entry
 empty                       retry after the backoff, then move on
 ==========================  ===========================================================================
 
-A retry or a key switch with no try left on the entry becomes a move to the next entry.
+A retry or a key switch with no try left on the entry, or on a try that probes a half-open circuit breaker,
+becomes a move to the next entry. A ``retryable`` or ``timeout`` failure is also a *health* failure: it counts
+towards the entry's circuit breaker (:mod:`turnout.breaker`); no other class does.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Position(NamedTuple):
         other_key_live: Another key of the pool is not dead.
         refusal_fallback: The profile routes refusals to the next entry.
         larger_entry_remains: A later entry is not known to be too small for the request.
+        probing: The try probes the entry's half-open circuit breaker (it gets no second try).
     """
 
     tries_left: int
@@ -67,6 +70,7 @@ class Position(NamedTuple):
     other_key_live: bool = False
     refusal_fallback: bool = False
     larger_entry_remains: bool = False
+    probing: bool = False
 
 
 class Action(NamedTuple):
@@ -77,15 +81,19 @@ class Action(NamedTuple):
         cool_key: Cool the key of the failed try down (for the retry hint, else the default).
         cool_profile: Cool the whole profile down.
         report_key: The provider rejected the key: report it to the key store.
+        health: The failure says the entry is unhealthy: count it towards its circuit breaker.
     """
 
     step: Step
     cool_key: bool = False
     cool_profile: bool = False
     report_key: bool = False
+    health: bool = False
 
 
 # Every action the policy can take, made once.
+_RETRY_UNHEALTHY = Action(step=Step.RETRY, health=True)
+_MOVE_ON_UNHEALTHY = Action(step=Step.NEXT_ENTRY, health=True)
 _RETRY = Action(step=Step.RETRY)
 _NEXT_ENTRY = Action(step=Step.NEXT_ENTRY)
 _STOP = Action(step=Step.STOP)
@@ -105,13 +113,15 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False)
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
     """
     action = _action(error_class, at, auth_failure)
-    if at.tries_left <= 0 and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
+    if (at.tries_left <= 0 or at.probing) and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
         return action._replace(step=Step.NEXT_ENTRY)
     return action
 
 
 def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
-    if cls is ErrorClass.RETRYABLE or cls is ErrorClass.EMPTY:
+    if cls is ErrorClass.RETRYABLE:
+        return _RETRY_UNHEALTHY
+    if cls is ErrorClass.EMPTY:
         return _RETRY
     if cls is ErrorClass.RATE_LIMITED:
         if at.rotates:
@@ -128,5 +138,5 @@ def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
     if cls is ErrorClass.REFUSAL:
         return _NEXT_ENTRY if at.refusal_fallback else _STOP
     if cls is ErrorClass.TIMEOUT:
-        return _RETRY if at.last_entry else _NEXT_ENTRY
+        return _RETRY_UNHEALTHY if at.last_entry else _MOVE_ON_UNHEALTHY
     raise AssertionError(f"unhandled error class {cls!r}")  # pragma: no cover - ErrorClass is closed

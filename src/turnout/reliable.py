@@ -25,9 +25,11 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import NamedTuple, TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
+from turnout.breaker import Gate
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
@@ -40,6 +42,7 @@ from turnout.errors import (
     StreamingUnsupported,
     UnsupportedRequest,
 )
+from turnout.health import Breakers
 from turnout.keys import KeyChoice, KeyPool
 from turnout.policy import Action, Position, Step, decide
 from turnout.pricing import Catalogue, Rates, default_catalogue
@@ -97,10 +100,12 @@ class Entry:
     #: The family part of :attr:`profile`.
     family: str = field(init=False)
     _route: RouteRef | None = field(init=False, repr=False, compare=False)
+    _health_key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.family = self.profile.partition(".")[0]
         self._route = None
+        self._health_key = ""
 
     @property
     def pinned(self) -> bool:
@@ -116,7 +121,13 @@ class Entry:
         route = self._route
         if route is None or route.model != served:
             route = self._route = RouteRef(provider=self.profile, model=served)
+            self._health_key = f"{self.profile}/{served}"
         return route
+
+    def health_key(self, served: str) -> str:
+        """The key of this entry's circuit breaker for the model it serves: ``family.alias/model``."""
+        self.route(served)
+        return self._health_key
 
     def capabilities(self, requested: str | None = None) -> Capabilities:
         """The capabilities of this entry's model."""
@@ -191,6 +202,8 @@ class ReliableProvider(Provider):
         sleep: The sleep function (tests inject a fake that advances a fake clock).
         jitter: A uniform random number in [0, 1) (each backoff keeps at least half its length).
         name: A label for logs.
+        breakers: The entries' circuit breakers (None: none; the factory passes the client's, shared by every
+            walk, so an entry's health is learned whichever route reaches it).
     """
 
     def __init__(
@@ -205,6 +218,7 @@ class ReliableProvider(Provider):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         name: str = "reliable",
+        breakers: Breakers | None = None,
     ) -> None:
         if not entries:
             raise ValueError("a reliable provider needs at least one entry")
@@ -218,6 +232,7 @@ class ReliableProvider(Provider):
         self.sleep = sleep
         self.jitter = jitter
         self.name = name
+        self.breakers = breakers
         self._vision: dict[str, bool] = {}
 
     # --- what the route can do ----------------------------------------------------------------
@@ -337,25 +352,18 @@ class ReliableProvider(Provider):
                 if tries == 0:
                     continue
             served = entry.model if entry.model is not None else model
-            if not walk.admits(i, entry, served, request, images, stream=False):
+            admission = walk.admits(i, entry, served, request, images, stream=False)
+            if admission is Admission.SKIP or (admission is Admission.PROBE and not await walk.probe(i, entry, served)):
                 continue
-            answer = await walk.tries(i, entry, served, tries, _answer, request, temperature, check=_not_empty)
+            answer = await self._complete(walk, i, entry, served, 1 if walk.probing else tries, request, temperature)
             if answer is not None:
-                response, choice, started, t0 = answer
-                walk.record(
-                    self.attempt(
-                        entry,
-                        i,
-                        served,
-                        "ok",
-                        try_number=walk.try_number,
-                        choice=choice,
-                        started=started,
-                        elapsed=time.perf_counter() - t0,
-                        usage=response.usage,
-                    )
-                )
-                return Served(response, entry.route(served), i)
+                return answer
+        resort = walk.last_resort()
+        if resort is not None:  # every entry was open or cooling down: one try on the one unavailable longest
+            entry = self.entries[resort]
+            answer = await self._complete(walk, resort, entry, entry.served_model(model), 1, request, temperature)
+            if answer is not None:
+                return answer
         if walk.limits is not None:
             raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
@@ -365,15 +373,48 @@ class ReliableProvider(Provider):
         last = walk.last_failure[0] if walk.last_failure is not None else None
         raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts, last_error=last)
 
+    async def _complete(
+        self,
+        walk: _Walk,
+        i: int,
+        entry: Entry,
+        served: str,
+        tries: int,
+        request: ChatRequest,
+        temperature: float | None,
+    ) -> Served | None:
+        """Up to ``tries`` non-streaming tries on entry ``i``: the answer, or None when the walk moves on."""
+        answer = await walk.tries(i, entry, served, tries, _answer, request, temperature, check=_not_empty)
+        if answer is None:
+            walk.probing = False
+            return None
+        response, choice, started, t0 = answer
+        walk.record(
+            self.attempt(
+                entry,
+                i,
+                served,
+                "ok",
+                try_number=walk.try_number,
+                choice=choice,
+                started=started,
+                elapsed=time.perf_counter() - t0,
+                usage=response.usage,
+            )
+        )
+        await walk.healthy(entry, served)
+        return Served(response, entry.route(served), i)
+
     # --- streaming ----------------------------------------------------------------------------
 
-    def open_stream(
+    async def open_stream(
         self, request: ChatRequest, model: str, temperature: float | None = None, log: DispatchScope | None = None
     ) -> ReliableStream:
         """The stream of the first entry that can stream this request now (SPEC 7.1).
 
-        Entries cooling down are skipped (and recorded as skipped in ``log``); the connection is made when
-        the stream's :meth:`~ReliableStream.batches` are iterated.
+        Entries cooling down or behind an open circuit breaker are skipped (and recorded as skipped in ``log``);
+        when every entry that can stream is, the one unavailable longest gets one try. The connection is made
+        when the stream's :meth:`~ReliableStream.batches` are iterated.
 
         Raises:
             StreamingUnsupported: No entry can stream this request right now.
@@ -382,8 +423,13 @@ class ReliableProvider(Provider):
         images = self.may_hold_images(request, model)
         for i, entry in enumerate(self.entries):
             served = entry.model if entry.model is not None else model
-            if walk.admits(i, entry, served, request, images, stream=True):
-                return ReliableStream(walk, i, entry, served, request, temperature)
+            admission = walk.admits(i, entry, served, request, images, stream=True)
+            if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
+                return ReliableStream(walk, i, entry, served, request, temperature, tries=1 if walk.probing else None)
+        resort = walk.last_resort()
+        if resort is not None:
+            entry = self.entries[resort]
+            return ReliableStream(walk, resort, entry, entry.served_model(model), request, temperature, tries=1)
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
 
@@ -395,7 +441,7 @@ class ReliableProvider(Provider):
         A failure after the first batch is not retried here: :mod:`turnout.runtime` decides whether it
         may be recovered.
         """
-        stream = self.open_stream(request, model, temperature, current_scope())
+        stream = await self.open_stream(request, model, temperature, current_scope())
         async for batch in stream.batches():
             yield batch
 
@@ -481,9 +527,18 @@ class ReliableProvider(Provider):
                 rotates and pool.other_live(choice.index, now),
                 entry.refusal_fallback,
                 larger,
+                walk.probing,
             ),
             auth_failure=is_dead_key_error(exc),
         )
+        breakers = self.breakers
+        if breakers is not None and (action.health or walk.probing):
+            key = entry.health_key(served)
+            if action.health:
+                await breakers.failed(entry.profile, key, now, probing=walk.probing)
+            else:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable again
+                await breakers.succeeded(key, now, probing=True)
+            walk.probing = False
         hint = exc.retry_after if isinstance(exc, ProviderError) else None
         kid = choice.key_id
         if action.cool_key and kid is not None:
@@ -508,10 +563,31 @@ def _not_empty(response: ChatResponse) -> None:
         raise EmptyCompletion(usage=response.usage)
 
 
+class Admission(Enum):
+    """Whether a walk tries an entry now."""
+
+    TRY = "try"
+    SKIP = "skip"
+    PROBE = "probe"
+    """Its circuit breaker is half-open: the walk may try it once if it takes the probe."""
+
+
 class _Walk:
     """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
 
-    __slots__ = ("attempts", "last_failure", "limits", "log", "owner", "requested", "try_number", "witness")
+    __slots__ = (
+        "attempts",
+        "last_failure",
+        "limits",
+        "log",
+        "owner",
+        "probing",
+        "requested",
+        "tried",
+        "try_number",
+        "unavailable",
+        "witness",
+    )
 
     def __init__(
         self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits | None
@@ -527,6 +603,12 @@ class _Walk:
         self.try_number = 0
         #: What tells this walk's call from others (a key dies only when two calls agree it was rejected).
         self.witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        #: Whether some entry was tried (called, or found without a usable key).
+        self.tried = False
+        #: The current try probes a half-open circuit breaker.
+        self.probing = False
+        #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
+        self.unavailable: list[tuple[float, int, bool]] | None = None
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""
@@ -534,41 +616,106 @@ class _Walk:
         if self.log is not None:
             self.log.add(attempt)
 
-    def admits(self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
-        """Whether the walk tries entry ``i`` now; a cooling entry is recorded as skipped."""
+    def admits(
+        self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
+    ) -> Admission:
+        """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
         owner = self.owner
         special = request.response_format is not None or request.native is not None
         if stream or images or special:
             caps = entry.capabilities(served)
             if images and not caps.vision:
-                return False
+                return Admission.SKIP
             if special and not can_serve(caps, request):
-                return False
+                return Admission.SKIP
             if stream and (not caps.streaming or (request.tools and not caps.streaming_tool_events)):
-                return False
+                return Admission.SKIP
             if stream and entry.keys.all_dead():
-                return False
+                return Admission.SKIP
         limits = self.limits
         if limits is not None and limits.too_small(entry, served, owner.context_window(entry, served)):
-            return False
-        if len(owner.entries) > 1:
-            now = owner.clock()
-            until = owner.cooling_until(entry, now)
-            if until is not None:
-                self.record(
-                    owner.attempt(
-                        entry,
-                        i,
-                        served,
-                        "cooldown_skip",
-                        try_number=0,
-                        started=now,
-                        retry_after=until - now,
-                        stream=stream,
-                    )
-                )
-                return False
-        return True
+            return Admission.SKIP
+        if len(owner.entries) == 1:
+            return Admission.TRY
+        now = owner.clock()
+        until = owner.cooling_until(entry, now)
+        if until is not None:
+            since = owner.store.cooldown_since(entry.profile)
+            self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
+            return Admission.SKIP
+        breakers = owner.breakers
+        if breakers is not None:
+            gate, record = breakers.gate(entry.health_key(served), now)
+            if gate is Gate.OPEN and record is not None:
+                self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
+                return Admission.SKIP
+            if gate is Gate.DUE:
+                return Admission.PROBE
+        return Admission.TRY
+
+    async def probe(self, i: int, entry: Entry, served: str) -> bool:
+        """Take the probe of entry ``i``'s half-open breaker (the try after it is the probe); else skip it."""
+        owner = self.owner
+        assert owner.breakers is not None
+        key = entry.health_key(served)
+        now = owner.clock()
+        if await owner.breakers.claim_probe(key, now):
+            self.probing = True
+            return True
+        record = owner.store.breaker(key)
+        since = record.opened_at if record is not None else now
+        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail="probe_taken")
+        return False
+
+    def _unavailable(
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        outcome: Outcome,
+        now: float,
+        until: float,
+        since: float,
+        stream: bool,
+        detail: str | None = None,
+    ) -> None:
+        self.record(
+            self.owner.attempt(
+                entry,
+                i,
+                served,
+                outcome,
+                try_number=0,
+                started=now,
+                retry_after=until - now,
+                stream=stream,
+                detail=detail,
+            )
+        )
+        if self.unavailable is None:
+            self.unavailable = []
+        self.unavailable.append((since, i, outcome == "breaker_skip"))
+
+    def last_resort(self) -> int | None:
+        """The entry to try once when every entry the walk considered was unavailable: the one unavailable longest.
+
+        None when some entry was tried, or none was skipped for being unavailable. A walk never fails without
+        trying (SPEC 6.7); a breaker's entry tried this way is tried as its probe.
+        """
+        if self.tried or not self.unavailable:
+            return None
+        _, index, breaker = min(self.unavailable)
+        self.probing = breaker
+        return index
+
+    async def healthy(self, entry: Entry, served: str) -> None:
+        """Entry ``entry`` answered: its breaker hears of it (at no cost when it has nothing to forget)."""
+        breakers = self.owner.breakers
+        if breakers is not None:
+            key = entry.health_key(served)
+            if self.probing or breakers.remembers(key):
+                await breakers.succeeded(key, self.owner.clock(), probing=self.probing)
+        self.probing = False
 
     def larger_entry_remains(self, failed: int) -> bool:
         """Whether an entry after ``failed`` is not known to be too small."""
@@ -600,6 +747,7 @@ class _Walk:
         """
         owner = self.owner
         backoff = owner.base_backoff
+        self.tried = True
         for t in range(1, tries + 1):
             self.try_number = t
             started = owner.clock()
@@ -701,12 +849,32 @@ class ReliableStream:
         route: The profile and model it streams from.
     """
 
-    __slots__ = ("_entry", "_opened", "_record", "_request", "_temperature", "_verdict", "_walk", "entry", "route")
+    __slots__ = (
+        "_entry",
+        "_opened",
+        "_record",
+        "_request",
+        "_temperature",
+        "_tries",
+        "_verdict",
+        "_walk",
+        "entry",
+        "route",
+    )
 
     def __init__(
-        self, walk: _Walk, index: int, entry: Entry, served: str, request: ChatRequest, temperature: float | None
+        self,
+        walk: _Walk,
+        index: int,
+        entry: Entry,
+        served: str,
+        request: ChatRequest,
+        temperature: float | None,
+        *,
+        tries: int | None = None,
     ) -> None:
         self._walk = walk
+        self._tries = tries if tries is not None else walk.owner.tries
         self._entry = entry
         self._request = request
         self._temperature = temperature
@@ -727,7 +895,7 @@ class ReliableStream:
         owner = walk.owner
         served = self.route.model
         request, temperature = self._request, self._temperature
-        opened = await walk.tries(index, entry, served, owner.tries, _opening, request, temperature, stream=True)
+        opened = await walk.tries(index, entry, served, self._tries, _opening, request, temperature, stream=True)
         if opened is None:
             failure = walk.last_failure
             if failure is None:  # no usable key: nothing was tried
@@ -749,6 +917,7 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if type(batch[-1]) is Final:  # Final is always the last event of a stream
                         outcome = "ok"
+                        await walk.healthy(entry, served)
                     yield batch
                     try:
                         batch = await following()

@@ -72,21 +72,25 @@ async def test_context_window_is_400_in_both_shapes() -> None:
 
 
 async def test_all_rate_limited_is_429_with_retry_after_rounded_up() -> None:
-    """Every attempt rate limited: 429 with Retry-After = the soonest hint rounded up."""
+    """Every attempt rate limited: 429 with Retry-After = the soonest hint rounded up.
+
+    On the second call both profiles cool down; the walk still tries the one cooling longest once (SPEC 6.7).
+    """
     fleet = Fleet(
         anthropic__prod=[err(429, "upstream detail", headers={"retry-after": "2.5"})],
         openai__backup=[err(429, headers={"retry-after": "9"})],
     )
     async with served(fleet) as (server, clock):
         first = await post(server, "/v1/chat/completions", CHAT)
-        clock.now += 1.2  # both profiles still cool down: the next call only skips
+        clock.now += 1.2  # both profiles still cool down: the next call skips both, then tries the first once
         second = await post(server, "/v1/messages", MESSAGES)
     assert first.status == second.status == 429
     assert first.headers["Retry-After"] == "3"
     assert first.json()["error"]["type"] == "rate_limit_error"
     assert second.headers["Retry-After"] == "2"  # 2.5 - 1.2 = 1.3 s left on the soonest cooldown
     assert second.json()["error"]["type"] == "rate_limit_error"
-    assert second.headers["x-turnout-attempts"] == "2"
+    assert second.headers["x-turnout-attempts"] == "3"
+    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 2 and len(fleet.calls("openai.backup")) == 1
     clean(first)
 
 

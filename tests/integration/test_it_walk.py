@@ -53,7 +53,8 @@ async def test_retry_after_ms_hint_sets_the_sleep_before_the_retry(sim: Simulato
 
 @each_family
 async def test_persistent_429_cools_down_skips_and_fails_with_retry_after(sim: Simulator, family: str) -> None:
-    """A persistent 429 cools the profile down (its fallback model is skipped), and the next call never hits it."""
+    """A persistent 429 cools the profile down (its fallback model is skipped); the next call skips every cooling
+    entry and, never failing without trying, tries the one cooling longest once (SPEC 6.7)."""
     main, spare = f"{family}.main", f"{family}.spare"
     cfg = config(
         {
@@ -81,9 +82,18 @@ async def test_persistent_429_cools_down_skips_and_fails_with_retry_after(sim: S
 
         with pytest.raises(AllProvidersFailed) as second:
             await c.chat("hello again")
-        assert [a.outcome for a in second.value.attempts] == ["cooldown_skip"] * 3
+        assert [(a.model, a.outcome) for a in second.value.attempts] == [
+            ("sim-429-ra5", "cooldown_skip"),
+            ("sim-ok", "cooldown_skip"),
+            ("sim-429-ra7", "cooldown_skip"),
+            ("sim-429-ra5", "rate_limited"),  # the profile that began cooling first
+        ]
         assert second.value.retry_after == pytest.approx(5.0, abs=0.5)
-    assert await upstream(sim, 2) == [("sim-429-ra5", "status:429"), ("sim-429-ra7", "status:429")]
+    assert await upstream(sim, 3) == [
+        ("sim-429-ra5", "status:429"),
+        ("sim-429-ra7", "status:429"),
+        ("sim-429-ra5", "status:429"),
+    ]
 
 
 @each_family

@@ -89,6 +89,7 @@ class Profile(_Section):
     structured_output: bool | None = None
     streaming: bool | None = None
     refusal_fallback: bool = False
+    breaker: Breaker | None = None
     pricing: Pricing | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
@@ -152,8 +153,28 @@ class ModelRoute(_Section):
     api_key: SecretValue | None = None
 
 
+class Breaker(_Section):
+    """A circuit breaker's settings: ``[reliability.breaker]``, or a profile's ``breaker`` table (its keys win).
+
+    A key left out keeps the value of the level above (the profile's: ``[reliability.breaker]``'s; that one's:
+    the defaults of :class:`turnout.breaker.BreakerSettings`).
+    """
+
+    enabled: bool | None = None
+    failures: int | None = Field(default=None, ge=1, le=1000)
+    window_secs: float | None = Field(default=None, gt=0, le=3600)
+    min_attempts: int | None = Field(default=None, ge=1, le=100_000)
+    failure_rate: float | None = Field(default=None, gt=0, le=1)
+    open_secs: float | None = Field(default=None, gt=0, le=3600)
+    max_open_secs: float | None = Field(default=None, gt=0, le=86_400)
+
+    def settings(self) -> dict[str, Any]:
+        """The keys this table sets."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class Reliability(_Section):
-    """``[reliability]``: retries, backoff and the shared key pool."""
+    """``[reliability]``: retries, backoff, the shared key pool and the circuit breakers."""
 
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset(
         {
@@ -169,6 +190,7 @@ class Reliability(_Section):
     provider_retries: int = Field(default=2, ge=0, le=20)
     provider_backoff_ms: int = Field(default=500, ge=0)
     api_keys: list[SecretValue] = Field(default_factory=list)
+    breaker: Breaker = Field(default_factory=Breaker)
     channel_initial_backoff_secs: Any = None
     channel_max_backoff_secs: Any = None
     scheduler_poll_secs: Any = None

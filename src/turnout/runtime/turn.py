@@ -193,7 +193,9 @@ class Turn:
         try:
             error: TurnoutError | None = None
             try:
-                stream = self.stream = self.walk.open_stream(self.request, self.model, self.temperature, self.call.log)
+                stream = self.stream = await self.walk.open_stream(
+                    self.request, self.model, self.temperature, self.call.log
+                )
             except StreamingUnsupported:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from turnout.breaker import BreakerRecord
 from turnout.state.dead_keys import DEAD_STATES, KeyHealth
 
 
 class StateStore(ABC):
-    """Cooldowns (by key: ``family.alias`` or ``family.alias#<key id>``) and rejected credentials (by key id).
+    """Cooldowns, rejected credentials and open circuit breakers.
 
-    Deadlines are wall-clock Unix seconds so several processes can share them.
+    Cooldowns are keyed ``family.alias`` or ``family.alias#<key id>``, rejected credentials by key id, breakers
+    by entry (``family.alias/model``). Deadlines are wall-clock Unix seconds so several processes can share them.
     """
 
     @abstractmethod
@@ -19,8 +21,12 @@ class StateStore(ABC):
         """The end of ``key``'s cooldown, or None when it is not cooling down at ``now``."""
 
     @abstractmethod
-    async def set_cooldown(self, key: str, until: float) -> None:
-        """Cool ``key`` down until ``until`` (keeps a later existing deadline)."""
+    async def set_cooldown(self, key: str, until: float, *, since: float | None = None) -> None:
+        """Cool ``key`` down until ``until`` (keeps a later existing deadline), from ``since`` when known."""
+
+    @abstractmethod
+    def cooldown_since(self, key: str) -> float | None:
+        """When ``key``'s current cooldown began (None: not cooling, or not known)."""
 
     @abstractmethod
     async def clear_cooldown(self, key: str) -> None:
@@ -49,6 +55,29 @@ class StateStore(ABC):
     @abstractmethod
     def key_records(self) -> list[KeyHealth]:
         """Every record of a rejected credential (some may describe keys that are healthy again)."""
+
+    @abstractmethod
+    def breaker(self, key: str) -> BreakerRecord | None:
+        """The open breaker of the entry ``key`` (None: closed; read on every walk, so no I/O)."""
+
+    @abstractmethod
+    async def open_breaker(self, key: str, record: BreakerRecord) -> None:
+        """Open (or reopen) the breaker of the entry ``key`` as ``record`` says."""
+
+    @abstractmethod
+    async def close_breaker(self, key: str) -> None:
+        """Close the breaker of the entry ``key`` (its probe, if any, is over)."""
+
+    @abstractmethod
+    async def claim_breaker_probe(self, key: str, now: float, hold: float) -> bool:
+        """Take the one probe of the entry ``key``, for at most ``hold`` seconds; False when another has it.
+
+        One claimant wins, across every process sharing the store.
+        """
+
+    @abstractmethod
+    def breakers(self) -> dict[str, BreakerRecord]:
+        """Every open breaker: entry key → record."""
 
     def dead_keys(self, now: float) -> list[dict[str, Any]]:
         """The dead keys at ``now``, by id, with their rest and probe (for ``/status`` and ``turnout status``)."""

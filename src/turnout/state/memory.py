@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, rejected
 
 
 class MemoryStore(StateStore):
-    """Cooldowns and rejected keys in dictionaries; expired cooldowns are pruned when read."""
+    """Cooldowns, rejected keys and open breakers in dictionaries; expired cooldowns are pruned when read."""
 
     def __init__(self) -> None:
         self._cooldowns: dict[str, float] = {}
+        self._since: dict[str, float] = {}
         self._keys: dict[str, KeyHealth] = {}
+        self._breakers: dict[str, BreakerRecord] = {}
+        self._probes: dict[str, float] = {}
 
     def cooldown_until(self, key: str, now: float) -> float | None:
         """See :class:`~turnout.state.base.StateStore`."""
@@ -20,23 +24,35 @@ class MemoryStore(StateStore):
             return None
         if until <= now:
             del self._cooldowns[key]
+            self._since.pop(key, None)
             return None
         return until
 
-    async def set_cooldown(self, key: str, until: float) -> None:
+    async def set_cooldown(self, key: str, until: float, *, since: float | None = None) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         current = self._cooldowns.get(key)
         if current is None or until > current:
             self._cooldowns[key] = until
+            if current is None or (since is not None and current <= since):  # a new cooldown (an extended one
+                if since is None:  # keeps its start)
+                    self._since.pop(key, None)
+                else:
+                    self._since[key] = since
+
+    def cooldown_since(self, key: str) -> float | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._since.get(key) if key in self._cooldowns else None
 
     async def clear_cooldown(self, key: str) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._cooldowns.pop(key, None)
+        self._since.pop(key, None)
 
     def cooldowns(self, now: float) -> dict[str, float]:
         """See :class:`~turnout.state.base.StateStore`."""
         for key in [k for k, v in self._cooldowns.items() if v <= now]:
             del self._cooldowns[key]
+            self._since.pop(key, None)
         return dict(self._cooldowns)
 
     def key_health(self, key_id: str) -> KeyHealth | None:
@@ -59,3 +75,28 @@ class MemoryStore(StateStore):
     def key_records(self) -> list[KeyHealth]:
         """See :class:`~turnout.state.base.StateStore`."""
         return list(self._keys.values())
+
+    def breaker(self, key: str) -> BreakerRecord | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._breakers.get(key)
+
+    async def open_breaker(self, key: str, record: BreakerRecord) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._breakers[key] = record
+        self._probes.pop(key, None)
+
+    async def close_breaker(self, key: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._breakers.pop(key, None)
+        self._probes.pop(key, None)
+
+    async def claim_breaker_probe(self, key: str, now: float, hold: float) -> bool:
+        """See :class:`~turnout.state.base.StateStore`."""
+        if self._probes.get(key, 0.0) > now:
+            return False
+        self._probes[key] = now + hold
+        return True
+
+    def breakers(self) -> dict[str, BreakerRecord]:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return dict(self._breakers)

@@ -1,4 +1,4 @@
-"""Cooldowns and rejected keys shared between processes through Redis.
+"""Cooldowns, rejected keys and open circuit breakers shared between processes through Redis.
 
 Reads never touch the network: the walk reads a local mirror. Writes update the mirror at once, then
 Redis (a cooldown is a key whose TTL is the cooldown; a rejected key's record is a key whose TTL is the time
@@ -20,6 +20,10 @@ A rejection is recorded in a transaction (``WATCH``/``MULTI``) that applies the 
 of a key confirm it between them. A probe is taken in the local mirror at once (the pick is synchronous) and
 announced right after, so other processes skip the key while it is probed.
 
+An open breaker is a key (``br:<entry>``: opened at, until, interval) that outlives its open interval, so every
+process sees it half-open until a probe closes or reopens it; the probe is a second key taken with ``SET NX`` and
+a lease, so N processes send one probe between them.
+
 Key rotation positions stay per process (they would otherwise cost a round trip per attempt).
 """
 
@@ -36,6 +40,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, WatchError
 
+from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger
 
@@ -48,11 +53,21 @@ COMMAND_TIMEOUT_S = 1.0
 #: The longest each step of :meth:`RedisStore.aclose` waits.
 CLOSE_STEP_S = 0.5
 
-# Keep the later of two deadlines; set the TTL to the remaining time.
+#: How long an open breaker's record outlives its open interval (it stays half-open until a probe reports).
+BREAKER_RECORD_TTL_S = 3600.0
+
+# Keep the later of two deadlines (a value is "until" or "until@since"); set the TTL to the remaining time. An
+# extended cooldown keeps the start it had.
 _SET_LATER = """
 local cur = redis.call('GET', KEYS[1])
-if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local value = ARGV[1]
+if cur then
+  local at = string.find(cur, '@', 1, true)
+  local cur_until = tonumber(at and string.sub(cur, 1, at - 1) or cur)
+  if cur_until >= tonumber(ARGV[3]) then return 0 end
+  if at and cur_until > tonumber(ARGV[4]) then value = ARGV[3] .. string.sub(cur, at) end
+end
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return 1
 """
 
@@ -87,7 +102,10 @@ class RedisStore(StateStore):
         self.command_timeout = command_timeout
         self.channel = f"{prefix}events"
         self._cooldowns: dict[str, float] = {}
+        self._since: dict[str, float] = {}
         self._keys: dict[str, KeyHealth] = {}
+        self._breakers: dict[str, BreakerRecord] = {}
+        self._probes: dict[str, float] = {}  # probes taken while Redis is unreachable
         self._announcing: set[asyncio.Task[None]] = set()
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -109,22 +127,34 @@ class RedisStore(StateStore):
             return None
         if until <= now:
             self._cooldowns.pop(key, None)
+            self._since.pop(key, None)
             return None
         return until
 
-    async def set_cooldown(self, key: str, until: float) -> None:
+    async def set_cooldown(self, key: str, until: float, *, since: float | None = None) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
+        now = self.clock()
         current = self._cooldowns.get(key)
         if current is None or until > current:
             self._cooldowns[key] = until
-        ttl_ms = max(int((until - self.clock()) * 1000), 1)
-        await self._guard(self._write_cooldown(key, until, ttl_ms))
+            if current is None or current <= now:
+                if since is None:
+                    self._since.pop(key, None)
+                else:
+                    self._since[key] = since
+        ttl_ms = max(int((until - now) * 1000), 1)
+        await self._guard(self._write_cooldown(key, until, self._since.get(key), ttl_ms))
+
+    def cooldown_since(self, key: str) -> float | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._since.get(key) if key in self._cooldowns else None
 
     async def clear_cooldown(self, key: str) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
         self._cooldowns.pop(key, None)
+        self._since.pop(key, None)
         await self._guard(self._write_clear(key))
 
     def cooldowns(self, now: float) -> dict[str, float]:
@@ -132,6 +162,7 @@ class RedisStore(StateStore):
         self._ensure_started()
         for key in [k for k, v in self._cooldowns.items() if v <= now]:
             del self._cooldowns[key]
+            self._since.pop(key, None)
         return dict(self._cooldowns)
 
     def key_health(self, key_id: str) -> KeyHealth | None:
@@ -175,6 +206,46 @@ class RedisStore(StateStore):
     def key_records(self) -> list[KeyHealth]:
         """See :class:`~turnout.state.base.StateStore`."""
         return list(self._keys.values())
+
+    def breaker(self, key: str) -> BreakerRecord | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._ensure_started()
+        return self._breakers.get(key)
+
+    async def open_breaker(self, key: str, record: BreakerRecord) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._ensure_started()
+        self._breakers[key] = record
+        self._probes.pop(key, None)
+        await self._guard(self._write_breaker(key, record))
+
+    async def close_breaker(self, key: str) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._ensure_started()
+        self._breakers.pop(key, None)
+        self._probes.pop(key, None)
+        await self._guard(self._write_breaker(key, None))
+
+    async def claim_breaker_probe(self, key: str, now: float, hold: float) -> bool:
+        """See :class:`~turnout.state.base.StateStore` (one ``SET NX`` with a lease; locally while unreachable)."""
+        self._ensure_started()
+        if self.connected and not self._closing:
+            try:
+                taken = await self._client().set(
+                    f"{self.prefix}brp:{key}", repr(now), nx=True, px=max(int(hold * 1000), 1)
+                )
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+            else:
+                return bool(taken)
+        if self._probes.get(key, 0.0) > now:
+            return False
+        self._probes[key] = now + hold
+        return True
+
+    def breakers(self) -> dict[str, BreakerRecord]:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return dict(self._breakers)
 
     async def aclose(self) -> None:
         """Stop the background task and close the connections, each step bounded by :data:`CLOSE_STEP_S`.
@@ -281,9 +352,24 @@ class RedisStore(StateStore):
             self._warned = True
         self.connected = False
 
-    async def _write_cooldown(self, key: str, until: float, ttl_ms: int) -> None:
-        await self._script(keys=[self._cd_key(key)], args=[repr(until), ttl_ms])
-        await self._client().publish(self.channel, f"cd {until!r} {key}")
+    async def _write_cooldown(self, key: str, until: float, since: float | None, ttl_ms: int) -> None:
+        value = repr(until) if since is None else f"{until!r}@{since!r}"
+        await self._script(keys=[self._cd_key(key)], args=[value, ttl_ms, repr(until), repr(self.clock())])
+        await self._client().publish(self.channel, f"cd {value} {key}")
+
+    async def _write_breaker(self, key: str, record: BreakerRecord | None) -> None:
+        """Share an open breaker (or its closing); either way its probe is over."""
+        client = self._client()
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.delete(f"{self.prefix}brp:{key}")
+            if record is None:
+                pipe.delete(f"{self.prefix}br:{key}")
+                pipe.publish(self.channel, f"brc 0 {key}")
+            else:
+                ttl = max(record.until - self.clock(), 0.0) + BREAKER_RECORD_TTL_S
+                pipe.set(f"{self.prefix}br:{key}", record.encode(), px=int(ttl * 1000))
+                pipe.publish(self.channel, f"br {record.encode().replace(' ', ',')} {key}")
+            await pipe.execute()
 
     async def _write_clear(self, key: str) -> None:
         await self._client().delete(self._cd_key(key))
@@ -366,11 +452,20 @@ class RedisStore(StateStore):
         kind, _, rest = data.partition(" ")
         value, _, key = rest.partition(" ")
         if kind == "cd":
-            until = float(value)
+            until, since = _cooldown_value(value)
             if until > self._cooldowns.get(key, 0.0):
                 self._cooldowns[key] = until
+                if since is not None:
+                    self._since[key] = since
         elif kind == "clear":
             self._cooldowns.pop(key, None)
+            self._since.pop(key, None)
+        elif kind == "br":
+            record = BreakerRecord.decode(value.replace(",", " "))
+            if record is not None:
+                self._breakers[key] = record
+        elif kind == "brc":
+            self._breakers.pop(key, None)
         elif kind == "key":
             health = decode(key)
             if health is not None and health.key_id == value:
@@ -382,18 +477,31 @@ class RedisStore(StateStore):
         values = await client.mget(keys) if keys else []
         now = self.clock()
         fresh: dict[str, float] = {}
+        since: dict[str, float] = {}
         strip = len(self.prefix) + 3
         for k, v in zip(keys, values, strict=True):
             if v is None:
                 continue
             name = (k.decode() if isinstance(k, bytes) else k)[strip:]
-            until = float(v)
+            until, began = _cooldown_value(v.decode() if isinstance(v, bytes) else v)
             if until > now:
                 fresh[name] = until
+                if began is not None:
+                    since[name] = began
         for name, until in self._cooldowns.items():  # a deadline set while this resync ran
             if until > now and until > fresh.get(name, 0.0):
                 fresh[name] = until
-        self._cooldowns = fresh
+                if name in self._since:
+                    since[name] = self._since[name]
+        self._cooldowns, self._since = fresh, since
+        names = [k async for k in client.scan_iter(match=f"{self.prefix}br:*", count=500)]
+        encoded = await client.mget(names) if names else []
+        strip = len(self.prefix) + 3
+        self._breakers = {
+            (k.decode() if isinstance(k, bytes) else k)[strip:]: record
+            for k, v in zip(names, encoded, strict=True)
+            if (record := BreakerRecord.decode(v)) is not None
+        }
         names = [k async for k in client.scan_iter(match=f"{self.prefix}key:*", count=500)]
         records = await client.mget(names) if names else []
         shared = {h.key_id: h for h in map(decode, records) if h is not None and h.state(now) != "healthy"}
@@ -407,10 +515,18 @@ class RedisStore(StateStore):
         now = self.clock()
         for key, until in list(self._cooldowns.items()):
             if until > now:
-                await self._write_cooldown(key, until, max(int((until - now) * 1000), 1))
+                await self._write_cooldown(key, until, self._since.get(key), max(int((until - now) * 1000), 1))
+        for key, record in list(self._breakers.items()):
+            await self._write_breaker(key, record)
         for key_id, local in list(self._keys.items()):
             if local.state(now) != "healthy":
                 await self._update_key(key_id, functools.partial(stronger, local=local))
+
+
+def _cooldown_value(value: str) -> tuple[float, float | None]:
+    """``(until, since)`` of a shared cooldown's value, ``"until"`` or ``"until@since"``."""
+    until, _, since = value.partition("@")
+    return float(until), float(since) if since else None
 
 
 async def _bounded(closing: Any) -> None:

@@ -1,0 +1,121 @@
+"""The circuit breakers of a client's entries: local streaks, and open records in the shared state store.
+
+:mod:`turnout.breaker` says when a breaker opens and what it lets through; this module keeps one streak per
+entry (per process: every walk that reaches the entry, whatever its route, counts in it), opens, reopens and
+closes the shared records, and counts the transitions for ``/metrics``. The walk asks it three things: the
+gate of an entry, the probe of a half-open one, and what a try's outcome changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Literal
+
+from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate
+from turnout.state.base import StateStore
+
+log = logging.getLogger("turnout.breaker")
+
+#: A breaker's transitions, as counted for ``/metrics``.
+Transition = Literal["opened", "probe", "closed", "reopened"]
+
+#: How long one probe may hold an entry before another call may probe it (a probe that never reports).
+PROBE_HOLD_S = 30.0
+
+
+class Breakers:
+    """Every entry's breaker.
+
+    Args:
+        store: Where open breakers are shared.
+        default: The settings of ``[reliability.breaker]``.
+        profiles: Per-profile settings, where a profile overrides them.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        default: BreakerSettings | None = None,
+        profiles: Mapping[str, BreakerSettings] | None = None,
+    ) -> None:
+        self.store = store
+        self.default = default if default is not None else BreakerSettings()
+        self.profiles = dict(profiles or {})
+        self._streaks: dict[str, Streak] = {}
+        #: Transitions seen by this process, by (entry, transition).
+        self.transitions: Counter[tuple[str, Transition]] = Counter()
+
+    def settings(self, profile: str) -> BreakerSettings:
+        """The settings of ``profile``'s entries."""
+        return self.profiles.get(profile, self.default)
+
+    def gate(self, key: str, now: float) -> tuple[Gate, BreakerRecord | None]:
+        """What the breaker of the entry ``key`` lets through at ``now``, and its record."""
+        record = self.store.breaker(key)
+        return gate(record, now), record
+
+    async def claim_probe(self, key: str, now: float) -> bool:
+        """Take the one probe of the half-open entry ``key`` (False: another call has it)."""
+        taken = await self.store.claim_breaker_probe(key, now, PROBE_HOLD_S)
+        if taken:
+            self.transitions[(key, "probe")] += 1
+        return taken
+
+    def remembers(self, key: str) -> bool:
+        """Whether the entry ``key`` has a failure streak or an open breaker (a success then changes something)."""
+        streak = self._streaks.get(key)
+        return (streak is not None and streak.failures > 0) or self.store.breaker(key) is not None
+
+    async def succeeded(self, key: str, now: float, *, probing: bool) -> None:
+        """A healthy answer from the entry ``key``: its streak ends; a probe's success closes the breaker."""
+        streak = self._streaks.get(key)
+        if streak is not None:
+            streak.success(now)
+        if probing or self.store.breaker(key) is not None:
+            await self.store.close_breaker(key)
+            self.transitions[(key, "closed")] += 1
+            log.warning("circuit breaker of %s closed: the entry answered again", key)
+
+    async def failed(self, profile: str, key: str, now: float, *, probing: bool) -> None:
+        """A health failure of the entry ``key``: count it; open the breaker, or reopen it after a failed probe."""
+        settings = self.settings(profile)
+        if not settings.enabled:
+            return
+        record = self.store.breaker(key)
+        if probing or (record is not None and now >= record.until):
+            interval = settings.next_interval(record.interval if record is not None else settings.open_secs)
+            await self._open(key, BreakerRecord(opened_at=now, until=now + interval, interval=interval), "reopened")
+            return
+        if record is not None:
+            return  # already open (another call's failure arrived first)
+        streak = self._streaks.get(key)
+        if streak is None:
+            streak = self._streaks[key] = Streak(settings)
+        if streak.failure(now):
+            streak.reset()
+            interval = settings.open_secs
+            await self._open(key, BreakerRecord(opened_at=now, until=now + interval, interval=interval), "opened")
+
+    async def _open(self, key: str, record: BreakerRecord, transition: Transition) -> None:
+        await self.store.open_breaker(key, record)
+        self.transitions[(key, transition)] += 1
+        log.warning(
+            "circuit breaker of %s %s for %.1fs: calls skip the entry until one probe finds it healthy",
+            key,
+            transition,
+            record.interval,
+        )
+
+    def describe(self, now: float) -> dict[str, dict[str, float | str]]:
+        """Every open or half-open breaker, for ``/status`` (times as seconds from ``now``)."""
+        return {
+            key: {
+                "state": gate(record, now).value,
+                "open_for": round(max(0.0, record.until - now), 3),
+                "opened_ago": round(max(0.0, now - record.opened_at), 3),
+                "interval": record.interval,
+            }
+            for key, record in sorted(self.store.breakers().items())
+        }
