@@ -54,7 +54,8 @@ async def test_retry_after_ms_hint_sets_the_sleep_before_the_retry(sim: Simulato
 @each_family
 async def test_persistent_429_cools_down_skips_and_fails_with_retry_after(sim: Simulator, family: str) -> None:
     """A persistent 429 cools the profile down (its fallback model is skipped); the next call skips every cooling
-    entry and, never failing without trying, tries the one cooling longest once (SPEC 6.7)."""
+    entry and, never failing without trying, tries the one cooling longest once (SPEC 6.7).
+    """
     main, spare = f"{family}.main", f"{family}.spare"
     cfg = config(
         {
