@@ -78,10 +78,13 @@ def load(config: str | None) -> Config:
 @app.command()
 def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Validate the config: print every warning and the materialised attempt order."""
+    from turnout.gateway.policy import Policy
+
     try:
         cfg = load(config)
         warnings = collect_warnings(cfg)
         plan = build_plan(cfg)
+        Policy(cfg).check()
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:

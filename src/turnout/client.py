@@ -121,10 +121,19 @@ class Call:
     (and a ledger record), or to record a failure.
     """
 
-    __slots__ = ("call_id", "client", "reply", "requested", "scope", "started", "stream", "target")
+    __slots__ = ("call_id", "caller", "client", "reply", "requested", "scope", "started", "stream", "target")
 
-    def __init__(self, client: Client, target: Target, *, stream: bool, requested: RouteRef | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        target: Target,
+        *,
+        stream: bool,
+        requested: RouteRef | None = None,
+        caller: str | None = None,
+    ) -> None:
         self.client = client
+        self.caller = caller
         self.target = target
         self.stream = stream
         if requested is None:
@@ -159,6 +168,7 @@ class Call:
                     outcome="ok",
                     attempts=attempts,
                     accepted_index=accepted,
+                    caller=self.caller,
                 )
             )
         if "<think>" in response.text:
@@ -189,6 +199,7 @@ class Call:
                 fallback=False,
                 outcome=error_outcome(exc),
                 attempts=tuple(self.scope.attempts),
+                caller=self.caller,
             )
         )
 
@@ -340,6 +351,7 @@ class Client:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_choice: str | None = None,
+        caller: str | None = None,
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
@@ -352,6 +364,7 @@ class Client:
             temperature: Sampling temperature (None: left out of the request).
             max_tokens: Upper bound on output tokens.
             tool_choice: ``auto``, ``none``, ``required`` or a tool name.
+            caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
 
         Raises:
             AllProvidersFailed: Every entry failed (``.attempts`` says how).
@@ -360,7 +373,7 @@ class Client:
             ConfigError: The options name an unknown profile, or no model is known.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=False)
+        call = self._call(model, provider, sender, stream=False, caller=caller)
         target = call.target
         try:
             response = await target.walk.chat_in_scope(request, target.model, temperature, call.scope)
@@ -369,7 +382,9 @@ class Client:
             raise
         return call.accept(response)
 
-    def _call(self, model: str | None, provider: str | None, sender: str | None, *, stream: bool) -> Call:
+    def _call(
+        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool, caller: str | None = None
+    ) -> Call:
         """A new call to the route these options select (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
             default = self._default
@@ -377,8 +392,8 @@ class Client:
                 target = self.route()
                 first = target.walk.entries[0]
                 default = self._default = (target, first.route(first.served_model(target.model)))
-            return Call(self, default[0], stream=stream, requested=default[1])
-        return Call(self, self.route(model=model, provider=provider, sender=sender), stream=stream)
+            return Call(self, default[0], stream=stream, requested=default[1], caller=caller)
+        return Call(self, self.route(model=model, provider=provider, sender=sender), stream=stream, caller=caller)
 
     def stream(
         self,
@@ -392,6 +407,7 @@ class Client:
         max_tokens: int | None = None,
         tool_choice: str | None = None,
         show_reasoning: bool = True,
+        caller: str | None = None,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
@@ -399,10 +415,11 @@ class Client:
         is recovered through the non-streaming walk, a failure after it raises
         :class:`~turnout.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
         as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
-        still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
+        still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable; and
+        ``caller``, as for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        call = self._call(model, provider, sender, stream=True)
+        call = self._call(model, provider, sender, stream=True, caller=caller)
         return ReplyStream(call, request, temperature, show_reasoning=show_reasoning)
 
     async def turn(

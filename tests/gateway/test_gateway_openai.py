@@ -275,7 +275,7 @@ async def test_models_lists_hints_profiles_and_default_models(sim: Simulator) ->
 
 
 async def test_model_selects_hint_profile_or_plain_model(sim: Simulator) -> None:
-    """A hint, a family.alias, a family.alias/<model> or a dotted plain model routes as documented."""
+    """A hint, a family.alias or family.alias/<model> of an unpinned profile routes; a pinned default serves its pin."""
     toml = config(
         "openai.main",
         profile(sim, "openai.main", "sim-ok"),
@@ -285,19 +285,21 @@ async def test_model_selects_hint_profile_or_plain_model(sim: Simulator) -> None
     )
     served = {}
     async with gateway(toml) as server, sdk(server) as client:
-        for model in ("hint:fast", "anthropic.fast", "ollama.local/sim-ok-t3", "gpt-4.1", ""):
+        for model in ("hint:fast", "anthropic.fast", "ollama.local/sim-ok-t3", ""):
             raw = await client.chat.completions.with_raw_response.create(model=model, messages=MESSAGES)
             served[model] = (raw.headers["x-turnout-provider"], raw.parse().model)
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(model="ollama.local", messages=MESSAGES)
+        with pytest.raises(openai.NotFoundError) as unlisted:
+            await client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)
     assert served == {
         "hint:fast": ("anthropic.fast", "sim-ok-t2"),
         "anthropic.fast": ("anthropic.fast", "sim-ok-t2"),
         "ollama.local/sim-ok-t3": ("ollama.local", "sim-ok-t3"),
-        "gpt-4.1": ("openai.main", "gpt-4.1"),
         "": ("openai.main", "sim-ok"),
     }
     assert info.value.code == "missing_model"
+    assert unlisted.value.code == "model_not_found"
 
 
 async def test_client_disconnect_cancels_the_upstream_call(sim: Simulator) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
 from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import Failure, invalid, validation_message
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -36,7 +36,8 @@ from turnout.types import (
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # strict: a string where a number or a boolean belongs is an error, never coerced ("10", "yes")
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class _Text(_In):
@@ -109,13 +110,13 @@ class _ThinkingConfig(_In):
 
 
 class _Metadata(_In):
-    user_id: str | None = None
+    user_id: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
 
 
 class MessagesRequest(_In):
     """The fields of an Anthropic Messages request the gateway acts on (others are ignored)."""
 
-    model: str
+    model: str = Field(max_length=MAX_MODEL_CHARS)
     messages: list[_Message] = Field(min_length=1)
     max_tokens: int = Field(gt=0)
     system: str | list[_Text] | None = None

@@ -20,14 +20,17 @@ from aiohttp import web
 
 from turnout.attribution import Attempt
 from turnout.client import Client
+from turnout.errors import ConfigError
 from turnout.gateway.anthropic_surface import AnthropicSurface
-from turnout.gateway.auth import Authenticator, gateway_keys
+from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
-from turnout.gateway.status import RecentAttempts, anthropic_models, openai_models, status_payload
+from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
+from turnout.gateway.spend import SpendBook
+from turnout.gateway.status import RecentAttempts, anthropic_model, openai_model, status_payload
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import INTERNAL, SHUTTING_DOWN, UNAUTHORIZED, Failure, failure_for
+from turnout.gateway.wire import INTERNAL, MAX_FIELD_CHARS, SHUTTING_DOWN, UNAUTHORIZED, Failure, failure_for
 from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
@@ -57,7 +60,7 @@ class Exchange:
         self.surface = surface
         self.status = 200
         self.stream = False
-        self.caller: str | None = None
+        self.caller: Caller | None = None
         self.provider: str | None = None
         self.model: str | None = None
         self.attempts: Sequence[Attempt] | None = None
@@ -74,14 +77,19 @@ class Gateway:
 
     Args:
         client: The client that serves every request (its ledger label should be ``gateway``).
-        keys: Accepted client keys (default: ``[gateway] api_keys`` and ``api_keys_env``); empty: no auth.
+        keys: Plain client keys with the default policy (default: ``[gateway] api_keys`` and
+            ``api_keys_env``); ``[gateway.keys.<name>]`` keys are added. No key at all: no auth.
         owns_client: Close the client when the application is cleaned up.
 
     Attributes:
         app: The aiohttp application.
+        policy: What each client key may use (:mod:`turnout.gateway.policy`).
         metrics: The Prometheus metrics (one registry per gateway).
         draining: True once :meth:`drain` began: new requests get 503.
         in_flight: Requests being served now.
+
+    Raises:
+        ConfigError: A client key resolves to nothing, or the ``[gateway]`` policy names nothing configured.
     """
 
     def __init__(self, client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> None:
@@ -89,8 +97,20 @@ class Gateway:
         self.client = client
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
-        self.auth = Authenticator(keys if keys is not None else gateway_keys(config))
-        self.metrics = Metrics()
+        ledger = client.ledger
+        self.spend = SpendBook(ledger) if ledger is not None else None
+        self.policy = Policy(config, self.spend)
+        plain = keys if keys is not None else gateway_keys(config)
+        callers = self.policy.callers(plain, named_keys(config))
+        limited = next((c.name for _, c in callers if c.daily_limit_usd is not None), None)
+        if limited is not None and self.spend is None:
+            raise ConfigError(
+                "a daily limit is enforced from the ledger, and this gateway's client keeps none",
+                path=f"gateway.keys.{limited}.daily_limit_usd",
+                code="ledger_required",
+            )
+        self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
+        self.metrics = Metrics(labelled=self.policy.served_models())
         self.recent = RecentAttempts()
         self.draining = False
         self.in_flight = 0
@@ -98,8 +118,6 @@ class Gateway:
         self._idle: asyncio.Event | None = None
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
-        self._models = (openai_models(config), anthropic_models(config))
-        self._model_items = (orjson.loads(self._models[0])["data"], orjson.loads(self._models[1])["data"])
         self.app = self._application()
 
     # --- the application ------------------------------------------------------------------------
@@ -121,6 +139,8 @@ class Gateway:
         start = getattr(self.client.factory.store, "start", None)
         if start is not None:  # a shared store (Redis): load the shared state before serving
             await start()
+        if self.spend is not None and any(c.daily_limit_usd is not None for c in self.auth.callers()):
+            await self.spend.refresh()  # today's spend so far, before the first request is admitted
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -134,6 +154,8 @@ class Gateway:
                     catalogue.context_window(family, model)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        if self.spend is not None:
+            await self.spend.aclose()
         if self.owns_client:
             await self.client.aclose()
 
@@ -183,22 +205,18 @@ class Gateway:
         return await serve_chat(self, surface, request, ex)
 
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        body = self._models[1] if surface is self.anthropic else self._models[0]
+        assert ex.caller is not None  # the guard admitted the request
+        body = ex.caller.models_json[1 if surface is self.anthropic else 0]
         return web.Response(body=body, content_type=JSON)
 
     async def _get_model(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        assert ex.caller is not None
         wanted = request.match_info["model"]
-        for item in self._model_items[1 if surface is self.anthropic else 0]:
-            if item["id"] == wanted:
-                return web.Response(body=orjson.dumps(item), content_type=JSON)
-        failure = Failure(
-            status=404,
-            kind="not_found",
-            message=f"model {wanted!r} is not listed",
-            param="model",
-            code="model_not_found",
-        )
-        return self.error_response(surface, failure)
+        name = ex.caller.names.get(wanted)
+        if name is None:
+            return self.error_response(surface, not_available(wanted).failure)
+        item = anthropic_model(name) if surface is self.anthropic else openai_model(name)
+        return web.Response(body=orjson.dumps(item), content_type=JSON)
 
     async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         body = status_payload(
@@ -258,18 +276,21 @@ class Gateway:
         seconds = time.perf_counter() - t0
         self.metrics.request(ex.surface, ex.status, seconds)
         attempts = ex.attempts
+        caller = ex.caller
         if attempts is not None:
             self.metrics.call(
                 ex.surface, attempts, fallback=ex.fallback, seconds=None if ex.status == CLIENT_CLOSED else seconds
             )
             self.recent.add(attempts)
+            if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
+                self.spend.add(caller.name, attempts)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 orjson.dumps(
                     {
                         "ts": round(time.time(), 3),
                         "method": request.method,
-                        "path": request.path,
+                        "path": request.path[:MAX_FIELD_CHARS],
                         "status": ex.status,
                         "duration_ms": round(seconds * 1000.0, 3),
                         "surface": ex.surface,
@@ -279,7 +300,7 @@ class Gateway:
                         "attempts": len(attempts) if attempts is not None else 0,
                         "fallback": ex.fallback is not None,
                         "interrupted": ex.interrupted,
-                        "caller": ex.caller,
+                        "caller": caller.name if caller is not None else None,
                         "call_id": ex.call_id,
                     }
                 ).decode()

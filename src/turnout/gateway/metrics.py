@@ -1,22 +1,19 @@
 """Prometheus metrics of the gateway, in a registry per application (so tests and apps never collide).
 
 Attempt-level metrics come from the attempts of each call (``Reply.attempts`` or the error's
-``.attempts``): no extra work happens on the upstream path. Label children are cached, and the number of
-distinct ``(provider, model)`` label pairs is bounded, because an unpinned profile forwards whatever model
-a caller names.
+``.attempts``): no extra work happens on the upstream path. Label children are cached. Only the
+``(provider, model)`` pairs the configuration names get their own labels: a model a client chose (for a
+profile without a pinned model) is counted as ``model="other"``, so no client string becomes a label.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from turnout.attribution import Attempt
-
-#: Distinct (provider, model) label pairs kept before further models are counted as ``other``.
-MAX_MODEL_LABELS = 500
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -33,9 +30,13 @@ class Metrics:
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
     ``turnout_upstream_ttft_seconds{provider,model}`` and ``turnout_gateway_overhead_seconds{surface}``.
+
+    Args:
+        labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
+        registry: The registry (default: a new one).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, labelled: Collection[tuple[str, str]] = (), registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         r = self.registry
         self.requests = Counter(
@@ -90,7 +91,7 @@ class Metrics:
             registry=r,
         )
         self._children: dict[tuple[Any, ...], Any] = {}
-        self._models: set[tuple[str, str]] = set()
+        self._labelled = frozenset(labelled)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -101,13 +102,7 @@ class Metrics:
         return child
 
     def _model(self, provider: str, model: str) -> str:
-        pair = (provider, model)
-        if pair in self._models:
-            return model
-        if len(self._models) >= MAX_MODEL_LABELS:
-            return "other"
-        self._models.add(pair)
-        return model
+        return model if (provider, model) in self._labelled else "other"
 
     def request(self, surface: str, status: int, seconds: float) -> None:
         """Count one finished request."""

@@ -29,7 +29,8 @@ from turnout.client import Client
 from turnout.config import Config, find_config_path, load_config_file
 from turnout.errors import ConfigError
 from turnout.gateway.app import Gateway
-from turnout.gateway.auth import gateway_keys
+from turnout.gateway.auth import gateway_keys, named_keys
+from turnout.gateway.policy import Policy
 from turnout.state import MemoryStore
 
 log = logging.getLogger("turnout.gateway")
@@ -135,7 +136,8 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
     """
     path = str(find_config_path(config_path))
     config = load_config_file(path)
-    gateway_keys(config)  # a client key that resolves to nothing fails here, not silently open
+    # a client key that resolves to nothing, or a policy naming nothing configured, fails here (not open)
+    Policy(config).callers(gateway_keys(config), named_keys(config))
     Client(config, ledger=False, store=MemoryStore())  # every route builds (nothing opened yet)
     host = host or config.gateway.host
     port = config.gateway.port if port is None else port
