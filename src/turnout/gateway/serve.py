@@ -30,6 +30,7 @@ from turnout.config import Config, find_config_path, load_config_file
 from turnout.errors import ConfigError
 from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys
+from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
 from turnout.gateway.policy import Policy
 from turnout.state import MemoryStore
 
@@ -54,10 +55,14 @@ class GatewayServer:
         host: The address to listen on.
         port: The port, or 0 for a free one.
         reuse_port: Set ``SO_REUSEPORT`` (several worker processes on one port).
+
+    Attributes:
+        guard: The connection limits of ``[gateway]`` (:mod:`turnout.gateway.connections`).
     """
 
     def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> None:
         self.gateway = gateway
+        self.guard = ConnectionGuard(Limits.of(gateway.client.config.gateway))
         self.host = host
         self._requested_port = port
         self._reuse_port = reuse_port
@@ -66,13 +71,22 @@ class GatewayServer:
 
     async def start(self) -> None:
         """Start listening."""
+        limits = self.guard.limits
+        # aiohttp's own keep-alive bound matches the idle timeout; the guard enforces it too
+        options: dict[str, Any] = {"access_log": None, "keepalive_timeout": limits.idle_timeout}
         runner = web.AppRunner(
-            self.gateway.app, handler_cancellation=True, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S
+            self.gateway.app, handler_cancellation=True, shutdown_timeout=_CLOSE_TIMEOUT_S, **options
         )
         await runner.setup()
         try:
-            site = web.TCPSite(
-                runner, self.host, self._requested_port, reuse_port=self._reuse_port or None, backlog=1024
+            site = GuardedSite(
+                runner,
+                self.guard,
+                self.host,
+                self._requested_port,
+                reuse_port=self._reuse_port,
+                backlog=1024,
+                handler_options=options,
             )
             await site.start()
         except BaseException:
@@ -142,12 +156,46 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
     host = host or config.gateway.host
     port = config.gateway.port if port is None else port
     _configure_logging()
+    descriptor_limit(config.gateway.max_connections * max(1, workers))
     if workers <= 1:
         _run_loop(_serve(config, host, port, reuse_port=False, worker=False))
         return
     if port == 0:
         raise ConfigError("several workers cannot share port 0; choose a port", path="gateway.port")
     _supervise(path, host, port, workers)
+
+
+#: Descriptors kept for everything but client connections: upstream connections, the ledger, Redis, logs.
+DESCRIPTOR_RESERVE = 512
+
+
+def descriptor_limit(connections: int) -> int:
+    """Raise the soft descriptor limit (up to the hard one) so ``connections`` clients and the reserve fit.
+
+    Without it, a default soft limit of 1024 runs out before ``[gateway] max_connections`` does, and the
+    kernel's accept errors take the place of the gateway's own cap. Worker processes inherit the limit.
+
+    Returns:
+        The soft limit now in force.
+    """
+    try:
+        import resource
+    except ImportError:  # not on this platform: nothing to raise
+        return connections + DESCRIPTOR_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + DESCRIPTOR_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return want if soft == resource.RLIM_INFINITY else soft
+    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    if new < want:
+        log.warning(
+            "turnout gateway: the descriptor limit (ulimit -n) is %d; [gateway] max_connections = %d needs about %d",
+            new,
+            connections,
+            want,
+        )
+    return new
 
 
 def _configure_logging() -> None:
