@@ -151,3 +151,18 @@ async def test_metrics_label_only_configured_models() -> None:
     assert "free-" not in metrics
     assert 'turnout_upstream_attempts_total{model="other",outcome="ok",provider="openai.open"} 3.0' in metrics
     assert 'turnout_upstream_attempts_total{model="gpt-4.1",outcome="ok",provider="openai.main"} 1.0' in metrics
+
+
+def test_histogram_buckets_count_a_value_at_a_bound_in_that_bucket() -> None:
+    """A duration equal to a bucket's bound counts in that bucket (Prometheus `le`), larger ones in +Inf."""
+    from turnout.gateway.metrics import Metrics
+
+    m = Metrics()
+    for seconds in (0.005, 0.0050001, 1000.0):
+        m.request("openai", 200, seconds)
+    text = m.render(0, 0).decode()
+    assert 'turnout_gateway_request_duration_seconds_bucket{le="0.005",surface="openai"} 1.0' in text
+    assert 'turnout_gateway_request_duration_seconds_bucket{le="0.01",surface="openai"} 2.0' in text
+    assert 'turnout_gateway_request_duration_seconds_bucket{le="120.0",surface="openai"} 2.0' in text
+    assert 'turnout_gateway_request_duration_seconds_bucket{le="+Inf",surface="openai"} 3.0' in text
+    assert 'turnout_gateway_requests_total{status="200",surface="openai"} 3.0' in text

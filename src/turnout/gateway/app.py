@@ -21,6 +21,7 @@ from aiohttp import web
 from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.errors import ConfigError
+from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
@@ -34,7 +35,6 @@ from turnout.gateway.wire import INTERNAL, MAX_FIELD_CHARS, SHUTTING_DOWN, UNAUT
 from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
-access_log = logging.getLogger("turnout.gateway.access")
 
 _HEALTH_OK = b'{"status":"ok"}'
 _HEALTH_DRAINING = b'{"status":"draining"}'
@@ -116,6 +116,7 @@ class Gateway:
         self.in_flight = 0
         self.started = time.time()
         self._idle: asyncio.Event | None = None
+        self._lines: BatchedLines | None = None
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.app = self._application()
@@ -136,6 +137,7 @@ class Gateway:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
+        self._lines = direct_sink()
         start = getattr(self.client.factory.store, "start", None)
         if start is not None:  # a shared store (Redis): load the shared state before serving
             await start()
@@ -201,8 +203,9 @@ class Gateway:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        return await serve_chat(self, surface, request, ex)
+    def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> Awaitable[web.StreamResponse]:
+        # serve_chat's own coroutine: no frame of this one stays on the request's await chain
+        return serve_chat(self, surface, request, ex)
 
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         assert ex.caller is not None  # the guard admitted the request
@@ -225,9 +228,8 @@ class Gateway:
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        self.metrics.in_flight.set(self.in_flight)
         active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
-        return web.Response(body=self.metrics.render(active), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=self.metrics.render(self.in_flight, active), headers={"Content-Type": CONTENT_TYPE})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
@@ -274,6 +276,7 @@ class Gateway:
 
     def _finish(self, request: web.Request, ex: Exchange, t0: float) -> None:
         seconds = time.perf_counter() - t0
+        now = time.time()
         self.metrics.request(ex.surface, ex.status, seconds)
         attempts = ex.attempts
         caller = ex.caller
@@ -281,30 +284,34 @@ class Gateway:
             self.metrics.call(
                 ex.surface, attempts, fallback=ex.fallback, seconds=None if ex.status == CLIENT_CLOSED else seconds
             )
-            self.recent.add(attempts)
+            self.recent.add(attempts, now)
             if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
                 self.spend.add(caller.name, attempts)
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                orjson.dumps(
-                    {
-                        "ts": round(time.time(), 3),
-                        "method": request.method,
-                        "path": request.path[:MAX_FIELD_CHARS],
-                        "status": ex.status,
-                        "duration_ms": round(seconds * 1000.0, 3),
-                        "surface": ex.surface,
-                        "stream": ex.stream,
-                        "provider": ex.provider,
-                        "model": ex.model,
-                        "attempts": len(attempts) if attempts is not None else 0,
-                        "fallback": ex.fallback is not None,
-                        "interrupted": ex.interrupted,
-                        "caller": caller.name if caller is not None else None,
-                        "call_id": ex.call_id,
-                    }
-                ).decode()
-            )
+        sink = self._lines
+        if sink is None and not access_log.isEnabledFor(logging.INFO):
+            return
+        line = orjson.dumps(
+            {
+                "ts": round(now, 3),
+                "method": request.method,
+                "path": request.path[:MAX_FIELD_CHARS],
+                "status": ex.status,
+                "duration_ms": round(seconds * 1000.0, 3),
+                "surface": ex.surface,
+                "stream": ex.stream,
+                "provider": ex.provider,
+                "model": ex.model,
+                "attempts": len(attempts) if attempts is not None else 0,
+                "fallback": ex.fallback is not None,
+                "interrupted": ex.interrupted,
+                "caller": caller.name if caller is not None else None,
+                "call_id": ex.call_id,
+            }
+        )
+        if sink is not None:
+            sink.write(line)
+        else:
+            access_log.info(line.decode())
 
     # --- draining -------------------------------------------------------------------------------
 

@@ -37,9 +37,9 @@ class RecentAttempts:
         self._clock = clock
         self._buckets: dict[int, Counter[tuple[str, str]]] = {}
 
-    def add(self, attempts: Iterable[Attempt]) -> None:
-        """Count the attempts of one call."""
-        bucket = int(self._clock() // BUCKET_S)
+    def add(self, attempts: Iterable[Attempt], now: float | None = None) -> None:
+        """Count the attempts of one call (that ended at ``now``, default: the clock's time)."""
+        bucket = int((self._clock() if now is None else now) // BUCKET_S)
         counts = self._buckets.get(bucket)
         if counts is None:
             oldest = bucket - RECENT_WINDOW_S // BUCKET_S
@@ -47,7 +47,8 @@ class RecentAttempts:
                 del self._buckets[b]
             counts = self._buckets[bucket] = Counter()
         for a in attempts:
-            counts[(a.provider, a.outcome)] += 1
+            key = (a.provider, a.outcome)
+            counts[key] = counts.get(key, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         """``{"window_seconds", "by_outcome": {outcome: n}, "by_provider": {profile: {outcome: n}}}``."""
