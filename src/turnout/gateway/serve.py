@@ -37,6 +37,8 @@ from turnout.state import MemoryStore
 
 log = logging.getLogger("turnout.gateway")
 
+#: The collector's thresholds while serving (young, middle, old generation); see ``_serve``.
+GC_THRESHOLDS = (20_000, 20, 100)
 #: How long a draining gateway waits for requests in flight before it closes anyway.
 DRAIN_TIMEOUT_S = 30.0
 #: After draining: how long aiohttp waits for handlers that are still running before cancelling them.
@@ -232,6 +234,10 @@ async def _serve(config: Config, host: str, port: int, *, reuse_port: bool, work
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", path="gateway.port", code="listen_failed"
         ) from None
     gc.freeze()  # what exists now lives as long as the server: keep it out of every later collection
+    # Requests allocate many short-lived containers, nearly all freed by reference counting; at the default
+    # threshold (700) a young collection runs every few requests only to walk what requests in flight still
+    # hold. Fewer, larger young collections do the same work at a fraction of the cost.
+    gc.set_threshold(*GC_THRESHOLDS)
     loop = asyncio.get_running_loop()
     stop, force = asyncio.Event(), asyncio.Event()
 
