@@ -132,6 +132,21 @@ async def get_anthropic(server: GatewayServer, path: str) -> Raw:
         return Raw(resp.status, CIMultiDictProxy(resp.headers.copy()), body)
 
 
+async def test_each_listed_name_serves_the_model_it_lists() -> None:
+    """With default_model overriding the default profile's model, naming that profile serves what is listed."""
+    fleet = Fleet()
+    text = BASE.replace(
+        'default_provider = "openai.main"\n', 'default_provider = "openai.main"\ndefault_model = "gpt-4.1-mini"\n'
+    )
+    async with served(fleet, text) as server:
+        items = (await get(server, "/v1/models")).json()["data"]
+        pinned = {m["id"]: m["turnout"]["model"] for m in items if m["turnout"]["model"] is not None}
+        answers = {m: served_by(await post(server, "/v1/chat/completions", {**CHAT, "model": m}))[1] for m in pinned}
+        default = served_by(await post(server, "/v1/chat/completions", CHAT))[1]
+    assert pinned["openai.main"] == "gpt-4.1-mini" == default
+    assert answers == pinned
+
+
 async def test_an_unpinned_profile_serves_the_model_named_after_its_slash() -> None:
     """family.alias/<model> reaches a profile without a pinned model; a pinned one serves only its pin."""
     fleet = Fleet()
@@ -171,8 +186,10 @@ async def test_a_client_cannot_claim_a_sender_tier() -> None:
         claimed_an = await post(server, "/v1/messages", {**MESSAGES, "metadata": {"user_id": "vip"}})
         bound = await post(server, "/v1/chat/completions", {**CHAT, "user": "someone-else"}, key=VIP_KEY)
         bound_an = await post(server, "/v1/messages", MESSAGES, key=VIP_KEY)
+        named = await post(server, "/v1/chat/completions", {**CHAT, "model": "gpt-4.1-mini"}, key=VIP_KEY)
     assert served_by(claimed)[0] == served_by(claimed_an)[0] == "openai.main"
     assert served_by(bound)[0] == served_by(bound_an)[0] == "anthropic.premium"
+    assert served_by(named) == ("openai.main", "gpt-4.1-mini")  # a named model stays with its profile
 
 
 async def test_allow_any_model_keeps_the_open_routing() -> None:

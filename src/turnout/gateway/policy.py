@@ -123,17 +123,19 @@ class Policy:
         for r in self.config.model_routes:
             target = resolve_profile_ref(self.config, r.model_provider) or r.model_provider
             hint = HINT_PREFIX + r.hint
-            out[hint] = PublicName(id=hint, kind="hint", choice=RouteChoice(hint, None), provider=target, model=r.model)
+            served = self._pin(target) or r.model  # a pinned target ignores the route's model
+            out[hint] = PublicName(id=hint, kind="hint", choice=RouteChoice(hint, None), provider=target, model=served)
         for name, profile in self._profiles.items():
-            pin = self.config.default_model if name == self._default and self.config.default_model else profile.model
-            out[name] = PublicName(id=name, kind="profile", choice=RouteChoice(None, name), provider=name, model=pin)
+            pin = self._pin(name)
+            choice = RouteChoice(pin if pin != profile.model else None, name)  # default_model, also when named
+            out[name] = PublicName(id=name, kind="profile", choice=choice, provider=name, model=pin)
         if self._default is not None:
             p = self._profiles[self._default]
             for model in (self.config.default_model or p.model, *p.fallback_models):
                 if model and model.strip() and model not in out:
-                    out[model] = PublicName(
-                        id=model, kind="model", choice=RouteChoice(model, None), provider=self._default, model=model
-                    )
+                    # the profile is named too, so a bound sender's tier cannot move the model elsewhere
+                    choice = RouteChoice(model, self._default)
+                    out[model] = PublicName(id=model, kind="model", choice=choice, provider=self._default, model=model)
         for alias, target in self.config.gateway.aliases.items():
             out[alias] = self._alias(alias, target, out)
         return out
@@ -163,8 +165,8 @@ class Policy:
             )
         if slash:
             return PublicName(id=alias, kind="alias", choice=RouteChoice(model, profile), provider=profile, model=model)
-        pin = known[profile].model
-        return PublicName(id=alias, kind="alias", choice=RouteChoice(None, profile), provider=profile, model=pin)
+        named = known[profile]
+        return PublicName(id=alias, kind="alias", choice=named.choice, provider=profile, model=named.model)
 
     def _fallback_only(self) -> set[str]:
         """Profiles named in another profile's ``fallback`` that are neither the default nor a route target."""
@@ -183,10 +185,15 @@ class Policy:
         names = dict.fromkeys([root, *(e.profile for e in entries if e.model is None)])
         return tuple((n, self._profiles[n]) for n in names)
 
-    def _unpinned(self, profile: str) -> bool:
+    def _pin(self, profile: str) -> str | None:
+        """The model ``profile`` serves whatever is asked (the default profile's ``default_model`` first)."""
         if profile == self._default and self.config.default_model:
-            return False
-        return not self._profiles[profile].model
+            return self.config.default_model
+        known = self._profiles.get(profile)
+        return known.model if known is not None else None
+
+    def _unpinned(self, profile: str) -> bool:
+        return not self._pin(profile)
 
     # --- callers -------------------------------------------------------------------------------
 
@@ -304,7 +311,7 @@ class Policy:
             return RouteChoice(rest, head)
         if default is not None and default in caller.open_profiles and resolve_profile_ref(self.config, head) is None:
             self._sendable(default, model)
-            return RouteChoice(model, None)
+            return RouteChoice(model, default)
         raise not_available(model)
 
     def _sendable(self, root: str | None, model: str) -> None:
