@@ -159,7 +159,7 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
     host = host or config.gateway.host
     port = config.gateway.port if port is None else port
     _configure_logging()
-    descriptor_limit(config.gateway.max_connections * max(1, workers))
+    descriptor_limit(config.gateway.max_connections)  # per process: each worker has its own cap
     if workers <= 1:
         _run_loop(_serve(config, host, port, reuse_port=False, worker=False))
         return
