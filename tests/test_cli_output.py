@@ -8,10 +8,11 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from turnout.attribution import Attempt, RouteRef
+from fakes import call_record
+from turnout.attribution import Attempt
 from turnout.cli import app
 from turnout.demo import _attempts_table
-from turnout.ledger import CallRecord, Ledger
+from turnout.ledger import Ledger
 from turnout.terminal import shown
 
 #: A model name as a hostile client could send it: an OSC title, an ANSI colour, rich markup, a forged row.
@@ -35,25 +36,10 @@ def test_shown_makes_control_characters_and_markup_visible() -> None:
 def test_ledger_command_escapes_client_text(tmp_path: Path) -> None:
     """`turnout ledger` prints a hostile model name escaped, on one row, with its markup literal."""
     db = tmp_path / "ledger.sqlite3"
-    attempt = Attempt(provider="openai.main", model=HOSTILE, outcome="ok", started_at=1.0e9)
 
     async def write() -> None:
         ledger = Ledger(db, batch_delay=0)
-        route = RouteRef(provider="openai.main", model=HOSTILE)
-        ledger.record(
-            CallRecord(
-                call_id="c1",
-                ts=1.0e9,
-                surface="gateway",
-                stream=False,
-                requested=route,
-                served=route,
-                fallback=False,
-                outcome="ok",
-                attempts=(attempt,),
-                accepted_index=0,
-            )
-        )
+        ledger.record(call_record("c1", model=HOSTILE))
         await ledger.aclose()
 
     asyncio.run(write())

@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+from fakes import call_record
 from turnout.attribution import Attempt
 from turnout.gateway.spend import SpendBook, day_start, seconds_to_midnight
 from turnout.ledger import SCHEMA, CallRecord, Ledger, spend_by_caller
@@ -14,19 +15,7 @@ DAY = 86400.0
 
 
 def record(call_id: str, ts: float, caller: str | None, cost: float) -> CallRecord:
-    attempt = Attempt(provider="openai.main", model="m", outcome="ok", cost_usd=cost, started_at=ts)
-    return CallRecord(
-        call_id=call_id,
-        ts=ts,
-        surface="gateway",
-        stream=False,
-        requested=None,
-        served=None,
-        fallback=False,
-        outcome="ok",
-        attempts=(attempt,),
-        caller=caller,
-    )
+    return call_record(call_id, ts=ts, caller=caller, cost=cost)
 
 
 def test_day_boundaries_are_utc_midnights() -> None:
