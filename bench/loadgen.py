@@ -10,6 +10,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ class Saturation:
     rps: float
     errors: int
     tool: str
+    #: How many requests were answered (to divide a server's CPU time by).
+    requests: int = 0
 
 
 def _lua(body: bytes, key: str) -> str:
@@ -65,7 +68,13 @@ def saturate_wrk(url: str, body: bytes, key: str, *, seconds: float, connections
     errors = int(bad.group(1)) if bad else 0
     if socket_errors:
         errors += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(0)))
-    return Saturation(rps=float(rps.group(1)), errors=errors, tool=f"wrk -t1 -c{connections}")
+    done = re.search(r"(\d+) requests in", out.stdout)
+    return Saturation(
+        rps=float(rps.group(1)),
+        errors=errors,
+        tool=f"wrk -t1 -c{connections}",
+        requests=int(done.group(1)) if done else 0,
+    )
 
 
 async def saturate_aiohttp(url: str, body: bytes, key: str, *, seconds: float, connections: int) -> Saturation:
@@ -88,7 +97,7 @@ async def saturate_aiohttp(url: str, body: bytes, key: str, *, seconds: float, c
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
         wall = time.perf_counter() - t0
-    return Saturation(rps=count / wall, errors=errors, tool=f"aiohttp, {connections} connections")
+    return Saturation(rps=count / wall, errors=errors, tool=f"aiohttp, {connections} connections", requests=count)
 
 
 async def fixed_rate(url: str, body: bytes, key: str, *, rate: float, count: int, name: str) -> tuple[Summary, int]:
@@ -125,20 +134,37 @@ async def fixed_rate(url: str, body: bytes, key: str, *, rate: float, count: int
     return summarize(name, samples), errors
 
 
-async def sequential(url: str, body: bytes, key: str, *, count: int, name: str) -> Summary:
-    """A closed loop on one connection: ``count`` requests back to back, each timed (after 20 untimed)."""
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    samples: list[float] = []
-    async with aiohttp.ClientSession(headers=headers) as session:
-        for i in range(count + 20):
-            t0 = time.perf_counter()
-            async with session.post(url, data=body) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"{name}: HTTP {resp.status}")
-            if i >= 20:
-                samples.append(time.perf_counter() - t0)
-    return summarize(name, samples)
+async def sequential_rounds(
+    targets: Sequence[tuple[str, bytes, str, str]], *, count: int, batch: int = 20
+) -> list[Summary]:
+    """A closed loop on one connection per ``(url, body, key, name)`` target: ``count`` timed requests each.
+
+    After 20 untimed requests per target, batches of ``batch`` back-to-back requests go to each in turn
+    (A B C A B C …) until ``count`` are timed for each, so a drift in the machine's load reaches all alike.
+    """
+    sessions = [
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        for _, _, key, _ in targets
+    ]
+    samples: list[list[float]] = [[] for _ in targets]
+    try:
+        for session, (url, body, _, _) in zip(sessions, targets, strict=True):  # untimed: connect, warm up
+            for _ in range(20):
+                async with session.post(url, data=body) as resp:
+                    await resp.read()
+        while len(samples[0]) < count:
+            for session, (url, body, _, name), times in zip(sessions, targets, samples, strict=True):
+                for _ in range(min(batch, count - len(times))):
+                    t0 = time.perf_counter()
+                    async with session.post(url, data=body) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            raise RuntimeError(f"{name}: HTTP {resp.status}")
+                    times.append(time.perf_counter() - t0)
+    finally:
+        for session in sessions:
+            await session.close()
+    return [summarize(name, times) for (_, _, _, name), times in zip(targets, samples, strict=True)]
 
 
 def chat_body(model: str) -> bytes:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.calls import ScenarioResult
 from bench.concurrency import Concurrency
-from bench.gateway import GatewayScenario, RateLatency
+from bench.gateway import LITELLM as LITELLM_GATEWAY
+from bench.gateway import PASSTHROUGH, GatewayResult, GatewayScenario, RateLatency
+from bench.gateway import TURNOUT as TURNOUT_GATEWAY
 from bench.procs import Machine
 from bench.settings import Settings
 from bench.startup import BARE, LITELLM, TURNOUT, Startup
@@ -103,8 +106,37 @@ def verdicts(r: Results) -> list[Verdict]:
         )
     )
     g = r.gateway
-    t = g.get("turnout serve") if g else None
-    lite = g.get("litellm proxy") if g else None
+    t = g.get(TURNOUT_GATEWAY) if g else None
+    lite = g.get(LITELLM_GATEWAY) if g else None
+    bare = g.get(PASSTHROUGH) if g else None
+    rps_ratio = paired_ratio(t, bare) if t and bare else None
+    cpu_ratio = bare.cpu_us / t.cpu_us if t and bare and t.cpu_us and bare.cpu_us else None
+    out.append(
+        Verdict(
+            target="Gateway: requests/s at saturation, Turnout / bare aiohttp pass-through proxy",
+            measured=(
+                f"{rps_ratio:.2f} ×" + (f" (CPU per request: {cpu_ratio:.2f} ×)" if cpu_ratio is not None else "")
+                if rps_ratio is not None
+                else "–"
+            ),
+            limit="≥ 0.7 ×",
+            met=rps_ratio >= 0.7 if rps_ratio is not None else None,
+        )
+    )
+    t_seq, bare_seq = (t.sequential if t else None), (bare.sequential if bare else None)
+    added = t_seq.added_p50_ms / bare_seq.added_p50_ms if t_seq and bare_seq and bare_seq.added_p50_ms > 0 else None
+    out.append(
+        Verdict(
+            target="Gateway: added p50 (sequential), Turnout / bare aiohttp pass-through proxy",
+            measured=(
+                f"{added:.2f} × ({t_seq.added_p50_ms:.2f} / {bare_seq.added_p50_ms:.2f} ms)"
+                if added is not None and t_seq and bare_seq
+                else "–"
+            ),
+            limit="≤ 1.5 ×",
+            met=added <= 1.5 if added is not None else None,
+        )
+    )
     if t and lite and t.rps and lite.rps:
         ratio = t.rps / lite.rps
         out.append(
@@ -136,6 +168,12 @@ def verdicts(r: Results) -> list[Verdict]:
         )
     )
     return out
+
+
+def paired_ratio(a: GatewayResult, b: GatewayResult) -> float | None:
+    """The median, over the rounds they ran in turn, of ``a``'s requests/s over ``b``'s in the same round."""
+    pairs = [x.rps / y.rps for x, y in zip(a.rounds, b.rounds, strict=False) if y.rps]
+    return statistics.median(pairs) if pairs else None
 
 
 def _ratio_text(ratio: float, limit: float) -> str:
@@ -262,8 +300,9 @@ def _gateway_section(r: Results) -> list[str]:
     out = [
         "## Gateway",
         "",
-        "The gateway alone on the client CPU; the upstream and the load generator on the other. Both gateways: "
-        "a primary and one fallback, one client key, one worker, no ledger or database. Saturation is a closed "
+        "The gateway alone on the client CPU; the upstream and the load generator on the other. Turnout and "
+        "LiteLLM: a primary and one fallback, one client key, one worker, no ledger or database; the bare aiohttp "
+        "pass-through proxy (`bench/passthrough.py`) forwards each body unparsed, the floor. Saturation is a closed "
         f"loop for {r.settings.gateway_seconds:g} s; latency is an open loop at a fixed rate, compared with the "
         "same rate sent straight to the upstream just before (*added* = through the gateway − direct), and a "
         "closed loop of back-to-back requests on one connection (*sequential*).",
@@ -274,15 +313,19 @@ def _gateway_section(r: Results) -> list[str]:
     if g.upstream_rps:
         out += [f"The upstream alone serves {g.upstream_rps:,.0f} requests/s under the same load generator.", ""]
     out += [
-        "| gateway | requests/s at saturation | non-200 | load | RSS after load MiB | start s |",
-        "|---|---:|---:|---|---:|---:|",
+        "| gateway | requests/s at saturation (rounds) | CPU µs per request | non-200 | load | RSS after load MiB "
+        "| start s |",
+        "|---|---:|---:|---:|---|---:|---:|",
     ]
     for x in g.results:
-        if x.failure:
-            out.append(f"| {x.name} | could not run | | | | |")
+        if x.failure or x.rps is None:
+            out.append(f"| {x.name} | could not run | | | | | |")
             continue
         rss = f"{x.rss_mib:.0f}" if x.rss_mib else "–"
-        out.append(f"| {x.name} | {x.rps:,.0f} | {x.errors} | {x.tool} | {rss} | {x.start_s:.1f} |")
+        rounds = f" ({', '.join(f'{r.rps:,.0f}' for r in x.rounds)})" if len(x.rounds) > 1 else ""
+        cpu = f"{x.cpu_us:.0f}" if x.cpu_us is not None else "–"
+        start = f"{x.start_s:.1f}" if x.start_s is not None else "–"
+        out.append(f"| {x.name} | {x.rps:,.0f}{rounds} | {cpu} | {x.errors} | {x.tool} | {rss} | {start} |")
     out += [
         "",
         "| gateway | load | requests | p50 ms | p99 ms | direct p50 ms | direct p99 ms | added p50 ms | added p99 ms |",
@@ -296,7 +339,11 @@ def _gateway_section(r: Results) -> list[str]:
     out += [
         "",
         f"The common rate ({g.common_rate:.0f} req/s) is a quarter of LiteLLM's saturation (at most "
-        f"{g.turnout_rate:.0f}), so it is moderate for both; Turnout's target is judged at {g.turnout_rate:.0f} req/s.",
+        f"{g.turnout_rate:.0f}), so it is moderate for all; Turnout's target is judged at {g.turnout_rate:.0f} req/s. "
+        "Turnout's speed is judged against the pass-through proxy: requests/s at saturation (the median of the "
+        "ratios of rounds run in turn, A B A B …, so both get the same share of the machine's other load; the CPU "
+        "time per request, which that load hardly changes, is shown beside it), and the added p50 of back-to-back "
+        "requests (*sequential*).",
     ]
     for x in g.results:
         out.append(f"- `{x.command}`")

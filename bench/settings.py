@@ -29,6 +29,8 @@ class Settings:
     #: At least this many requests per fixed-rate latency run.
     gateway_requests: int
     gateway_connections: int
+    #: Turnout and the pass-through proxy are saturated in this many alternating rounds (medians reported).
+    gateway_rounds: int
 
 
 FULL = Settings(
@@ -49,6 +51,7 @@ FULL = Settings(
     gateway_rate=200,
     gateway_requests=300,
     gateway_connections=32,
+    gateway_rounds=5,
 )
 
 QUICK = Settings(
@@ -69,4 +72,5 @@ QUICK = Settings(
     gateway_rate=200,
     gateway_requests=60,
     gateway_connections=32,
+    gateway_rounds=2,
 )

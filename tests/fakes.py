@@ -6,9 +6,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnout.attribution import Attempt, RouteRef
 from turnout.classify import ErrorFacts, provider_error
 from turnout.errors import ErrorClass, ProviderError
 from turnout.keys import KeyPool
+from turnout.ledger import CallRecord
 from turnout.pricing import Catalogue, Rates, _Rate
 from turnout.provider import Provider
 from turnout.reliable import Entry, ReliableProvider
@@ -207,3 +209,24 @@ class Fleet:
     def calls(self, name: str) -> list[str]:
         """Every model sent to profile ``name`` (all keys)."""
         return [m for (n, _), p in self.built.items() if n == name for m in p.calls]
+
+
+def call_record(
+    call_id: str, *, ts: float = 1.0e9, model: str = "m", cost: float | None = None, caller: str | None = None
+) -> CallRecord:
+    """A ledger record of one successful gateway call with one attempt on ``openai.main``."""
+    route = RouteRef(provider="openai.main", model=model)
+    attempt = Attempt(provider="openai.main", model=model, outcome="ok", cost_usd=cost, started_at=ts)
+    return CallRecord(
+        call_id=call_id,
+        ts=ts,
+        surface="gateway",
+        stream=False,
+        requested=route,
+        served=route,
+        fallback=False,
+        outcome="ok",
+        attempts=(attempt,),
+        accepted_index=0,
+        caller=caller,
+    )

@@ -139,3 +139,16 @@ def test_example_config_checks_clean() -> None:
     ]:
         assert line in result.output
     assert "sk-" not in result.output
+
+
+def test_check_reports_a_gateway_policy_error_with_its_path(tmp_path: Path) -> None:
+    """`turnout check` validates [gateway] keys and aliases too, naming the key path."""
+    text = (
+        'default_provider = "openai.p0"\n[providers.models.openai.p0]\napi_key = "sk-0"\nmodel = "m0"\n'
+        '[gateway.keys.team]\nkey = "k"\nmodels = ["no-such-model"]\n'
+    )
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, text), "--json"])
+    assert result.exit_code == 1
+    error = json.loads(result.output)["error"]
+    assert error["path"] == "gateway.keys.team.models[0]"
+    assert error["code"] == "unknown_model"

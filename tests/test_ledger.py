@@ -120,7 +120,21 @@ async def test_a_call_and_its_attempts_are_written_field_by_field(ledger: Ledger
     ledger.record(record)
     await asyncio.wait_for(ledger.flush(), BOUND)
     assert rows(path, "SELECT * FROM calls") == [
-        ("c-1", 4.0, "gateway", 1, "anthropic.prod", "claude-sonnet-4-5", "openai.main", "gpt-4.1", 1, "ok", 2, 0.25)
+        (
+            "c-1",
+            4.0,
+            "gateway",
+            1,
+            "anthropic.prod",
+            "claude-sonnet-4-5",
+            "openai.main",
+            "gpt-4.1",
+            1,
+            "ok",
+            2,
+            0.25,
+            None,
+        )
     ]
     assert rows(path, "SELECT * FROM attempts ORDER BY seq") == [
         (1, "c-1", 0, 5.0, "anthropic.prod", "claude-sonnet-4-5", "rate_limited", 429, "0a1b2c3d",
@@ -152,14 +166,17 @@ async def test_a_failed_call_has_no_served_route_and_no_accepted_attempt(ledger:
 
 
 async def test_nothing_but_content_free_columns_exist(ledger: Ledger, path: Path) -> None:
-    """The schema has no column that could hold a prompt, a response, provider error text or a key."""
+    """The schema has no column that could hold a prompt, a response, provider error text or a key.
+
+    ``caller`` is the gateway's name for a client key (its ``[gateway.keys]`` name or key id), never the key.
+    """
     ledger.record(call("c", [attempt("ok")]))
     await asyncio.wait_for(ledger.flush(), BOUND)
     calls = [r[1] for r in rows(path, "PRAGMA table_info(calls)")]
     attempts = [r[1] for r in rows(path, "PRAGMA table_info(attempts)")]
     assert calls == [
         "call_id", "ts", "surface", "stream", "requested_provider", "requested_model", "served_provider",
-        "served_model", "fallback", "outcome", "attempts", "cost_usd",
+        "served_model", "fallback", "outcome", "attempts", "cost_usd", "caller",
     ]  # fmt: skip
     assert attempts == [
         "id", "call_id", "seq", "ts", "provider", "model", "outcome", "status", "key_id", "input_tokens",

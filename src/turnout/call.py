@@ -61,13 +61,14 @@ class Call:
         surface: The ledger's label for where the call came from (``library``, ``gateway``, ``cli``).
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
         call_id: The call's id (default: a new one; the gateway passes its request id).
+        caller: Who makes the call (the gateway's client key name), recorded in the ledger.
 
     Attributes:
         call_id: The id of the call in the ledger.
         log: The attempts of the call, in order.
     """
 
-    __slots__ = ("call_id", "intra_family", "ledger", "log", "requested", "started", "stream", "surface")
+    __slots__ = ("call_id", "caller", "intra_family", "ledger", "log", "requested", "started", "stream", "surface")
 
     def __init__(
         self,
@@ -78,12 +79,14 @@ class Call:
         surface: str = "library",
         intra_family: bool = False,
         call_id: str | None = None,
+        caller: str | None = None,
     ) -> None:
         self.requested = requested
         self.stream = stream
         self.ledger = ledger
         self.surface = surface
         self.intra_family = intra_family
+        self.caller = caller
         self.call_id = call_id if call_id is not None else new_call_id()
         self.log = DispatchScope(call_id=self.call_id)
         self.started = time.time()
@@ -116,6 +119,7 @@ class Call:
                     outcome="ok",
                     attempts=attempts,
                     accepted_index=accepted,
+                    caller=self.caller,
                 )
             )
         if "<think>" in response.text:
@@ -149,5 +153,6 @@ class Call:
                 fallback=False,
                 outcome=call_outcome(exc),
                 attempts=tuple(self.log.attempts),
+                caller=self.caller,
             )
         )

@@ -16,6 +16,7 @@ import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from turnout.attribution import Attempt
 from turnout.config import (
@@ -29,6 +30,7 @@ from turnout.config import (
     load_config_file,
 )
 from turnout.errors import ConfigError, TurnoutError
+from turnout.terminal import shown
 from turnout.types import Usage
 
 app = typer.Typer(
@@ -76,10 +78,13 @@ def load(config: str | None) -> Config:
 @app.command()
 def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Validate the config: print every warning and the materialised attempt order."""
+    from turnout.gateway.policy import Policy
+
     try:
         cfg = load(config)
         warnings = collect_warnings(cfg)
         plan = build_plan(cfg)
+        Policy(cfg).check()
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:
@@ -213,7 +218,7 @@ async def _chat(
                     + "\n"
                 )
             else:
-                err.print(f"error: {type(exc).__name__}: {exc}", markup=False)
+                err.print(Text(f"error: {type(exc).__name__}: ") + shown(str(exc), limit=2000))
                 if attempts:
                     err.print(_attempts_table(attempts))
             return 1
@@ -236,9 +241,9 @@ async def _chat(
         out.print(reply.text, markup=False)
     out.print()
     cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
-    out.print(f"served by {reply.served.provider}/{reply.served.model}; cost {cost}", markup=False, style="dim")
+    out.print(Text("served by ") + shown(f"{reply.served.provider}/{reply.served.model}") + Text(f"; cost {cost}"))
     if reply.notice:
-        out.print(reply.notice, markup=False, style="yellow")
+        out.print(shown(reply.notice), style="yellow")
     out.print(_attempts_table(reply.attempts))
     return 0
 
@@ -318,16 +323,16 @@ def ledger(
         markup=False,
     )
     if summary.failure_classes:
-        out.print("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items()), markup=False)
+        out.print(shown("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items())))
     table = Table(box=None, header_style="bold")
     for col in ("profile", "model", "attempts", "outcomes", "tokens in/out", "cost", "avg ms"):
         table.add_column(col)
     for r in summary.routes:
         table.add_row(
-            r.provider,
-            r.model,
+            shown(r.provider),
+            shown(r.model),
             str(r.attempts),
-            ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items())),
+            shown(", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))),
             f"{r.input_tokens}/{r.output_tokens}",
             f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-",
             f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
@@ -351,9 +356,9 @@ def status(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     if body["backend"] == "memory":
         out.print("cooldowns live in each process; ask a running gateway: GET /status", markup=False)
     for key, secs in body["cooldowns"].items():
-        out.print(f"  cooling  {key}  {secs:.1f}s left", markup=False)
+        out.print(Text("  cooling  ") + shown(key) + Text(f"  {secs:.1f}s left"))
     for dead in body["dead_keys"]:
-        out.print(f"  dead key {_dead_key_line(dead)}", markup=False)
+        out.print(Text("  dead key ") + shown(_dead_key_line(dead)))
 
 
 def _dead_key_line(dead: dict[str, Any]) -> str:

@@ -187,6 +187,7 @@ class Client:
         response_format: ResponseFormat | None = None,
         native: NativeRequest | None = None,
         call_id: str | None = None,
+        caller: str | None = None,
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
@@ -202,6 +203,7 @@ class Client:
             response_format: Structured output: entries that cannot honour it are skipped.
             native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
             call_id: The call's id (default: a new one); the gateway passes its request id.
+            caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
 
         Raises:
             AllProvidersFailed: Every entry failed (``.attempts`` says how).
@@ -217,7 +219,7 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=False, call_id=call_id)
+        target, call = self._call(model, provider, sender, stream=False, call_id=call_id, caller=caller)
         try:
             served = await target.walk.run(request, target.model, temperature, call.log)
         except BaseException as exc:
@@ -226,7 +228,14 @@ class Client:
         return call.accept(served.response, served.route, served.entry)
 
     def _call(
-        self, model: str | None, provider: str | None, sender: str | None, *, stream: bool, call_id: str | None = None
+        self,
+        model: str | None,
+        provider: str | None,
+        sender: str | None,
+        *,
+        stream: bool,
+        call_id: str | None = None,
+        caller: str | None = None,
     ) -> tuple[Target, Call]:
         """The target these options select, and a new call to it (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
@@ -245,6 +254,7 @@ class Client:
             surface=self.surface,
             intra_family=self.config.notices.intra_family,
             call_id=call_id,
+            caller=caller,
         )
         return target, call
 
@@ -263,6 +273,7 @@ class Client:
         response_format: ResponseFormat | None = None,
         native: NativeRequest | None = None,
         call_id: str | None = None,
+        caller: str | None = None,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
@@ -280,7 +291,7 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=True, call_id=call_id)
+        target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller)
         return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
 
     async def turn(

@@ -26,6 +26,7 @@ from turnout.errors import ContextWindowExceeded, RefusalError, StreamInterrupte
 from turnout.ledger import summarize
 from turnout.reply import Reply
 from turnout.sim import Simulator
+from turnout.terminal import shown
 
 DEMO_CONFIG = """
 default_provider = "anthropic.main"
@@ -167,8 +168,8 @@ def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
         cost = f"${a.cost_usd:.6f}" if a.cost_usd is not None else "-"
         table.add_row(
             str(i),
-            a.provider,
-            a.model,
+            shown(a.provider),
+            shown(a.model),
             Text(a.outcome, style=styles.get(a.outcome, "magenta")),
             str(a.status) if a.status is not None else "-",
             a.key_id or "-",

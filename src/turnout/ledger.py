@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS calls (
     fallback INTEGER NOT NULL,
     outcome TEXT NOT NULL,
     attempts INTEGER NOT NULL,
-    cost_usd REAL
+    cost_usd REAL,
+    caller TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -62,6 +63,9 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
 CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
 """
+#: Columns added after the first release, created in an older ledger file when it is opened.
+_ADDED_COLUMNS = (("calls", "caller", "TEXT"),)
+_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS calls_caller_ts ON calls (caller, ts);"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +76,7 @@ class CallRecord:
         call_id: A unique id.
         outcome: ``ok``, or the error's kind (``all_failed``, ``refusal``, ``context_window``, ...).
         accepted_index: Index in ``attempts`` of the attempt whose answer was accepted.
+        caller: Who made the call, when known (the gateway records its client key's name; never a key).
     """
 
     call_id: str
@@ -84,6 +89,7 @@ class CallRecord:
     outcome: str
     attempts: tuple[Attempt, ...]
     accepted_index: int | None = None
+    caller: str | None = None
 
 
 _STOP = object()
@@ -125,6 +131,7 @@ class Ledger:
         db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
         try:
             db.executescript(SCHEMA)
+            _migrate(db)
             db.execute("PRAGMA journal_mode=WAL")
             # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last batches,
             # never corrupt the file. The ledger is accounting, not a transaction log.
@@ -205,6 +212,14 @@ class Ledger:
         self._thread = None
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a ledger file written by an older version lacks."""
+    for table, column, kind in _ADDED_COLUMNS:
+        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    db.executescript(_ADDED_INDEXES)
+
+
 def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
     if not calls:
         return
@@ -226,6 +241,7 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
                 c.outcome,
                 len(c.attempts),
                 cost,
+                c.caller,
             )
         )
         for seq, a in enumerate(c.attempts):
@@ -256,7 +272,12 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
                 )
             )
     with db:
-        db.executemany("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", call_rows)
+        db.executemany(
+            "INSERT OR REPLACE INTO calls (call_id, ts, surface, stream, requested_provider, requested_model, "
+            "served_provider, served_model, fallback, outcome, attempts, cost_usd, caller) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            call_rows,
+        )
         db.executemany(
             "INSERT INTO attempts (call_id, seq, ts, provider, model, outcome, status, key_id, input_tokens, "
             "output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, duration_ms, ttft_ms, retry_after, "
@@ -367,6 +388,23 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         cost_usd=sum(total_cost) if total_cost else None,
         routes=summaries,
     )
+
+
+def spend_by_caller(path: str | Path, since: float) -> dict[str, float]:
+    """Total cost per caller of the calls since ``since`` (Unix seconds); empty when the file does not exist."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    db = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
+    try:
+        rows = db.execute(
+            "SELECT caller, SUM(cost_usd) FROM calls WHERE caller IS NOT NULL AND ts >= ? GROUP BY caller", (since,)
+        ).fetchall()
+    except sqlite3.OperationalError:  # no calls table yet, or a file from before callers were recorded
+        return {}
+    finally:
+        db.close()
+    return {caller: cost or 0.0 for caller, cost in rows}
 
 
 def now() -> float:

@@ -184,3 +184,33 @@ def test_zeroclaw_keys_load() -> None:
         env={},
     )
     assert cfg.reliability.provider_retries == 1
+
+
+_ROUTE = '[[model_routes]]\nhint = "a"\nmodel_provider = "openai.main"\nmodel = "m"\n'
+
+
+@pytest.mark.parametrize(
+    ("tail", "path"),
+    [
+        ('api_keys = "sk-SECRET-VALUE"\n', "providers.models.openai.main.api_keys"),
+        ('api_key = ["sk-SECRET-VALUE"]\n', "providers.models.openai.main.api_key"),
+        ('extra_headers = "sk-SECRET-VALUE"\n', "providers.models.openai.main.extra_headers"),
+        ('extra_headers = { x-auth = ["sk-SECRET-VALUE"] }\n', "providers.models.openai.main.extra_headers.x-auth"),
+        ('uri = ["https://user:SECRET-VALUE@host"]\n', "providers.models.openai.main.uri"),
+        ('[gateway]\napi_keys = "sk-SECRET-VALUE"\n', "gateway.api_keys"),
+        ('[gateway.keys.team]\nkey = ["sk-SECRET-VALUE"]\n', "gateway.keys.team.key"),
+        ('[reliability]\napi_keys = "sk-SECRET-VALUE"\n', "reliability.api_keys"),
+        (_ROUTE + 'api_key = ["sk-SECRET-VALUE"]\n', "model_routes[0].api_key"),
+        ('[state]\nurl = ["redis://:SECRET-VALUE@127.0.0.1:6379/0"]\n', "state.url"),
+    ],
+)
+def test_errors_never_echo_a_secret_bearing_value(tail: str, path: str) -> None:
+    """A wrongly typed secret-bearing value is named by its path, never shown (also not in a list)."""
+    e = err(BASE.replace('api_key = "sk-main"\n', "") + tail)
+    assert e.path == path
+    assert "SECRET-VALUE" not in str(e) and "SECRET-VALUE" not in repr(e.args)
+
+
+def test_errors_still_show_ordinary_values() -> None:
+    """A wrongly typed ordinary value is still shown, so the message says what was wrong."""
+    assert "(got 'many')" in str(err(BASE + '[reliability]\nprovider_retries = "many"\n'))

@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDictProxy
 
+from fakes import FakeClock, Fleet
 from turnout import Client
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
@@ -78,6 +79,20 @@ async def gateway(toml: str, **client_options: Any) -> AsyncIterator[GatewayServ
     client = Client.from_toml(toml, surface="gateway", ledger=False, **client_options)
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
+
+
+@asynccontextmanager
+async def fake_gateway(
+    toml: str, fleet: Fleet, **client_options: Any
+) -> AsyncIterator[tuple[GatewayServer, FakeClock]]:
+    """A gateway over fake adapters (``fleet``) and a fake clock whose sleeps take no time (ledger off by default)."""
+    clock = FakeClock()
+    client_options.setdefault("ledger", False)
+    client = Client.from_toml(
+        toml, adapter_builder=fleet, clock=clock, sleep=clock.sleep, surface="gateway", **client_options
+    )
+    async with GatewayServer(Gateway(client, owns_client=True)) as server:
+        yield server, clock
 
 
 @dataclass

@@ -9,7 +9,8 @@ from gateway_support import decode_header
 
 from turnout.config import key_id, load_config_toml
 from turnout.errors import ConfigError
-from turnout.gateway.auth import ANONYMOUS, Authenticator, gateway_keys
+from turnout.gateway.auth import Authenticator, gateway_keys
+from turnout.gateway.policy import ANONYMOUS, Caller
 from turnout.gateway.wire import RouteChoice, header_value, route_choice
 
 CONFIG = """
@@ -25,13 +26,25 @@ model = "gpt-4.1-mini"
 """
 
 
+def authenticator(*keys: str) -> Authenticator:
+    """An authenticator whose callers are named by their keys' ids."""
+    return Authenticator(
+        [(k, Caller(name=key_id(k), names={}, open_profiles=frozenset())) for k in keys],
+        Caller(name=ANONYMOUS, names={}, open_profiles=frozenset()),
+    )
+
+
+def name_of(caller: Caller | None) -> str | None:
+    return caller.name if caller is not None else None
+
+
 def test_bearer_and_x_api_key_are_accepted_and_named_by_key_id() -> None:
-    """Either header authenticates; the caller is named by its key id, whichever configured key matches."""
-    auth = Authenticator(["k-one", "k-two"])
-    assert auth.caller("Bearer k-one", None) == key_id("k-one")
-    assert auth.caller("bearer  k-two ", None) == key_id("k-two")
-    assert auth.caller(None, "k-two") == key_id("k-two")
-    assert auth.caller("Basic abc", "k-one") == key_id("k-one")
+    """Either header authenticates; the caller is its key's, whichever configured key matches."""
+    auth = authenticator("k-one", "k-two")
+    assert name_of(auth.caller("Bearer k-one", None)) == key_id("k-one")
+    assert name_of(auth.caller("bearer  k-two ", None)) == key_id("k-two")
+    assert name_of(auth.caller(None, "k-two")) == key_id("k-two")
+    assert name_of(auth.caller("Basic abc", "k-one")) == key_id("k-one")
 
 
 @pytest.mark.parametrize(
@@ -40,14 +53,14 @@ def test_bearer_and_x_api_key_are_accepted_and_named_by_key_id() -> None:
 )
 def test_wrong_or_missing_keys_are_rejected(authorization: str | None, x_api_key: str | None) -> None:
     """A missing, empty, wrong or prefix key is rejected."""
-    assert Authenticator(["k-one"]).caller(authorization, x_api_key) is None
+    assert authenticator("k-one").caller(authorization, x_api_key) is None
 
 
 def test_no_configured_key_serves_openly_with_a_loud_warning(caplog: pytest.LogCaptureFixture) -> None:
     """Without a configured key every caller is accepted, and a warning says so."""
     with caplog.at_level(logging.WARNING, logger="turnout.gateway"):
-        auth = Authenticator([])
-    assert auth.caller(None, None) == ANONYMOUS
+        auth = authenticator()
+    assert name_of(auth.caller(None, None)) == ANONYMOUS
     assert "NO CLIENT API KEY IS CONFIGURED" in caplog.text
 
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
 import pytest
-from gateway_support import GATEWAY_KEY, Raw, decode_header, get, post
+from gateway_support import GATEWAY_KEY, Raw, decode_header, fake_gateway, get, post
 
 from fakes import FakeClock, Fleet, err
-from turnout import Client
 from turnout.errors import RefusalError
-from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway import GatewayServer
 from turnout.types import ImagePart, TextDelta, Usage, UsageEvent
 
 BASE = f"""
@@ -40,14 +39,8 @@ MESSAGES = {"model": "", "max_tokens": 50, "messages": [{"role": "user", "conten
 PLANTED = ("PLANTED", "sk-ant", "sk-openai", "upstream detail")
 
 
-@asynccontextmanager
-async def served(fleet: Fleet, text: str = BASE) -> AsyncIterator[tuple[GatewayServer, FakeClock]]:
-    clock = FakeClock()
-    client = Client.from_toml(
-        text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, surface="gateway"
-    )
-    async with GatewayServer(Gateway(client, owns_client=True)) as server:
-        yield server, clock
+def served(fleet: Fleet, text: str = BASE) -> AbstractAsyncContextManager[tuple[GatewayServer, FakeClock]]:
+    return fake_gateway(text, fleet)
 
 
 def clean(raw: Raw) -> None:
@@ -134,10 +127,15 @@ async def test_refusal_is_200_in_each_refusal_form() -> None:
 
 @pytest.mark.parametrize(
     ("model", "status", "code"),
-    [("openai.bare", 400, "missing_model"), ("openai.bare/gpt-x", 200, None), ("openai.nope", 200, None)],
+    [
+        ("openai.bare", 400, "missing_model"),
+        ("openai.bare/gpt-x", 200, None),
+        ("openai.nope", 404, "model_not_found"),
+        ("anthropic.prod/claude-opus-4-1", 404, "model_not_found"),
+    ],
 )
 async def test_routing_errors(model: str, status: int, code: str | None) -> None:
-    """An unpinned profile without a model is 400 missing_model; an unknown dotted name is a plain model."""
+    """An unpinned profile needs a model (400); an unlisted name or another model for a pinned profile is 404."""
     async with served(Fleet()) as (server, _):
         raw = await post(server, "/v1/chat/completions", {**CHAT, "model": model})
     assert raw.status == status

@@ -282,7 +282,7 @@ async def test_body_over_the_limit_is_413_and_nothing_is_forwarded(sim: Simulato
 
 
 async def test_models_lists_hints_profiles_and_default_models(sim: Simulator) -> None:
-    """GET /v1/models lists every hint, profile and the default profile's models."""
+    """GET /v1/models lists every hint, profile and the default profile's models, each with what it serves."""
     toml = config(
         "openai.main",
         profile(sim, "openai.main", "sim-ok", extra='fallback_models = ["sim-ok-t3"]\n'),
@@ -294,11 +294,12 @@ async def test_models_lists_hints_profiles_and_default_models(sim: Simulator) ->
         one = await client.models.retrieve("hint:fast")
     assert models == ["hint:fast", "openai.main", "anthropic.fast", "sim-ok", "sim-ok-t3"]
     assert one.model_extra is not None
-    assert one.model_extra["turnout"] == {"kind": "hint", "provider": "anthropic.fast", "model": "sim-ok-t2"}
+    # anthropic.fast is pinned to sim-ok, so the route's own model is not what it serves
+    assert one.model_extra["turnout"] == {"kind": "hint", "provider": "anthropic.fast", "model": "sim-ok"}
 
 
 async def test_model_selects_hint_profile_or_plain_model(sim: Simulator) -> None:
-    """A hint, a family.alias, a family.alias/<model> or a dotted plain model routes as documented."""
+    """A hint, a family.alias or family.alias/<model> of an unpinned profile routes; a pinned default serves its pin."""
     toml = config(
         "openai.main",
         profile(sim, "openai.main", "sim-ok"),
@@ -308,19 +309,21 @@ async def test_model_selects_hint_profile_or_plain_model(sim: Simulator) -> None
     )
     served = {}
     async with gateway(toml) as server, sdk(server) as client:
-        for model in ("hint:fast", "anthropic.fast", "ollama.local/sim-ok-t3", "gpt-4.1", ""):
+        for model in ("hint:fast", "anthropic.fast", "ollama.local/sim-ok-t3", ""):
             raw = await client.chat.completions.with_raw_response.create(model=model, messages=MESSAGES)
             served[model] = (raw.headers["x-turnout-provider"], raw.parse().model)
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(model="ollama.local", messages=MESSAGES)
+        with pytest.raises(openai.NotFoundError) as unlisted:
+            await client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)
     assert served == {
         "hint:fast": ("anthropic.fast", "sim-ok-t2"),
         "anthropic.fast": ("anthropic.fast", "sim-ok-t2"),
         "ollama.local/sim-ok-t3": ("ollama.local", "sim-ok-t3"),
-        "gpt-4.1": ("openai.main", "gpt-4.1"),
         "": ("openai.main", "sim-ok"),
     }
     assert info.value.code == "missing_model"
+    assert unlisted.value.code == "model_not_found"
 
 
 async def test_client_disconnect_cancels_the_upstream_call(sim: Simulator) -> None:
@@ -353,21 +356,25 @@ async def test_client_leaving_a_stream_cancels_the_upstream_stream(sim: Simulato
 
 
 async def test_model_lookup_agrees_with_what_chat_accepts(sim: Simulator) -> None:
-    """GET /v1/models/{id} finds every name chat routes (a plain model, profile/model) and 404s what chat rejects."""
+    """GET /v1/models/{id} finds every listed name and every name chat routes (a plain model, profile/model).
+
+    With ``allow_any_model`` a plain model reaches the default profile; without it, see the policy tests.
+    """
     toml = config(
         "openai.main",
         profile(sim, "openai.main", "sim-ok"),
         f'[providers.models.openai.bare]\nuri = "{sim.base_url("openai")}"\napi_key = "sk-up-bare"\n',
+        extra="allow_any_model = true\n",
     )
     async with gateway(toml) as server, sdk(server) as client:
         plain = await client.models.retrieve("gpt-unlisted")
         chat = await client.chat.completions.create(model="gpt-unlisted", messages=MESSAGES)
         pinned = await client.models.retrieve("openai.bare/sim-ok-t2")
-        with pytest.raises(openai.NotFoundError):
-            await client.models.retrieve("openai.bare")
-        with pytest.raises(openai.BadRequestError):
+        bare = await client.models.retrieve("openai.bare")  # listed: a profile a client names a model after
+        with pytest.raises(openai.BadRequestError):  # ... but chat needs that model
             await client.chat.completions.create(model="openai.bare", messages=MESSAGES)
     assert chat.choices[0].message.content == SIM_TEXT
     assert plain.model_extra is not None and plain.model_extra["turnout"]["provider"] == "openai.main"
     assert plain.model_extra["turnout"]["model"] == "gpt-unlisted"
     assert pinned.model_extra is not None and pinned.model_extra["turnout"]["model"] == "sim-ok-t2"
+    assert bare.model_extra is not None and bare.model_extra["turnout"]["model"] is None

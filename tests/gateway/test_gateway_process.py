@@ -95,11 +95,12 @@ async def test_serve_drains_gracefully_on_sigterm(tmp_path: Path) -> None:
         await gate.wait()
 
     async with Simulator(sleep=held) as sim:
-        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        slow = 'aliases = { slow = "openai.main/sim-slow-d1" }\n'
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"), extra=slow)
         async with serve(tmp_path, toml, "--port", "0") as gateway, aiohttp.ClientSession() as session:
             url = (await gateway.line(_LISTENING)).group(1)
             before = await chat(session, url, "")
-            in_flight = asyncio.ensure_future(chat(session, url, "sim-slow-d1"))
+            in_flight = asyncio.ensure_future(chat(session, url, "slow"))
             await sim.wait_for_log(2, settled=False)
             gateway.proc.send_signal(signal.SIGTERM)
             await gateway.line("draining")

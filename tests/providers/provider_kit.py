@@ -108,6 +108,7 @@ class Recorded:
 
     method: str
     path: str
+    raw_path: str
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
@@ -131,6 +132,7 @@ class RecordingServer:
             Recorded(
                 method=request.method,
                 path=request.path,
+                raw_path=request.raw_path,
                 query=dict(request.query),
                 headers={k.lower(): v for k, v in request.headers.items()},
                 body=orjson.loads(raw) if raw else None,

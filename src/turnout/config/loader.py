@@ -96,14 +96,55 @@ def _config_error(exc: ValidationError) -> ConfigError:
     # union and validator tags ("function-before[...]") are not keys
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "(" in p)))
     msg = err["msg"]
-    if err.get("input") is not None and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-        shown = err["input"]
-        if not isinstance(shown, Secret):
-            msg = f"{msg} (got {shown!r})"
+    shown = err.get("input")
+    if (
+        shown is not None
+        and err["type"] != "missing"
+        and not isinstance(shown, dict | Secret)
+        and not holds_secret(loc)
+    ):
+        msg = f"{msg} (got {shown!r})"
     more = len(exc.errors()) - 1
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
     return ConfigError(msg, path=format_path(loc), code="invalid_value" if err["type"] != "missing" else "missing_key")
+
+
+def holds_secret(loc: tuple[int | str, ...]) -> bool:
+    """Whether the value at ``loc`` is, or is inside, a key that may carry a secret (its value is never shown).
+
+    Such keys are every ``SecretValue`` (``api_key``, ``api_keys``, ``extra_headers``, gateway keys, ...) and
+    the plain-string keys a section lists in ``CREDENTIALS`` (URLs that may hold a password).
+    """
+    annotation: Any = Config
+    for part in loc:
+        annotation = _unwrapped(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return False
+            if part in getattr(annotation, "CREDENTIALS", ()) or _mentions_secret(field.annotation):
+                return True
+            annotation = field.annotation
+        elif typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif typing.get_origin(annotation) is list:
+            annotation = typing.get_args(annotation)[0]
+        else:
+            return False
+    return False
+
+
+def _unwrapped(annotation: Any) -> Any:
+    """``X`` from ``X | None`` (the only unions of sections and containers in the schema)."""
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return members[0] if len(members) == 1 else annotation
+    return annotation
+
+
+def _mentions_secret(annotation: Any) -> bool:
+    return annotation is Secret or any(_mentions_secret(a) for a in typing.get_args(annotation))
 
 
 # --- unknown keys, with a suggestion --------------------------------------------------------------

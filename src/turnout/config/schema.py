@@ -34,7 +34,7 @@ def _to_secret(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, str):
         env = (info.context or {}).get("env", {})
         return Secret.parse(value, env)
-    return value
+    raise ValueError('must be a string: the secret itself or "${ENV_NAME}"')
 
 
 SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
@@ -45,6 +45,9 @@ class _Section(BaseModel):
 
     #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
+    #: Plain-string keys that may carry a credential (a URL with a password): their values are never shown in
+    #: an error. Every ``SecretValue`` key is treated so without being listed.
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset()
 
 
 class Pricing(_Section):
@@ -69,6 +72,7 @@ class Profile(_Section):
             "temperature_override",
         }
     )
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset({"uri"})
 
     kind: str | None = None
     uri: str | None = None
@@ -219,14 +223,30 @@ class Ledger(_Section):
     path: str = "turnout-ledger.sqlite3"
 
 
+class GatewayKey(_Section):
+    """``[gateway.keys.<name>]``: one client key and what it may use."""
+
+    key: SecretValue
+    models: list[str] | None = None
+    sender: str | None = None
+    daily_limit_usd: float | None = Field(default=None, gt=0)
+
+
 class Gateway(_Section):
-    """``[gateway]``: the HTTP gateway's clients and limits."""
+    """``[gateway]``: the HTTP gateway's clients, what they may use, and its connection limits."""
 
     api_keys: list[SecretValue] = Field(default_factory=list)
     api_keys_env: str | None = None
+    keys: dict[str, GatewayKey] = Field(default_factory=dict)
+    aliases: dict[str, str] = Field(default_factory=dict)
+    allow_any_model: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    header_timeout_secs: float = Field(default=10.0, gt=0)
+    idle_timeout_secs: float = Field(default=75.0, gt=0)
+    body_timeout_secs: float = Field(default=30.0, gt=0)
+    max_connections: int = Field(default=1024, ge=2)
     cors_origins: list[str] = Field(default_factory=list)
 
     @field_validator("cors_origins")
@@ -240,6 +260,8 @@ class Gateway(_Section):
 
 class State(_Section):
     """``[state]``: where cooldown and key state lives."""
+
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset({"url"})
 
     backend: Literal["memory", "redis"] = "memory"
     url: str | None = None

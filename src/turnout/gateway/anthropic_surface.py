@@ -18,7 +18,7 @@ from turnout.errors import ErrorClass, RefusalError
 from turnout.gateway.counting import estimate_tokens
 from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
 from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -40,7 +40,8 @@ from turnout.types import (
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # strict: a string where a number or a boolean belongs is an error, never coerced ("10", "yes")
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class _Text(_In):
@@ -113,7 +114,7 @@ class _ThinkingConfig(_In):
 
 
 class _Metadata(_In):
-    user_id: str | None = None
+    user_id: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
 
 
 class _OutputFormat(_In):
@@ -128,7 +129,7 @@ class _OutputConfig(_In):
 class MessagesRequest(_In):
     """The fields of an Anthropic Messages request the gateway acts on (others are ignored)."""
 
-    model: str
+    model: str = Field(max_length=MAX_MODEL_CHARS)
     messages: list[_Message] = Field(min_length=1)
     max_tokens: int = Field(gt=0)
     system: str | list[_Text] | None = None

@@ -22,36 +22,33 @@ from aiohttp import web
 from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.errors import ConfigError, UnsupportedRequest
+from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink
 from turnout.gateway.anthropic_surface import AnthropicSurface
-from turnout.gateway.auth import Authenticator, gateway_keys
+from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges, request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
-from turnout.gateway.status import (
-    MAX_MODEL_NAME,
-    RecentAttempts,
-    anthropic_models,
-    model_object,
-    openai_models,
-    status_payload,
-)
+from turnout.gateway.spend import SpendBook
+from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
     INTERNAL,
+    MAX_FIELD_CHARS,
+    MAX_MODEL_CHARS,
     SHUTTING_DOWN,
     UNAUTHORIZED,
     Failure,
+    RequestRejected,
     failure_for,
     header_value,
-    route_choice,
 )
 from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
-access_log = logging.getLogger("turnout.gateway.access")
 
 _HEALTH_OK = b'{"status":"ok"}'
 _HEALTH_DRAINING = b'{"status":"draining"}'
@@ -81,7 +78,7 @@ class Exchange:
         self.route: str | None = None
         self.status = 200
         self.stream = False
-        self.caller: str | None = None
+        self.caller: Caller | None = None
         self.provider: str | None = None
         self.model: str | None = None
         self.attempts: Sequence[Attempt] | None = None
@@ -98,14 +95,19 @@ class Gateway:
 
     Args:
         client: The client that serves every request (its ledger label should be ``gateway``).
-        keys: Accepted client keys (default: ``[gateway] api_keys`` and ``api_keys_env``); empty: no auth.
+        keys: Plain client keys with the default policy (default: ``[gateway] api_keys`` and
+            ``api_keys_env``); ``[gateway.keys.<name>]`` keys are added. No key at all: no auth.
         owns_client: Close the client when the application is cleaned up.
 
     Attributes:
         app: The aiohttp application.
+        policy: What each client key may use (:mod:`turnout.gateway.policy`).
         metrics: The Prometheus metrics (one registry per gateway).
         draining: True once :meth:`drain` began: new requests get 503.
         in_flight: Requests being served now.
+
+    Raises:
+        ConfigError: A client key resolves to nothing, or the ``[gateway]`` policy names nothing configured.
     """
 
     def __init__(self, client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> None:
@@ -113,18 +115,29 @@ class Gateway:
         self.client = client
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
-        self.auth = Authenticator(keys if keys is not None else gateway_keys(config))
-        self.metrics = Metrics()
+        ledger = client.ledger
+        self.spend = SpendBook(ledger) if ledger is not None else None
+        self.policy = Policy(config, self.spend)
+        plain = keys if keys is not None else gateway_keys(config)
+        callers = self.policy.callers(plain, named_keys(config))
+        limited = next((c.name for _, c in callers if c.daily_limit_usd is not None), None)
+        if limited is not None and self.spend is None:
+            raise ConfigError(
+                "a daily limit is enforced from the ledger, and this gateway's client keeps none",
+                path=f"gateway.keys.{limited}.daily_limit_usd",
+                code="ledger_required",
+            )
+        self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
+        self.metrics = Metrics(labelled=self.policy.served_models())
         self.recent = RecentAttempts()
         self.draining = False
         self.in_flight = 0
         self.started = time.time()
         self._idle: asyncio.Event | None = None
+        self._lines: BatchedLines | None = None
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
-        self._models = (openai_models(config), anthropic_models(config))
-        self._model_items = (orjson.loads(self._models[0])["data"], orjson.loads(self._models[1])["data"])
         self.edges = Edges(config.gateway.cors_origins, self._edge_error)
         self.app = self._application()
 
@@ -148,7 +161,10 @@ class Gateway:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
+        self._lines = direct_sink()
         await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
+        if self.spend is not None and any(c.daily_limit_usd is not None for c in self.auth.callers()):
+            await self.spend.refresh()  # today's spend so far, before the first request is admitted
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -162,6 +178,8 @@ class Gateway:
                     catalogue.context_window(family, model)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        if self.spend is not None:
+            await self.spend.aclose()
         if self.owns_client:
             await self.client.aclose()
 
@@ -210,39 +228,32 @@ class Gateway:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        return await serve_chat(self, surface, request, ex)
+    def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> Awaitable[web.StreamResponse]:
+        # serve_chat's own coroutine: no frame of this one stays on the request's await chain
+        return serve_chat(self, surface, request, ex)
 
     async def _count(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         return await serve_count_tokens(self, surface, request, ex)
 
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        body = self._models[1] if surface is self.anthropic else self._models[0]
+        assert ex.caller is not None  # the guard admitted the request
+        body = ex.caller.models_json[1 if surface is self.anthropic else 0]
         return web.Response(body=body, content_type=JSON)
 
     async def _get_model(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        """A listed model, or any other name chat accepts (routed the same way), else 404."""
+        """A model the caller may use: one it lists, or any other name chat would admit and route; else 404."""
+        assert ex.caller is not None
         wanted = request.match_info["model"]
         anthropic = surface is self.anthropic
-        for item in self._model_items[1 if anthropic else 0]:
-            if item["id"] == wanted:
-                return web.Response(body=orjson.dumps(item), content_type=JSON)
-        target = None
-        if len(wanted) <= MAX_MODEL_NAME:
-            choice = route_choice(self.client.config, wanted)
-            try:
-                target = self.client.route(model=choice.model, provider=choice.provider)
-            except ConfigError:
-                target = None
-        if target is None:
-            failure = Failure(
-                status=404,
-                kind="not_found",
-                message="the model is not one this gateway routes",
-                param="model",
-                code="model_not_found",
-            )
-            return self.error_response(surface, failure)
+        name = ex.caller.names.get(wanted)
+        if name is not None:
+            item = anthropic_model(name) if anthropic else openai_model(name)
+            return web.Response(body=orjson.dumps(item), content_type=JSON)
+        try:
+            admitted = self.policy.admit(ex.caller, wanted)
+            target = self.client.route(model=admitted.model, provider=admitted.provider)
+        except (RequestRejected, ConfigError):
+            return self.error_response(surface, not_available(wanted).failure)
         entry = target.walk.entries[0]
         item = model_object(wanted, entry.profile, entry.served_model(target.model), anthropic=anthropic)
         return web.Response(body=orjson.dumps(item), content_type=JSON)
@@ -254,9 +265,8 @@ class Gateway:
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        self.metrics.in_flight.set(self.in_flight)
         active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
-        return web.Response(body=self.metrics.render(active), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=self.metrics.render(self.in_flight, active), headers={"Content-Type": CONTENT_TYPE})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
@@ -283,7 +293,7 @@ class Gateway:
         now = clock()
         failure = failure_for(exc, self.client.factory.store.cooldowns(now), now)
         if isinstance(exc, UnsupportedRequest) and ex.route is not None:
-            failure = replace(failure, message=f"{failure.message} (route {ex.route[:MAX_MODEL_NAME]!r})")
+            failure = replace(failure, message=f"{failure.message} (route {ex.route[:MAX_MODEL_CHARS]!r})")
         attempts: Sequence[Attempt] = getattr(exc, "attempts", ())
         self.observe_attempts(attempts, ex, provider=failure.provider, model=failure.model)
         response = self.error_response(surface, failure)
@@ -308,34 +318,42 @@ class Gateway:
 
     def _finish(self, request: web.Request, ex: Exchange, t0: float) -> None:
         seconds = time.perf_counter() - t0
+        now = time.time()
         self.metrics.request(ex.surface, ex.status, seconds)
         attempts = ex.attempts
+        caller = ex.caller
         if attempts is not None:
             self.metrics.call(
                 ex.surface, attempts, fallback=ex.fallback, seconds=None if ex.status == CLIENT_CLOSED else seconds
             )
-            self.recent.add(attempts)
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                orjson.dumps(
-                    {
-                        "ts": round(time.time(), 3),
-                        "method": request.method,
-                        "path": request.path,
-                        "status": ex.status,
-                        "duration_ms": round(seconds * 1000.0, 3),
-                        "surface": ex.surface,
-                        "stream": ex.stream,
-                        "provider": ex.provider,
-                        "model": ex.model,
-                        "attempts": len(attempts) if attempts is not None else 0,
-                        "fallback": ex.fallback is not None,
-                        "interrupted": ex.interrupted,
-                        "caller": ex.caller,
-                        "call_id": ex.call_id,
-                    }
-                ).decode()
-            )
+            self.recent.add(attempts, now)
+            if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
+                self.spend.add(caller.name, attempts)
+        sink = self._lines
+        if sink is None and not access_log.isEnabledFor(logging.INFO):
+            return
+        line = orjson.dumps(
+            {
+                "ts": round(now, 3),
+                "method": request.method,
+                "path": request.path[:MAX_FIELD_CHARS],
+                "status": ex.status,
+                "duration_ms": round(seconds * 1000.0, 3),
+                "surface": ex.surface,
+                "stream": ex.stream,
+                "provider": ex.provider,
+                "model": ex.model,
+                "attempts": len(attempts) if attempts is not None else 0,
+                "fallback": ex.fallback is not None,
+                "interrupted": ex.interrupted,
+                "caller": caller.name if caller is not None else None,
+                "call_id": ex.call_id,
+            }
+        )
+        if sink is not None:
+            sink.write(line)
+        else:
+            access_log.info(line.decode())
 
     # --- draining -------------------------------------------------------------------------------
 

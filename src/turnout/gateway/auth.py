@@ -1,9 +1,10 @@
-"""Client authentication: ``[gateway] api_keys`` / ``api_keys_env``, checked in constant time.
+"""Client authentication: ``[gateway] api_keys`` / ``api_keys_env`` and ``[gateway.keys.<name>]``, in constant time.
 
 A client sends its key as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``. The presented key is
 hashed once (SHA-256) and compared with :func:`hmac.compare_digest` against the digest of *every*
-configured key, so neither the key's length nor which key matched shows in the timing. A caller is named
-in logs by its key id (the first 8 hex digits of the SHA-256), never by the key.
+configured key, so neither the key's length nor which key matched shows in the timing. The match is the
+key's :class:`~turnout.gateway.policy.Caller`: what it may use, and how logs name it (the key's name, or
+for a plain ``api_keys`` entry its key id: the first 8 hex digits of the SHA-256), never the key.
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from turnout.config import Config, key_id
+from turnout.config import Config
 from turnout.errors import ConfigError
+from turnout.gateway.policy import Caller
 
 log = logging.getLogger("turnout.gateway")
-
-#: The caller of an unauthenticated gateway (no key configured).
-ANONYMOUS = "anonymous"
 
 
 def gateway_keys(config: Config, env: Mapping[str, str] | None = None) -> list[str]:
@@ -50,28 +49,53 @@ def gateway_keys(config: Config, env: Mapping[str, str] | None = None) -> list[s
     return keys
 
 
+def named_keys(config: Config) -> dict[str, str]:
+    """The key of each ``[gateway.keys.<name>]``, by name.
+
+    Raises:
+        ConfigError: A key resolves to nothing (an unset ``${ENV}``, an empty value): fail closed.
+    """
+    out: dict[str, str] = {}
+    for name, entry in config.gateway.keys.items():
+        secret = entry.key
+        if not secret:
+            why = f"environment variable {secret.source[1:]} is not set" if secret.missing else "the key is empty"
+            raise ConfigError(why, path=f"gateway.keys.{name}.key", code="missing_credential")
+        out[name] = secret.reveal().strip()
+    return out
+
+
 class Authenticator:
     """Checks a request's key against the configured ones.
 
     Args:
-        keys: The accepted client keys; empty means the gateway is open (a warning is logged once).
+        callers: ``(key, caller)`` for every accepted client key; empty means the gateway is open (a warning
+            is logged once) and every request is ``open_caller``'s.
+        open_caller: Who an open gateway's requests come from.
     """
 
-    __slots__ = ("_digests", "open")
+    __slots__ = ("_digests", "_open_caller", "open")
 
-    def __init__(self, keys: list[str]) -> None:
-        self._digests: list[tuple[bytes, str]] = [(hashlib.sha256(k.encode()).digest(), key_id(k)) for k in keys]
+    def __init__(self, callers: Sequence[tuple[str, Caller]], open_caller: Caller | None = None) -> None:
+        self._digests: list[tuple[bytes, Caller]] = [(hashlib.sha256(k.encode()).digest(), c) for k, c in callers]
+        self._open_caller = open_caller
         self.open = not self._digests
         if self.open:
             log.warning(
                 "turnout gateway: NO CLIENT API KEY IS CONFIGURED, so anyone who can reach this port can use "
-                "your upstream credentials. Set [gateway] api_keys or api_keys_env."
+                "your upstream credentials. Set [gateway] api_keys, api_keys_env or [gateway.keys.<name>]."
             )
 
-    def caller(self, authorization: str | None, x_api_key: str | None) -> str | None:
-        """The caller's key id when the key is valid (:data:`ANONYMOUS` when the gateway is open), else None."""
+    def callers(self) -> list[Caller]:
+        """Every caller a request can be (the open caller alone for an open gateway)."""
         if self.open:
-            return ANONYMOUS
+            return [self._open_caller] if self._open_caller is not None else []
+        return [c for _, c in self._digests]
+
+    def caller(self, authorization: str | None, x_api_key: str | None) -> Caller | None:
+        """The caller whose key is presented (the open caller when the gateway is open), else None."""
+        if self.open:
+            return self._open_caller
         presented = x_api_key
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
@@ -80,8 +104,8 @@ class Authenticator:
         if not presented:
             return None
         digest = hashlib.sha256(presented.encode("utf-8", "surrogateescape")).digest()
-        found: str | None = None
-        for known, kid in self._digests:  # every key is compared: the timing does not say which matched
+        found: Caller | None = None
+        for known, who in self._digests:  # every key is compared: the timing does not say which matched
             if hmac.compare_digest(digest, known):
-                found = kid
+                found = who
         return found

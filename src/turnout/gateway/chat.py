@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.gateway.policy import Admitted
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
     Failure,
@@ -27,7 +28,6 @@ from turnout.gateway.wire import (
     attribution_headers,
     interrupted,
     read_body,
-    route_choice,
 )
 
 if TYPE_CHECKING:
@@ -44,24 +44,27 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 
 async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """Answer one chat request of ``surface``."""
+    assert ex.caller is not None  # the guard authenticated the request
     try:
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
+        admitted = gw.policy.admit(ex.caller, call.model)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
     ex.route = call.model
+    options = _options(admitted, call, ex)
     if call.stream:
-        return await _stream(gw, surface, request, call, ex)
-    return await _complete(gw, surface, call, ex)
+        return await _stream(gw, surface, request, call, options, ex)
+    return await _complete(gw, surface, call, options, ex)
 
 
-def _options(gw: Gateway, call: ChatCall, ex: Exchange) -> dict[str, Any]:
-    choice = route_choice(gw.client.config, call.model)
+def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:
+    assert ex.caller is not None
     return {
-        "model": choice.model,
-        "provider": choice.provider,
-        "sender": call.sender,
+        "model": admitted.model,
+        "provider": admitted.provider,
+        "sender": admitted.sender,
         "tools": call.tools,
         "temperature": call.temperature,
         "max_tokens": call.max_tokens,
@@ -69,12 +72,15 @@ def _options(gw: Gateway, call: ChatCall, ex: Exchange) -> dict[str, Any]:
         "response_format": call.response_format,
         "native": call.native,
         "call_id": ex.request_id,
+        "caller": ex.caller.name,
     }
 
 
-async def _complete(gw: Gateway, surface: Surface, call: ChatCall, ex: Exchange) -> web.StreamResponse:
+async def _complete(
+    gw: Gateway, surface: Surface, call: ChatCall, options: dict[str, Any], ex: Exchange
+) -> web.StreamResponse:
     try:
-        reply = await gw.client.chat(call.messages, **_options(gw, call, ex))
+        reply = await gw.client.chat(call.messages, **options)
     except RefusalError as exc:
         if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
             return gw.failure_response(surface, exc, ex)
@@ -109,10 +115,10 @@ def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
 
 
 async def _stream(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, ex: Exchange
+    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
 ) -> web.StreamResponse:
     try:
-        stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **_options(gw, call, ex))
+        stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **options)
     except TurnoutError as exc:  # routing: an unknown profile, a missing model
         return gw.failure_response(surface, exc, ex)
     async with stream:

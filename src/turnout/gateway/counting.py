@@ -17,7 +17,7 @@ from aiohttp import web
 
 from turnout.errors import ConfigError, ProviderError
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import RequestRejected, config_failure, header_value, parse_json, read_body, route_choice
+from turnout.gateway.wire import RequestRejected, config_failure, header_value, parse_json, read_body
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.types import ChatRequest, Message, ToolSpec
 
@@ -54,8 +54,9 @@ async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request
         raw = parse_json(await read_body(request, gw.max_body_bytes))
         raw.setdefault("max_tokens", 1)
         call = surface.parse(orjson.dumps(raw), request.headers)
-        choice = route_choice(gw.client.config, call.model)
-        target = gw.client.route(model=choice.model, provider=choice.provider)
+        assert ex.caller is not None  # the guard authenticated the request
+        admitted = gw.policy.admit(ex.caller, call.model)  # the same names, and the same routes, as chat
+        target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     except ConfigError as exc:

@@ -1,27 +1,77 @@
 """Prometheus metrics of the gateway, in a registry per application (so tests and apps never collide).
 
 Attempt-level metrics come from the attempts of each call (``Reply.attempts`` or the error's
-``.attempts``): no extra work happens on the upstream path. Label children are cached, and the number of
-distinct ``(provider, model)`` label pairs is bounded, because an unpinned profile forwards whatever model
-a caller names.
+``.attempts``): no extra work happens on the upstream path. Only the ``(provider, model)`` pairs the
+configuration names get their own labels: a model a client chose (for a profile without a pinned model) is
+counted as ``model="other"``, so no client string becomes a label.
+
+Counting is on every request's path, so it is a dict update per counter and a bucket update per histogram
+(the event loop is the only writer, so no lock); ``prometheus_client`` only formats the totals, when
+``/metrics`` is scraped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import accumulate
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.attribution import Attempt
-
-#: Distinct (provider, model) label pairs kept before further models are counted as ``other``.
-MAX_MODEL_LABELS = 500
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+Labels = tuple[str, ...]
+
+
+class _Counter:
+    """A counter family: a total per label tuple."""
+
+    __slots__ = ("doc", "labels", "name", "totals")
+
+    def __init__(self, name: str, doc: str, labels: Labels) -> None:
+        self.name, self.doc, self.labels = name, doc, labels
+        self.totals: dict[Labels, float] = {}
+
+    def inc(self, key: Labels) -> None:
+        totals = self.totals
+        totals[key] = totals.get(key, 0.0) + 1.0
+
+    def family(self) -> Metric:
+        out = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        for key, value in self.totals.items():
+            out.add_metric(key, value)
+        return out
+
+
+class _Histogram:
+    """A histogram family: per label tuple, a count per bucket (the last one is +Inf) and the sum."""
+
+    __slots__ = ("bounds", "doc", "labels", "name", "rows")
+
+    def __init__(self, name: str, doc: str, labels: Labels, bounds: tuple[float, ...]) -> None:
+        self.name, self.doc, self.labels, self.bounds = name, doc, labels, bounds
+        self.rows: dict[Labels, list[float]] = {}
+
+    def observe(self, key: Labels, value: float) -> None:
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [0.0] * (len(self.bounds) + 2)  # buckets, +Inf, then the sum
+        row[bisect_left(self.bounds, value)] += 1.0  # the first bucket whose bound is >= value (le)
+        row[-1] += value
+
+    def family(self) -> Metric:
+        out = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        edges = [*(repr(b) for b in self.bounds), "+Inf"]
+        for key, row in self.rows.items():
+            cumulative = list(accumulate(row[:-1]))
+            out.add_metric(key, list(zip(edges, cumulative, strict=True)), row[-1])
+        return out
 
 
 class Metrics:
@@ -33,86 +83,67 @@ class Metrics:
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
     ``turnout_upstream_ttft_seconds{provider,model}`` and ``turnout_gateway_overhead_seconds{surface}``.
+
+    Args:
+        labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
+        registry: The registry (default: a new one).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, labelled: Collection[tuple[str, str]] = (), registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self.requests = Counter(
-            "turnout_gateway_requests",
-            "Gateway requests by surface and HTTP status.",
-            ["surface", "status"],
-            registry=r,
+        self.requests = _Counter(
+            "turnout_gateway_requests", "Gateway requests by surface and HTTP status.", ("surface", "status")
         )
-        self.duration = Histogram(
+        self.duration = _Histogram(
             "turnout_gateway_request_duration_seconds",
             "Wall time of a gateway request, first byte in to last byte out.",
-            ["surface"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("surface",),
+            _LATENCY_BUCKETS,
         )
-        self.in_flight = Gauge("turnout_gateway_in_flight_requests", "Requests being served now.", registry=r)
-        self.attempts = Counter(
+        self.attempts = _Counter(
             "turnout_upstream_attempts",
             "Upstream attempts (and cooldown skips) by profile, model and outcome.",
-            ["provider", "model", "outcome"],
-            registry=r,
+            ("provider", "model", "outcome"),
         )
-        self.fallbacks = Counter(
+        self.fallbacks = _Counter(
             "turnout_fallbacks",
             "Answers served by another entry than the one requested.",
-            ["requested_provider", "served_provider"],
-            registry=r,
+            ("requested_provider", "served_provider"),
         )
-        self.retries = Counter(
-            "turnout_retries", "Attempts beyond the first try on an entry.", ["provider", "model"], registry=r
-        )
-        self.cooldowns = Gauge("turnout_cooldowns_active", "Profiles and keys cooling down now.", registry=r)
-        self.latency = Histogram(
+        self.retries = _Counter("turnout_retries", "Attempts beyond the first try on an entry.", ("provider", "model"))
+        self.latency = _Histogram(
             "turnout_upstream_latency_seconds",
             "Duration of one upstream attempt.",
-            ["provider", "model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("provider", "model"),
+            _LATENCY_BUCKETS,
         )
-        self.ttft = Histogram(
+        self.ttft = _Histogram(
             "turnout_upstream_ttft_seconds",
             "Time to the first streamed token of an upstream attempt.",
-            ["provider", "model"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("provider", "model"),
+            _LATENCY_BUCKETS,
         )
-        self.overhead = Histogram(
+        self.overhead = _Histogram(
             "turnout_gateway_overhead_seconds",
             "Time a request spent in the gateway outside upstream attempts (parsing, routing, encoding, backoff).",
-            ["surface"],
-            buckets=_OVERHEAD_BUCKETS,
-            registry=r,
+            ("surface",),
+            _OVERHEAD_BUCKETS,
         )
-        self._children: dict[tuple[Any, ...], Any] = {}
-        self._models: set[tuple[str, str]] = set()
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = metric.labels(*labels)
-            self._children[key] = child
-        return child
+        self._labelled = frozenset(labelled)
+        self._statuses: dict[int, str] = {}
+        self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
+        self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
-        pair = (provider, model)
-        if pair in self._models:
-            return model
-        if len(self._models) >= MAX_MODEL_LABELS:
-            return "other"
-        self._models.add(pair)
-        return model
+        return model if (provider, model) in self._labelled else "other"
 
     def request(self, surface: str, status: int, seconds: float) -> None:
         """Count one finished request."""
-        self._child(self.requests, surface, str(status)).inc()
-        self._child(self.duration, surface).observe(seconds)
+        code = self._statuses.get(status)
+        if code is None:
+            code = self._statuses[status] = str(status)
+        self.requests.inc((surface, code))
+        self.duration.observe((surface,), seconds)
 
     def call(
         self,
@@ -128,23 +159,47 @@ class Metrics:
         client abandoned).
         """
         upstream = 0.0
+        labelled = self._labelled
         for a in attempts:
-            model = self._model(a.provider, a.model)
-            self._child(self.attempts, a.provider, model, a.outcome).inc()
+            provider = a.provider
+            model = a.model if (provider, a.model) in labelled else "other"
+            self.attempts.inc((provider, model, a.outcome))
             if a.outcome == "cooldown_skip":
                 continue
             if a.try_number > 1:
-                self._child(self.retries, a.provider, model).inc()
+                self.retries.inc((provider, model))
             upstream += a.duration_ms
-            self._child(self.latency, a.provider, model).observe(a.duration_ms / 1000.0)
+            self.latency.observe((provider, model), a.duration_ms / 1000.0)
             if a.ttft_ms is not None:
-                self._child(self.ttft, a.provider, model).observe(a.ttft_ms / 1000.0)
+                self.ttft.observe((provider, model), a.ttft_ms / 1000.0)
         if fallback is not None:
-            self._child(self.fallbacks, *fallback).inc()
+            self.fallbacks.inc(fallback)
         if seconds is not None:
-            self._child(self.overhead, surface).observe(max(0.0, seconds - upstream / 1000.0))
+            self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
 
-    def render(self, cooldowns_active: int) -> bytes:
-        """The exposition text (the cooldown gauge is read from the store at scrape time)."""
-        self.cooldowns.set(cooldowns_active)
+    def render(self, in_flight: int, cooldowns_active: int) -> bytes:
+        """The exposition text, with the gauges as they are now."""
+        self._gauges = (in_flight, cooldowns_active)
         return bytes(generate_latest(self.registry))
+
+
+class _Collector:
+    """Hands the totals to ``prometheus_client`` when the registry is scraped."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self.describe: Callable[[], list[Metric]] = list  # nothing to describe ahead of a scrape
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        yield m.requests.family()
+        yield m.duration.family()
+        in_flight, cooldowns = m._gauges
+        yield GaugeMetricFamily("turnout_gateway_in_flight_requests", "Requests being served now.", value=in_flight)
+        yield m.attempts.family()
+        yield m.fallbacks.family()
+        yield m.retries.family()
+        yield GaugeMetricFamily("turnout_cooldowns_active", "Profiles and keys cooling down now.", value=cooldowns)
+        yield m.latency.family()
+        yield m.ttft.family()
+        yield m.overhead.family()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from turnout.errors import ErrorClass, RefusalError
 from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -38,7 +38,8 @@ from turnout.types import (
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # strict: a string where a number or a boolean belongs is an error, never coerced ("10", "yes")
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class _TextPart(_In):
@@ -123,7 +124,7 @@ class _ResponseFormat(_In):
 class ChatCompletionRequest(_In):
     """The fields of an OpenAI chat completion request the gateway acts on (others are ignored)."""
 
-    model: str
+    model: str = Field(max_length=MAX_MODEL_CHARS)
     messages: list[_Message] = Field(min_length=1)
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
@@ -134,7 +135,7 @@ class ChatCompletionRequest(_In):
     max_completion_tokens: int | None = Field(default=None, gt=0)
     n: int | None = None
     response_format: _ResponseFormat | None = None
-    user: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
 
 
 def _parts(content: str | list[_Part] | None) -> str | tuple[ContentPart, ...]:

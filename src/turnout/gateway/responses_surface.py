@@ -24,7 +24,7 @@ from turnout.gateway.openai_surface import error_json
 from turnout.gateway.passthrough import native
 from turnout.gateway.responses_stream import ResponsesStreamEncoder, output_items, response_object
 from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import Failure, invalid, parse_json, validation_message
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import ContentPart, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolSpec
 
@@ -35,7 +35,8 @@ _STATEFUL = ("previous_response_id", "conversation")
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # strict: a string where a number or a boolean belongs is an error, never coerced ("10", "yes")
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class _Format(_In):
@@ -70,7 +71,7 @@ class _NamedChoice(_In):
 class ResponsesRequest(_In):
     """The fields of a Responses request the gateway acts on (others pass through or are ignored)."""
 
-    model: str = ""
+    model: str = Field(default="", max_length=MAX_MODEL_CHARS)
     input: str | list[dict[str, Any]] = Field(min_length=1)
     instructions: str | None = None
     stream: bool | None = False
@@ -80,8 +81,8 @@ class ResponsesRequest(_In):
     max_output_tokens: int | None = Field(default=None, gt=0)
     text: _Text | None = None
     reasoning: _Reasoning | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
+    safety_identifier: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
     background: bool | None = None
 
 

@@ -1,9 +1,9 @@
-"""``GET /status`` and ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
+"""``GET /status`` and the shape of ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
-id, and attempt counts per outcome over a recent window. ``/v1/models`` lists what a client may put in
-``model``: every ``hint:<name>``, every profile ``family.alias``, and the default profile's models; it is
-encoded once, since the configuration does not change while the gateway runs.
+id, and attempt counts per outcome over a recent window. ``/v1/models`` lists what the caller's key may put
+in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision); each key's list is encoded
+once, since the configuration does not change while the gateway runs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,6 +19,9 @@ from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.config import Config, default_profile
 from turnout.errors import ConfigError
+
+if TYPE_CHECKING:
+    from turnout.gateway.policy import PublicName
 
 #: How far back ``/status`` counts attempts, and the width of one counting bucket.
 RECENT_WINDOW_S = 900
@@ -34,9 +37,9 @@ class RecentAttempts:
         self._clock = clock
         self._buckets: dict[int, Counter[tuple[str, str]]] = {}
 
-    def add(self, attempts: Iterable[Attempt]) -> None:
-        """Count the attempts of one call."""
-        bucket = int(self._clock() // BUCKET_S)
+    def add(self, attempts: Iterable[Attempt], now: float | None = None) -> None:
+        """Count the attempts of one call (that ended at ``now``, default: the clock's time)."""
+        bucket = int((self._clock() if now is None else now) // BUCKET_S)
         counts = self._buckets.get(bucket)
         if counts is None:
             oldest = bucket - RECENT_WINDOW_S // BUCKET_S
@@ -44,7 +47,8 @@ class RecentAttempts:
                 del self._buckets[b]
             counts = self._buckets[bucket] = Counter()
         for a in attempts:
-            counts[(a.provider, a.outcome)] += 1
+            key = (a.provider, a.outcome)
+            counts[key] = counts.get(key, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         """``{"window_seconds", "by_outcome": {outcome: n}, "by_provider": {profile: {outcome: n}}}``."""
@@ -109,31 +113,6 @@ def _default(config: Config) -> str | None:
         return None
 
 
-def model_entries(config: Config) -> list[dict[str, Any]]:
-    """What a client may name as ``model``: hints, profiles with a model, then the default profile's models."""
-    out: list[dict[str, Any]] = []
-    for r in config.model_routes:
-        out.append({"id": f"hint:{r.hint}", "kind": "hint", "provider": r.model_provider, "model": r.model})
-    profiles = config.profiles()
-    for name, p in profiles.items():
-        if p.model:  # a profile without a model is named with one (``family.alias/<model>``), never alone
-            out.append({"id": name, "kind": "profile", "provider": name, "model": p.model})
-    default = _default(config)
-    if default is not None:
-        p = profiles[default]
-        primary = config.default_model or p.model
-        seen = {e["id"] for e in out}
-        for model in [primary, *p.fallback_models]:
-            if model and model not in seen:
-                seen.add(model)
-                out.append({"id": model, "kind": "model", "provider": default, "model": model})
-    return out
-
-
-#: Longest ``model`` the gateway looks up (a longer one names nothing it routes).
-MAX_MODEL_NAME = 256
-
-
 def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
     """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
     if anthropic:
@@ -147,27 +126,30 @@ def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> di
     }
 
 
-def openai_models(config: Config) -> bytes:
-    """``GET /v1/models`` in OpenAI's shape (each item also says what it routes to, under ``turnout``)."""
-    data = [
-        {
-            "id": e["id"],
-            "object": "model",
-            "created": 0,
-            "owned_by": "turnout",
-            "turnout": {"kind": e["kind"], "provider": e["provider"], "model": e["model"]},
-        }
-        for e in model_entries(config)
-    ]
-    return orjson.dumps({"object": "list", "data": data})
+def openai_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in OpenAI's shape (it also says what it routes to, under ``turnout``)."""
+    return {
+        "id": n.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": n.kind, "provider": n.provider, "model": n.model},
+    }
 
 
-def anthropic_models(config: Config) -> bytes:
+def anthropic_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in Anthropic's shape."""
+    return {"type": "model", "id": n.id, "display_name": n.id, "created_at": "1970-01-01T00:00:00Z"}
+
+
+def openai_models(names: Iterable[PublicName]) -> bytes:
+    """``GET /v1/models`` in OpenAI's shape."""
+    return orjson.dumps({"object": "list", "data": [openai_model(n) for n in names]})
+
+
+def anthropic_models(names: Iterable[PublicName]) -> bytes:
     """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
-    data = [
-        {"type": "model", "id": e["id"], "display_name": e["id"], "created_at": "1970-01-01T00:00:00Z"}
-        for e in model_entries(config)
-    ]
+    data = [anthropic_model(n) for n in names]
     return orjson.dumps(
         {
             "data": data,

@@ -7,6 +7,7 @@ decided here, once, so both surfaces always agree.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -74,6 +75,12 @@ class Failure:
     cause: ErrorClass | None = None
     provider: str | None = None
     model: str | None = None
+
+
+#: The longest ``model`` a client may send, and the longest other string that can reach a header, a metric
+#: label, a log line or the ledger (a sender id, a tool name): each surface bounds its fields with these.
+MAX_MODEL_CHARS = 256
+MAX_FIELD_CHARS = 400
 
 
 class RequestRejected(Exception):
@@ -336,14 +343,59 @@ def route_choice(config: Config, raw: str | None) -> RouteChoice:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, or :class:`RequestRejected` with a 413 beyond ``limit`` bytes (checked before reading)."""
+    """The whole body, checked by :func:`check_numbers`.
+
+    Raises:
+        RequestRejected: 413 beyond ``limit`` bytes (checked before reading), or 400 for an integer the
+            gateway cannot send on.
+    """
     length = request.content_length
     if length is not None and length > limit:
         raise RequestRejected(too_large(limit))
     try:
-        return await request.read()
+        body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise RequestRejected(too_large(limit)) from None
+    check_numbers(body)
+    return body
+
+
+_I64 = 2**63
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_NINETEEN_DIGITS = b"0" * 19  # the fewest digits an integer of magnitude 2**63 or more has
+
+
+class _OutOfRange(Exception):
+    pass
+
+
+def _int64(text: str) -> int:
+    value = int(text)
+    if not -_I64 <= value < _I64:
+        raise _OutOfRange
+    return value
+
+
+def check_numbers(body: bytes) -> None:
+    """Refuse a body holding an integer outside the signed 64-bit range, anywhere (a tool schema too).
+
+    Such a number parses, but cannot be encoded again (orjson stops at 64 bits) and most upstreams refuse
+    it; it is a 400 here rather than a failure inside the walk. Bodies without a run of 19 digits (nearly
+    all) are passed after one ``translate``; the others are parsed once more to look at their integers.
+
+    Raises:
+        RequestRejected: 400 ``integer_out_of_range``.
+    """
+    if _NINETEEN_DIGITS not in body.translate(_DIGITS_ONLY):
+        return
+    try:
+        json.loads(body, parse_int=_int64)
+    except _OutOfRange:
+        raise invalid(
+            "the request holds an integer outside the signed 64-bit range", code="integer_out_of_range"
+        ) from None
+    except ValueError:  # not JSON (or not UTF-8): the surface's parser answers that
+        return
 
 
 def interrupted(exc: StreamInterruptedAfterOutput) -> Failure:

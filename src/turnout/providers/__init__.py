@@ -8,6 +8,7 @@ from __future__ import annotations
 from turnout.config.schema import Profile
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
+from turnout.providers.registry import Family, family_for
 
 
 def adapter_class(protocol: str) -> type[HTTPAdapter]:
@@ -35,16 +36,23 @@ def adapter_class(protocol: str) -> type[HTTPAdapter]:
     raise ValueError(f"unknown protocol {protocol!r}")
 
 
+def _protocol(family: Family, profile: Profile) -> str:
+    """``wire_api = "responses"`` on an OpenAI-protocol profile selects the Responses protocol."""
+    if family.protocol == "openai-chat" and profile.wire_api == "responses":
+        return "openai-responses"
+    return family.protocol
+
+
 def build_adapter(name: str, profile: Profile, http: HttpClient, api_key: str | None = None) -> HTTPAdapter:
-    """The adapter for profile ``name`` (``family.alias``), bound to ``api_key``.
-
-    ``wire_api = "responses"`` on an OpenAI-protocol profile selects the Responses adapter.
-    """
+    """The adapter for profile ``name`` (``family.alias``), bound to ``api_key``."""
     settings = AdapterSettings.from_profile(name, profile)
-    protocol = settings.family.protocol
-    if protocol == "openai-chat" and profile.wire_api == "responses":
-        protocol = "openai-responses"
-    return adapter_class(protocol)(settings, http, api_key)
+    return adapter_class(_protocol(settings.family, profile))(settings, http, api_key)
 
 
-__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter"]
+def model_problem(name: str, profile: Profile, model: str) -> str | None:
+    """Why profile ``name``'s adapter cannot send ``model`` (None: it can); see ``HTTPAdapter.model_problem``."""
+    family = family_for(name.partition(".")[0], profile.kind)
+    return adapter_class(_protocol(family, profile)).model_problem(model)
+
+
+__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter", "model_problem"]

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Self
+from urllib.parse import quote
 
 import orjson
 from multidict import CIMultiDictProxy
@@ -69,7 +70,8 @@ class AdapterSettings:
         family = family_for(fam_name, profile.kind)
         base = profile.uri or family.base_url
         if family.vendor == "azure" and not profile.uri:
-            base = f"https://{profile.resource}.openai.azure.com/openai/deployments/{profile.deployment}"
+            deployment = quote(profile.deployment or "", safe="")
+            base = f"https://{profile.resource}.openai.azure.com/openai/deployments/{deployment}"
         return cls(
             profile=name,
             family=family,
@@ -257,7 +259,16 @@ class HTTPAdapter(Provider):
 
     @abstractmethod
     def url(self, model: str, stream: bool) -> str:
-        """The endpoint for a call."""
+        """The endpoint for a call (a model that is part of the path is escaped, see :meth:`model_problem`)."""
+
+    @classmethod
+    def model_problem(cls, model: str) -> str | None:
+        """Why this protocol cannot send ``model`` (None: it can).
+
+        Protocols that carry the model in the JSON body send any name (OpenRouter's ``openai/gpt-4o``
+        included); one that puts it in the URL path refuses names that would leave their path segment.
+        """
+        return None
 
     @abstractmethod
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:

@@ -14,14 +14,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import orjson
 
 from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, RefusalError, StreamTruncated, TurnoutError
+from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import structured
-from turnout.providers.base import MALFORMED, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
+from turnout.providers.http import HttpClient
 from turnout.streams import collect
 from turnout.tools import gemini_tools
 from turnout.types import (
@@ -302,6 +304,11 @@ class GeminiStreamDecoder(StreamDecoder):
             return
 
 
+#: What a Gemini model name may not contain: each could end its URL path segment or climb out of it (``%``
+#: for upstreams that decode a path twice).
+_PATH_UNSAFE = ("/", "?", "#", "\\", "..", ":", "%")
+
+
 class GeminiAdapter(HTTPAdapter):
     """Google Gemini (Generative Language API, and Vertex endpoints given as ``uri``)."""
 
@@ -315,12 +322,45 @@ class GeminiAdapter(HTTPAdapter):
         structured_output=True,
     )
 
-    def url(self, model: str, stream: bool) -> str:
-        """``{base}/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse``."""
+    def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
+        super().__init__(settings, http, api_key)
+        self._paths: dict[str, str] = {}
+
+    @classmethod
+    def model_problem(cls, model: str) -> str | None:
+        """Gemini puts the model in the URL path: a name that could leave its path segment is refused."""
         name = model.removeprefix("models/")
-        if stream:
-            return f"{self.settings.base_url}/models/{name}:streamGenerateContent?alt=sse"
-        return f"{self.settings.base_url}/models/{name}:generateContent"
+        if not name:
+            return "the model name is empty"
+        unsafe = next((s for s in _PATH_UNSAFE if s in name), None)
+        if unsafe is not None:
+            return f"a Gemini model name cannot contain {unsafe!r}"
+        if not name.isprintable():
+            return "a Gemini model name cannot contain control characters"
+        return None
+
+    def url(self, model: str, stream: bool) -> str:
+        """``{base}/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse``, the model escaped.
+
+        Raises:
+            ProviderError: The model name cannot be sent (see :meth:`model_problem`); nothing is sent.
+        """
+        path = self._paths.get(model)
+        if path is None:
+            problem = self.model_problem(model)
+            if problem is not None:
+                raise ProviderError(
+                    problem,
+                    error_class=ErrorClass.NON_RETRYABLE,
+                    provider=self.settings.profile,
+                    model=model,
+                    error_type="invalid_model",
+                )
+            path = f"{self.settings.base_url}/models/{quote(model.removeprefix('models/'), safe='')}"
+            if len(self._paths) >= 64:  # an unpinned profile sees many names; keep only a few
+                self._paths.clear()
+            self._paths[model] = path
+        return path + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Gemini ``functionDeclarations``."""

@@ -1,0 +1,372 @@
+"""Who may use what through the gateway: client keys, public model names, bound senders and daily spend.
+
+The operator decides (SPEC 10). A request's ``model`` must be a name its key may use:
+
+- by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]``,
+  every profile that is not only another profile's fallback, and the default profile's models. A pinned
+  profile serves its pin: ``family.alias/<model>`` reaches only a profile without a ``model``, and a plain
+  model reaches the default profile only when it is unpinned;
+- with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
+- with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
+
+Anything else is a 404 ``model_not_found``. A ``[senders.<id>]`` tier applies only as a key's bound
+``sender``: what a client sends as ``user`` or ``metadata.user_id`` never selects one. A key's
+``daily_limit_usd`` is enforced from the ledger (:mod:`turnout.gateway.spend`): once spent, 429.
+
+Everything is computed when the gateway starts; admitting a request costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from turnout.config import Config, Profile, default_profile, key_id, materialize, resolve_profile_ref
+from turnout.config.schema import GatewayKey
+from turnout.errors import ConfigError
+from turnout.gateway.spend import SpendBook, seconds_to_midnight
+from turnout.gateway.status import anthropic_models, openai_models
+from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
+from turnout.providers import model_problem
+from turnout.router import HINT_PREFIX
+
+NameKind: TypeAlias = Literal["hint", "alias", "profile", "model"]
+#: The name of the caller of a gateway without client keys.
+ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicName:
+    """A name a client may put in ``model``, and where it goes.
+
+    Attributes:
+        id: The name as the client writes it.
+        kind: ``hint``, ``alias``, ``profile`` or ``model`` (one of the default profile's models).
+        choice: The route it selects.
+        provider: The profile it starts at.
+        model: The model it serves (None: a profile without a pinned model; the client names one after ``/``).
+    """
+
+    id: str
+    kind: NameKind
+    choice: RouteChoice
+    provider: str
+    model: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """An authenticated client and everything its key allows, resolved at start-up.
+
+    Attributes:
+        name: How logs and the ledger name it: the ``[gateway.keys.<name>]`` name, else the key id.
+        names: The public names it may use, by id (what its ``/v1/models`` lists).
+        open_profiles: Profiles without a pinned model whose model it may choose (``family.alias/<model>``).
+        sender: The bound ``[senders.<id>]`` tier, if any.
+        daily_limit_usd: Its daily spend limit, if any.
+        models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
+    """
+
+    name: str
+    names: Mapping[str, PublicName]
+    open_profiles: frozenset[str]
+    sender: str | None = None
+    daily_limit_usd: float | None = None
+    models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a request may do: ``client.chat(model=..., provider=..., sender=...)`` arguments."""
+
+    model: str | None
+    provider: str | None
+    sender: str | None
+
+
+class Policy:
+    """The gateway's rules over one configuration (see the module docstring).
+
+    Args:
+        config: The loaded configuration.
+        spend: The daily spend book (None: limits cannot be enforced; the gateway refuses keys with one).
+
+    Raises:
+        ConfigError: An alias, a key's ``models`` or ``sender`` does not name something configured (the
+            message names the key path).
+    """
+
+    def __init__(self, config: Config, spend: SpendBook | None = None) -> None:
+        self.config = config
+        self.spend = spend
+        self.allow_any_model = config.gateway.allow_any_model
+        self._profiles = config.profiles()
+        try:
+            self._default: str | None = default_profile(config)
+        except ConfigError:
+            self._default = None
+        self._primary = (self.config.default_model or self._profiles[self._default].model) if self._default else None
+        self.universe = self._universe()
+        self._receivers: dict[str, tuple[tuple[str, Profile], ...]] = {
+            name: self._receivers_of(name) for name in self._profiles
+        }
+        hidden = self._fallback_only()
+        self.default_names = {n.id: n for n in self.universe.values() if n.kind != "profile" or n.id not in hidden}
+
+    # --- the table of names ------------------------------------------------------------------
+
+    def _universe(self) -> dict[str, PublicName]:
+        """Every name a key may be given: hints, aliases, every profile, the default profile's models."""
+        out: dict[str, PublicName] = {}
+        for r in self.config.model_routes:
+            target = resolve_profile_ref(self.config, r.model_provider) or r.model_provider
+            hint = HINT_PREFIX + r.hint
+            served = self._pin(target) or r.model  # a pinned target ignores the route's model
+            out[hint] = PublicName(id=hint, kind="hint", choice=RouteChoice(hint, None), provider=target, model=served)
+        for name, profile in self._profiles.items():
+            pin = self._pin(name)
+            choice = RouteChoice(pin if pin != profile.model else None, name)  # default_model, also when named
+            out[name] = PublicName(id=name, kind="profile", choice=choice, provider=name, model=pin)
+        if self._default is not None:
+            p = self._profiles[self._default]
+            for model in (self.config.default_model or p.model, *p.fallback_models):
+                if model and model.strip() and model not in out:
+                    # the profile is named too, so a bound sender's tier cannot move the model elsewhere
+                    choice = RouteChoice(model, self._default)
+                    out[model] = PublicName(id=model, kind="model", choice=choice, provider=self._default, model=model)
+        for alias, target in self.config.gateway.aliases.items():
+            out[alias] = self._alias(alias, target, out)
+        return out
+
+    def _alias(self, alias: str, target: str, known: Mapping[str, PublicName]) -> PublicName:
+        path = f"gateway.aliases.{alias}"
+        if not alias.strip() or len(alias) > MAX_MODEL_CHARS or not alias.isprintable():
+            raise ConfigError("an alias must be 1 to 256 printable characters", path=path, code="invalid_alias")
+        if alias.startswith(HINT_PREFIX) or alias in known:
+            raise ConfigError(
+                f"alias {alias!r} is already a {known[alias].kind if alias in known else 'hint'} name",
+                path=path,
+                code="duplicate_name",
+            )
+        if target.startswith(HINT_PREFIX):
+            hint = known.get(target)
+            if hint is None or hint.kind != "hint":
+                raise ConfigError(f"{target!r} is not a configured route hint", path=path, code="unknown_route_target")
+            return PublicName(id=alias, kind="alias", choice=hint.choice, provider=hint.provider, model=hint.model)
+        head, slash, model = target.partition("/")
+        profile = resolve_profile_ref(self.config, head)
+        if profile is None or (slash and not model.strip()):
+            raise ConfigError(
+                f"{target!r} must be hint:<name>, <family.alias> or <family.alias>/<model> of a configured profile",
+                path=path,
+                code="unknown_route_target",
+            )
+        if slash:
+            return PublicName(id=alias, kind="alias", choice=RouteChoice(model, profile), provider=profile, model=model)
+        named = known[profile]
+        return PublicName(id=alias, kind="alias", choice=named.choice, provider=profile, model=named.model)
+
+    def _fallback_only(self) -> set[str]:
+        """Profiles named in another profile's ``fallback`` that are neither the default nor a route target."""
+        named = {
+            resolve_profile_ref(self.config, ref) for p in self._profiles.values() for ref in p.fallback if ref.strip()
+        }
+        targets = {n.provider for n in self.universe.values() if n.kind in ("hint", "alias")}
+        return {p for p in named if p is not None and p != self._default and p not in targets}
+
+    def _receivers_of(self, root: str) -> tuple[tuple[str, Profile], ...]:
+        """The profiles that receive a model a client names for ``root``: it, and its unpinned fallbacks."""
+        try:
+            entries = materialize(self.config, root, model_override="m")
+        except ConfigError:  # cannot be built: routing the request reports it
+            return ((root, self._profiles[root]),)
+        names = dict.fromkeys([root, *(e.profile for e in entries if e.model is None)])
+        return tuple((n, self._profiles[n]) for n in names)
+
+    def _pin(self, profile: str) -> str | None:
+        """The model ``profile`` serves whatever is asked (the default profile's ``default_model`` first)."""
+        if profile == self._default and self.config.default_model:
+            return self.config.default_model
+        known = self._profiles.get(profile)
+        return known.model if known is not None else None
+
+    def _unpinned(self, profile: str) -> bool:
+        return not self._pin(profile)
+
+    # --- callers -------------------------------------------------------------------------------
+
+    def caller(self, name: str, entry: GatewayKey | None = None) -> Caller:
+        """The caller for a key: the default policy (``entry`` None), or what ``[gateway.keys.<name>]`` allows.
+
+        Raises:
+            ConfigError: A listed model or the bound sender names nothing configured.
+        """
+        path = f"gateway.keys.{name}"
+        if entry is None or entry.models is None:
+            names = self.default_names
+            open_profiles = frozenset(p for p in self._profiles if self._unpinned(p) and p in names)
+        else:
+            chosen: dict[str, PublicName] = {}
+            opened: set[str] = set()
+            for i, raw in enumerate(entry.models):
+                known = self.universe.get(raw)
+                if known is not None:
+                    chosen[raw] = known
+                    if known.kind == "profile" and self._unpinned(raw):
+                        opened.add(raw)
+                    continue
+                raise ConfigError(
+                    f"{raw!r} is not a hint, alias, profile or model of the default profile",
+                    path=f"{path}.models[{i}]",
+                    code="unknown_model",
+                )
+            names, open_profiles = chosen, frozenset(opened)
+        sender = entry.sender if entry is not None else None
+        if sender is not None and sender not in self.config.senders:
+            raise ConfigError(f"{sender!r} is not a [senders.<id>] table", path=f"{path}.sender", code="unknown_sender")
+        limit = entry.daily_limit_usd if entry is not None else None
+        if limit is not None and not self.config.ledger.enabled:
+            raise ConfigError(
+                "a daily limit is enforced from the ledger; enable [ledger]",
+                path=f"{path}.daily_limit_usd",
+                code="ledger_required",
+            )
+        items = list(names.values())
+        return Caller(
+            name=name,
+            names=names,
+            open_profiles=open_profiles,
+            sender=sender,
+            daily_limit_usd=limit,
+            models_json=(openai_models(items), anthropic_models(items)),
+        )
+
+    def check(self) -> None:
+        """Validate every ``[gateway.keys.<name>]`` policy without resolving any key (``turnout check``).
+
+        Raises:
+            ConfigError: A key's ``models`` or ``sender`` names nothing configured, or a limit has no ledger.
+        """
+        for name, entry in self.config.gateway.keys.items():
+            self.caller(name, entry)
+
+    def callers(self, plain_keys: Iterable[str], named_keys: Mapping[str, str]) -> list[tuple[str, Caller]]:
+        """``(key, caller)`` for every client key: plain ``api_keys`` with the default policy, then named keys.
+
+        Raises:
+            ConfigError: A key is configured twice, or a named key's policy is invalid.
+        """
+        out: list[tuple[str, Caller]] = []
+        seen: dict[str, str] = {}
+        default: Caller | None = None
+        for key in plain_keys:
+            default = default or self.caller(ANONYMOUS)
+            out.append((key, _renamed(default, key_id(key))))
+            seen.setdefault(key, "gateway.api_keys")
+        for name, key in named_keys.items():
+            if key in seen:
+                raise ConfigError(
+                    f"this key is also {seen[key]}", path=f"gateway.keys.{name}.key", code="duplicate_key"
+                )
+            seen[key] = f"gateway.keys.{name}"
+            out.append((key, self.caller(name, self.config.gateway.keys[name])))
+        return out
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def admit(self, caller: Caller, model: str) -> Admitted:
+        """Where ``caller``'s request for ``model`` goes, with its sender.
+
+        Raises:
+            RequestRejected: 400 for a name that cannot be sent, 404 ``model_not_found`` for a name the key
+                may not use, 429 when its daily limit is spent.
+        """
+        if len(model) > MAX_MODEL_CHARS:
+            raise invalid(f"model is longer than {MAX_MODEL_CHARS} characters", param="model")
+        known = caller.names.get(model)
+        choice = known.choice if known is not None else self._beyond_names(caller, model)
+        if caller.daily_limit_usd is not None and self.spend is not None:
+            spent = self.spend.spent(caller.name)
+            if spent >= caller.daily_limit_usd:
+                raise RequestRejected(daily_limit(caller, spent))
+        return Admitted(choice.model, choice.provider, caller.sender)
+
+    def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
+        """The empty model, a model of an unpinned profile, or anything under ``allow_any_model``."""
+        default = self._default
+        if not model:  # the default route: for a key that may use the default profile, or is bound to a sender
+            if caller.sender is not None or default is None or default in caller.names or self._primary in caller.names:
+                return RouteChoice(None, None)
+            raise not_available(model)
+        if self.allow_any_model:
+            choice = route_choice(self.config, model)
+            if choice.model is not None:
+                self._sendable(choice.provider or default, choice.model)
+            return choice
+        head, slash, rest = model.partition("/")
+        if slash and rest and head in caller.open_profiles:
+            self._sendable(head, rest)
+            return RouteChoice(rest, head)
+        if default is not None and default in caller.open_profiles and resolve_profile_ref(self.config, head) is None:
+            self._sendable(default, model)
+            return RouteChoice(model, default)
+        raise not_available(model)
+
+    def _sendable(self, root: str | None, model: str) -> None:
+        """A client-chosen model must fit every profile that would receive it (see ``model_problem``)."""
+        for name, profile in self._receivers.get(root or "", ()):
+            problem = model_problem(name, profile, model)
+            if problem is not None:
+                raise invalid(f"the model cannot be sent to {name}: {problem}", param="model", code="invalid_model")
+
+    def served_models(self) -> frozenset[tuple[str, str]]:
+        """Every (profile, model) the configuration itself names: the metric labels worth keeping apart."""
+        out: set[tuple[str, str]] = set()
+        for name, profile in self._profiles.items():
+            out.update((name, m) for m in (profile.model, *profile.fallback_models) if m)
+        for n in self.universe.values():
+            if n.model:
+                out.add((n.provider, n.model))
+        return frozenset(out)
+
+
+def _renamed(caller: Caller, name: str) -> Caller:
+    return Caller(
+        name=name,
+        names=caller.names,
+        open_profiles=caller.open_profiles,
+        sender=caller.sender,
+        daily_limit_usd=caller.daily_limit_usd,
+        models_json=caller.models_json,
+    )
+
+
+def not_available(model: str) -> RequestRejected:
+    """The 404 for a model the caller's key may not use (the name shown escaped and cut)."""
+    shown = repr(model[:64]) + ("…" if len(model) > 64 else "")
+    return RequestRejected(
+        Failure(
+            status=404,
+            kind="not_found",
+            message=f"model {shown} is not available with this key; GET /v1/models lists what is",
+            param="model",
+            code="model_not_found",
+        )
+    )
+
+
+def daily_limit(caller: Caller, spent: float) -> Failure:
+    """The 429 for a key whose daily limit is spent (it resets at 00:00 UTC)."""
+    limit = caller.daily_limit_usd or 0.0
+    return Failure(
+        status=429,
+        kind="rate_limited",
+        message=(
+            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today); "
+            "it resets at 00:00 UTC"
+        ),
+        code="daily_limit_exceeded",
+        retry_after=max(1, math.ceil(seconds_to_midnight())),
+    )

@@ -1,0 +1,56 @@
+"""Client-supplied text on the terminal: `turnout ledger` and the attempt tables show it, never obey it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from fakes import call_record
+from turnout.attribution import Attempt
+from turnout.cli import app
+from turnout.demo import _attempts_table
+from turnout.ledger import Ledger
+from turnout.terminal import shown
+
+#: A model name as a hostile client could send it: an OSC title, an ANSI colour, rich markup, a forged row.
+HOSTILE = "m\x1b]0;pwned\x07\x1b[31mred[bold]loud[/bold]\nforged-row\u202eevil"
+
+
+def _assert_inert(output: str) -> None:
+    assert "\x1b" not in output and "\x07" not in output and "\u202e" not in output
+    assert not any(line.lstrip().startswith("forged-row") for line in output.splitlines())
+    assert "[bold]loud[/bold]" in output  # markup shown as text, not applied
+
+
+def test_shown_makes_control_characters_and_markup_visible() -> None:
+    """Control characters become visible escapes, markup stays literal, and long text is cut."""
+    text = shown(HOSTILE)
+    assert text.plain == "m\\x1b]0;pwned\\x07\\x1b[31mred[bold]loud[/bold]\\nforged-row\\u202eevil"
+    assert text.spans == []
+    assert shown("x" * 1000).plain == "x" * 400 + "…"
+
+
+def test_ledger_command_escapes_client_text(tmp_path: Path) -> None:
+    """`turnout ledger` prints a hostile model name escaped, on one row, with its markup literal."""
+    db = tmp_path / "ledger.sqlite3"
+
+    async def write() -> None:
+        ledger = Ledger(db, batch_delay=0)
+        ledger.record(call_record("c1", model=HOSTILE))
+        await ledger.aclose()
+
+    asyncio.run(write())
+    result = CliRunner().invoke(app, ["ledger", "--path", str(db)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    _assert_inert(result.output)
+    assert "\\x1b]0;pwned\\x07" in result.output
+
+
+def test_attempts_table_escapes_client_text() -> None:
+    """The attempts table of `turnout chat` and the demo shows a hostile model escaped."""
+    console = Console(record=True, width=400, force_terminal=False)
+    console.print(_attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
+    _assert_inert(console.export_text())
