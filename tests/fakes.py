@@ -9,6 +9,7 @@ from typing import Any
 from turnout.attribution import Attempt, RouteRef
 from turnout.classify import ErrorFacts, provider_error
 from turnout.errors import ErrorClass, ProviderError
+from turnout.health import Breakers
 from turnout.keys import KeyPool
 from turnout.ledger import CallRecord
 from turnout.pricing import Catalogue, Rates, _Rate
@@ -157,6 +158,7 @@ def walk(
     clock: FakeClock | None = None,
     store: StateStore | None = None,
     jitter: float = 1.0,
+    breakers: Breakers | None = None,
 ) -> ReliableProvider:
     """A reliable provider over the given entries; entries of one profile share one key pool."""
     store = store if store is not None else MemoryStore()
@@ -186,6 +188,7 @@ def walk(
         clock=clock,
         sleep=clock.sleep,
         jitter=lambda: jitter,
+        breakers=breakers,
     )
 
 

@@ -1,0 +1,78 @@
+"""Circuit breakers shared through Redis: one process's open breaker is every process's, and one probe is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from fakes import E, Scripted, err, req, walk
+from turnout.attribution import DispatchScope
+from turnout.breaker import BreakerRecord
+from turnout.health import Breakers
+from turnout.state.redis import RedisStore
+
+pytestmark = pytest.mark.redis
+
+
+async def test_an_open_breaker_is_seen_by_another_process_on_its_first_call(redis_url: str) -> None:
+    """Process A's three 503s open the primary's breaker; process B, started after, skips it at once."""
+    a, b = RedisStore(redis_url, prefix="br1:"), RedisStore(redis_url, prefix="br1:")
+    try:
+        await a.start()
+        primary_a, backup_a = Scripted(err(503)), Scripted("ok")
+        walk_a = walk(E("openai.a", "m", [primary_a]), E("anthropic.b", "m", [backup_a]), store=a, breakers=Breakers(a))
+        walk_a.clock = time.time  # the record's deadlines are wall-clock, shared with B
+        await walk_a.run(req(), "m", None, DispatchScope())
+        assert a.breaker("openai.a/m") is not None
+        await b.start()  # a new process: the first synchronisation brings the open breaker
+        primary_b, backup_b = Scripted("never"), Scripted("ok")
+        walk_b = walk(E("openai.a", "m", [primary_b]), E("anthropic.b", "m", [backup_b]), store=b, breakers=Breakers(b))
+        walk_b.clock = time.time
+        scope = DispatchScope()
+        await walk_b.run(req(), "m", None, scope)
+        assert [(x.provider, x.outcome) for x in scope.attempts] == [
+            ("openai.a", "breaker_skip"),
+            ("anthropic.b", "ok"),
+        ]
+        assert primary_b.calls == []
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_n_processes_claim_one_probe_between_them(redis_url: str) -> None:
+    """Five stores race for the probe of a half-open breaker: exactly one wins; after it reports, it is closed."""
+    stores = [RedisStore(redis_url, prefix="br2:") for _ in range(5)]
+    try:
+        for s in stores:
+            await s.start()
+        now = time.time()
+        await stores[0].open_breaker("openai.a/m", BreakerRecord(opened_at=now - 10, until=now - 5, interval=5.0))
+        assert await stores[4].wait_until(lambda: stores[4].breaker("openai.a/m") is not None, within=5)
+        won = await asyncio.gather(*(s.claim_breaker_probe("openai.a/m", now, 30.0) for s in stores))
+        assert sorted(won) == [False] * 4 + [True]
+        winner = stores[won.index(True)]
+        await winner.close_breaker("openai.a/m")
+        for s in stores:
+            assert await s.wait_until(lambda s=s: s.breaker("openai.a/m") is None, within=5)
+        # closed, the next outage's probe can be taken again
+        await stores[1].open_breaker("openai.a/m", BreakerRecord(opened_at=now, until=now, interval=5.0))
+        assert await stores[2].claim_breaker_probe("openai.a/m", now, 30.0)
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+async def test_a_probe_claimed_while_redis_is_down_is_taken_locally(redis_server: object) -> None:
+    """Without Redis the store still hands out one probe per lease in its own process."""
+    store = RedisStore("redis://127.0.0.1:1/0", prefix="br3:", connect_timeout=0.2)
+    try:
+        await store.start()
+        now = time.time()
+        assert await store.claim_breaker_probe("x.y/m", now, 30.0)
+        assert not await store.claim_breaker_probe("x.y/m", now + 1, 30.0)
+        assert await store.claim_breaker_probe("x.y/m", now + 31, 30.0)
+    finally:
+        await store.aclose()

@@ -1,0 +1,241 @@
+"""Circuit breakers in the walk: a known outage costs no call, one call probes it, and recovery is noticed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from fakes import E, FakeClock, Scripted, err, req, walk
+from turnout.attribution import DispatchScope
+from turnout.breaker import BreakerSettings
+from turnout.errors import AllProvidersFailed, ContextWindowExceeded, ProviderTimeout
+from turnout.health import Breakers
+from turnout.reliable import ReliableProvider
+from turnout.state import MemoryStore
+
+
+def outage(*steps: object) -> Scripted:
+    return Scripted(*steps) if steps else Scripted(err(503))
+
+
+def setup(
+    primary: Scripted, backup: Scripted | None = None, **settings: float
+) -> tuple[FakeClock, MemoryStore, Breakers]:
+    clock = FakeClock()
+    store = MemoryStore()
+    return clock, store, Breakers(store, BreakerSettings(**settings))  # type: ignore[arg-type]
+
+
+def pair(
+    primary: Scripted, backup: Scripted, clock: FakeClock, store: MemoryStore, breakers: Breakers, retries: int = 2
+) -> ReliableProvider:
+    """``openai.a`` (primary) falling back to ``anthropic.b``."""
+    return walk(
+        E("openai.a", "m", [primary]),
+        E("anthropic.b", "m", [backup]),
+        retries=retries,
+        clock=clock,
+        store=store,
+        breakers=breakers,
+    )
+
+
+async def calls(r, n: int) -> list[list[tuple[str, str]]]:  # type: ignore[no-untyped-def]
+    """Run ``n`` calls; each call's attempts as (profile, outcome)."""
+    out = []
+    for _ in range(n):
+        scope = DispatchScope()
+        await r.run(req(), "m", None, scope)
+        out.append([(a.provider, a.outcome) for a in scope.attempts])
+    return out
+
+
+async def test_an_outage_opens_the_breaker_and_later_calls_skip_the_entry_at_no_cost() -> None:
+    """Three 503s open the primary's breaker; the next calls skip it (breaker_skip) without calling it."""
+    primary, backup = outage(), Scripted("ok")
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    first, second, third = await calls(r, 3)
+    assert first == [("openai.a", "retryable")] * 3 + [("anthropic.b", "ok")]
+    assert second == third == [("openai.a", "breaker_skip"), ("anthropic.b", "ok")]
+    assert len(primary.calls) == 3
+    assert store.breaker("openai.a/m") is not None
+    assert breakers.transitions[("openai.a/m", "opened")] == 1
+
+
+async def test_after_the_open_interval_one_call_probes_and_a_failed_probe_doubles_the_interval() -> None:
+    """The probe is one try; it fails, so the breaker reopens for 10 s; a success later closes it."""
+    primary, backup = outage(err(503), err(503), err(503), err(503), "back"), Scripted("ok")
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    await calls(r, 1)
+    clock.now += 5.0
+    (probe,) = await calls(r, 1)
+    assert probe == [("openai.a", "retryable"), ("anthropic.b", "ok")]  # one try, then the fallback
+    record = store.breaker("openai.a/m")
+    assert record is not None and record.interval == 10.0 and record.until == clock.now + 10.0
+    clock.now += 9.9
+    (skipped,) = await calls(r, 1)
+    assert skipped[0] == ("openai.a", "breaker_skip")
+    clock.now += 0.1
+    (healed,) = await calls(r, 1)
+    assert healed == [("openai.a", "ok")]
+    assert store.breaker("openai.a/m") is None
+    (after,) = await calls(r, 1)
+    assert after == [("openai.a", "ok")]
+    assert [breakers.transitions[("openai.a/m", t)] for t in ("opened", "probe", "reopened", "closed")] == [1, 2, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        err(400),
+        err(401),
+        err(404),
+        err(429),
+        err(400, error_code="context_length_exceeded"),
+        err(400, error_code="content_policy_violation"),
+    ],
+    ids=["bad-request", "auth", "not-found", "rate-limit", "context", "refusal"],
+)
+async def test_client_errors_rate_limits_context_and_refusals_never_open_it(failure: Exception) -> None:
+    """Only health failures count: ten non-health failures in a row leave the breaker closed."""
+    primary = Scripted(failure)
+    backup = Scripted("ok")
+    primary.caps = backup.caps
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary], refusal_fallback=True),
+        E("anthropic.b", "m", [backup]),
+        clock=clock,
+        store=store,
+        breakers=breakers,
+    )
+    for _ in range(10):
+        with contextlib.suppress(AllProvidersFailed, ContextWindowExceeded):  # only the breaker matters here
+            await r.run(req(), "m", None, DispatchScope())
+        clock.now += 61.0  # past any cooldown
+    assert store.breakers() == {}
+
+
+async def test_timeouts_are_health_failures() -> None:
+    """A silent entry (first-token timeout) opens its breaker after three calls: each is moved on from at once."""
+    primary, backup = Scripted(ProviderTimeout("silent", phase="first_token")), Scripted("ok")
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    outcomes = await calls(r, 4)
+    assert outcomes[:3] == [[("openai.a", "timeout"), ("anthropic.b", "ok")]] * 3
+    assert outcomes[3] == [("openai.a", "breaker_skip"), ("anthropic.b", "ok")]
+
+
+async def test_a_high_failure_rate_opens_it_without_a_streak() -> None:
+    """Alternating failures and successes: once ten tries are counted, half of them failing opens it."""
+    steps = [err(503), "ok"] * 6
+    primary, backup = Scripted(*steps), Scripted("ok")
+    clock, store, breakers = setup(primary, failures=100, min_attempts=10, failure_rate=0.5)
+    r = walk(
+        E("openai.a", "m", [primary]),
+        E("anthropic.b", "m", [backup]),
+        retries=0,
+        clock=clock,
+        store=store,
+        breakers=breakers,
+    )
+    for _ in range(10):
+        await r.run(req(), "m", None, DispatchScope())
+        clock.now += 1.0
+    assert store.breaker("openai.a/m") is None  # ten tries, five failed, the last one a success
+    await r.run(req(), "m", None, DispatchScope())
+    assert store.breaker("openai.a/m") is not None  # six of eleven failed
+
+
+async def test_one_call_probes_while_the_others_keep_skipping() -> None:
+    """While a probe is in flight, other calls skip the half-open entry (recorded as breaker_skip)."""
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    class SlowProbe(Scripted):
+        async def chat(self, request, model, temperature=None):  # type: ignore[no-untyped-def]
+            if len(self.calls) >= 3:  # the probe
+                self.calls.append(model)
+                entered.set()
+                await gate.wait()
+                return await Scripted("healed").chat(request, model, temperature)
+            return await super().chat(request, model, temperature)
+
+    primary, backup = SlowProbe(err(503)), Scripted("ok")
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    await calls(r, 1)
+    clock.now += 5.0
+    probing = asyncio.create_task(r.run(req(), "m", None, DispatchScope()))
+    await entered.wait()
+    others = await calls(r, 3)
+    gate.set()
+    served = await probing
+    assert others == [[("openai.a", "breaker_skip"), ("anthropic.b", "ok")]] * 3
+    assert served.response.text == "healed" and len(primary.calls) == 4
+    assert store.breaker("openai.a/m") is None
+
+
+async def test_when_every_entry_is_unavailable_the_one_unavailable_longest_is_tried_once() -> None:
+    """Both breakers open: the walk still tries the entry whose breaker opened first, once, and says so."""
+    a, b = Scripted(err(503)), Scripted(err(503))
+    clock, store, breakers = setup(a)
+    r = walk(
+        E("openai.a", "m", [a]), E("anthropic.b", "m", [b]), retries=2, clock=clock, store=store, breakers=breakers
+    )
+    with pytest.raises(AllProvidersFailed):
+        await r.run(req(), "m", None, DispatchScope())  # a: 3 failures (opens), b: 3 failures (opens)
+    clock.now += 1.0
+    scope = DispatchScope()
+    with pytest.raises(AllProvidersFailed) as info:
+        await r.run(req(), "m", None, scope)
+    assert [(x.provider, x.outcome) for x in scope.attempts] == [
+        ("openai.a", "breaker_skip"),
+        ("anthropic.b", "breaker_skip"),
+        ("openai.a", "retryable"),  # opened first: tried once
+    ]
+    assert "failed after 3 failure event(s)" in str(info.value)
+    assert (len(a.calls), len(b.calls)) == (4, 3)
+
+
+async def test_a_disabled_breaker_never_opens() -> None:
+    """Enabled = false: an outage is rediscovered by every call, as without breakers."""
+    primary, backup = outage(), Scripted("ok")
+    clock, store, breakers = setup(primary, enabled=False)  # type: ignore[arg-type]
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    await calls(r, 3)
+    assert len(primary.calls) == 9 and store.breakers() == {}
+
+
+async def test_streams_skip_an_open_entry_and_probe_a_half_open_one() -> None:
+    """A stream opens the fallback while the primary's breaker is open, and probes the primary when due."""
+    primary, backup = Scripted(err(503), err(503), err(503), "streamed"), Scripted("backup")
+    clock, store, breakers = setup(primary)
+    r = walk(
+        E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
+    )
+    await calls(r, 1)
+    scope = DispatchScope()
+    stream = await r.open_stream(req(), "m", None, scope)
+    assert stream.route.provider == "anthropic.b"
+    assert [(a.provider, a.outcome) for a in scope.attempts] == [("openai.a", "breaker_skip")]
+    clock.now += 5.0
+    probe = await r.open_stream(req(), "m", None, DispatchScope())
+    assert probe.route.provider == "openai.a"
+    events = [e async for batch in probe.batches() for e in batch]
+    assert [e.text for e in events if e.type == "text"] == ["streamed"]
+    assert store.breaker("openai.a/m") is None
