@@ -32,6 +32,7 @@ Outcome: TypeAlias = Literal[
     "empty",
     "cooldown_skip",
     "breaker_skip",
+    "hedge_lost",
     "stream_interrupted",
     "cancelled",
 ]

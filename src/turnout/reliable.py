@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
 from turnout.breaker import Gate
@@ -49,6 +49,7 @@ from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
 from turnout.report import KEYS_COOLING, NO_LIVE_KEY, aggregate_message, error_detail, outcome_of
 from turnout.state import MemoryStore, StateStore
+from turnout.stats import Stats
 from turnout.types import (
     Capabilities,
     ChatRequest,
@@ -76,6 +77,15 @@ _walk_numbers = itertools.count(1)
 _OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 
 
+class PoolOrder(Protocol):
+    """A pool of interchangeable profiles: the order its members are tried in, for one call."""
+
+    name: str
+
+    def arrange(self, members: Sequence[str], stats: Stats | None) -> Sequence[str]:
+        """``members`` (profiles, in configured order) in the order this call tries them."""
+
+
 @dataclass(slots=True, kw_only=True)
 class Entry:
     """One (profile, model) step of a walk.
@@ -88,6 +98,7 @@ class Entry:
         refusal_fallback: Route a refusal to the next entry instead of returning it.
         context_window: The profile's ``context_window`` override.
         rates: The profile's ``pricing`` override.
+        pool: The pool the entry's profile stands in for (its members are tried in the pool's order).
     """
 
     profile: str
@@ -97,6 +108,7 @@ class Entry:
     refusal_fallback: bool = False
     context_window: int | None = None
     rates: Rates | None = None
+    pool: PoolOrder | None = None
     #: The family part of :attr:`profile`.
     family: str = field(init=False)
     _route: RouteRef | None = field(init=False, repr=False, compare=False)
@@ -204,6 +216,7 @@ class ReliableProvider(Provider):
         name: A label for logs.
         breakers: The entries' circuit breakers (None: none; the factory passes the client's, shared by every
             walk, so an entry's health is learned whichever route reaches it).
+        stats: Calls in flight and times to first token per entry, for pools and hedging (None: not kept).
     """
 
     def __init__(
@@ -219,6 +232,7 @@ class ReliableProvider(Provider):
         jitter: Callable[[], float] = random.random,
         name: str = "reliable",
         breakers: Breakers | None = None,
+        stats: Stats | None = None,
     ) -> None:
         if not entries:
             raise ValueError("a reliable provider needs at least one entry")
@@ -233,7 +247,10 @@ class ReliableProvider(Provider):
         self.jitter = jitter
         self.name = name
         self.breakers = breakers
+        self.stats = stats
         self._vision: dict[str, bool] = {}
+        self._order = tuple(range(len(self.entries)))
+        self._blocks = _pool_blocks(self.entries)
 
     # --- what the route can do ----------------------------------------------------------------
 
@@ -253,6 +270,23 @@ class ReliableProvider(Provider):
         for entry in self.entries:
             for provider in entry.providers:
                 await provider.aclose()
+
+    def visit_order(self) -> Sequence[int]:
+        """The entries' indices in the order one call tries them: each pool's members arranged by the pool."""
+        blocks = self._blocks
+        if blocks is None:
+            return self._order
+        out: list[int] = []
+        for indices, pool in blocks:
+            if pool is None:
+                out.extend(indices)
+                continue
+            by_member: dict[str, list[int]] = {}
+            for i in indices:
+                by_member.setdefault(self.entries[i].profile, []).append(i)
+            for member in pool.arrange(list(by_member), self.stats):
+                out.extend(by_member[member])
+        return out
 
     def context_window(self, entry: Entry, model: str) -> int | None:
         """The entry's context window: the profile's setting, else the catalogue's, else None."""
@@ -345,7 +379,8 @@ class ReliableProvider(Provider):
         """
         walk = _Walk(self, log, model, resume.limits if resume is not None else None)
         images = self.may_hold_images(request, model)
-        for i, entry in enumerate(self.entries):
+        for i in walk.order:
+            entry = self.entries[i]
             tries = self.tries
             if resume is not None and resume.entry == i:
                 tries = resume.tries
@@ -421,7 +456,8 @@ class ReliableProvider(Provider):
         """
         walk = _Walk(self, log, model, None)
         images = self.may_hold_images(request, model)
-        for i, entry in enumerate(self.entries):
+        for i in walk.order:
+            entry = self.entries[i]
             served = entry.model if entry.model is not None else model
             admission = walk.admits(i, entry, served, request, images, stream=True)
             if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
@@ -520,7 +556,7 @@ class ReliableProvider(Provider):
             cls,
             Position(
                 tries_left,
-                index == len(self.entries) - 1,
+                index == walk.order[-1],
                 len(self.entries) == 1,
                 rotates,
                 rotates and pool.other_usable(choice.index, now),
@@ -580,6 +616,8 @@ class _Walk:
         "last_failure",
         "limits",
         "log",
+        "lost",
+        "order",
         "owner",
         "probing",
         "requested",
@@ -596,6 +634,8 @@ class _Walk:
         self.log = log
         self.requested = requested
         self.limits = limits
+        #: The entries in the order this walk tries them (a pool's members arranged for this call).
+        self.order = owner.visit_order()
         self.attempts: list[Attempt] = []
         #: The failure that ended the last entry's tries, and what the policy made of it.
         self.last_failure: tuple[Exception, Action] | None = None
@@ -607,6 +647,8 @@ class _Walk:
         self.tried = False
         #: The current try probes a half-open circuit breaker.
         self.probing = False
+        #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
+        self.lost = False
         #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
         self.unavailable: list[tuple[float, int, bool]] | None = None
 
@@ -718,10 +760,11 @@ class _Walk:
         self.probing = False
 
     def larger_entry_remains(self, failed: int) -> bool:
-        """Whether an entry after ``failed`` is not known to be too small."""
+        """Whether an entry after ``failed`` (in this walk's order) is not known to be too small."""
         owner = self.owner
         limits = self.limits
-        for e in owner.entries[failed + 1 :]:
+        order = self.order
+        for e in (owner.entries[i] for i in order[order.index(failed) + 1 :]):
             model = e.served_model(self.requested)
             if limits is None or not limits.too_small(e, model, owner.context_window(e, model)):
                 return True
@@ -748,6 +791,7 @@ class _Walk:
         owner = self.owner
         backoff = owner.base_backoff
         self.tried = True
+        stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
         for t in range(1, tries + 1):
             self.try_number = t
             started = owner.clock()
@@ -756,18 +800,22 @@ class _Walk:
                 self.record(self._no_key(i, entry, served, stream))
                 return None
             t0 = time.perf_counter()
+            if stats is not None:
+                stats.started()
             try:
                 result = await call(entry.providers[choice.index], request, served, temperature)
                 if check is not None:
                     check(result)
             except asyncio.CancelledError:
                 elapsed = time.perf_counter() - t0
+                if stats is not None:
+                    stats.finished()
                 self.record(
                     owner.attempt(
                         entry,
                         i,
                         served,
-                        "cancelled",
+                        "hedge_lost" if self.lost else "cancelled",
                         try_number=t,
                         choice=choice,
                         started=started,
@@ -778,6 +826,8 @@ class _Walk:
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
+                if stats is not None:
+                    stats.finished()
                 cls = error_class_of(exc)
                 self.record(
                     owner.attempt(
@@ -805,6 +855,9 @@ class _Walk:
                     await owner.sleep(owner.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
+            if stats is not None and not stream:  # a stream's try is under way until the stream ends
+                stats.finished()
+                stats.first_token(time.perf_counter() - t0)
             return result, choice, started, t0
         return None  # pragma: no cover - the last try always settles to a move on
 
@@ -903,6 +956,7 @@ class ReliableStream:
             raise failure[0]
         (upstream, batch), choice, started, t0 = opened
         self._opened = True
+        stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
         ttft: float | None = None
         usage: Usage | None = None
         outcome: Outcome = "cancelled"
@@ -913,6 +967,8 @@ class ReliableStream:
                 while True:
                     if ttft is None and any(event.type in _OUTPUT_KINDS for event in batch):
                         ttft = (time.perf_counter() - t0) * 1000.0
+                        if stats is not None:
+                            stats.first_token(ttft / 1000.0)
                     if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if type(batch[-1]) is Final:  # Final is always the last event of a stream
@@ -934,6 +990,8 @@ class ReliableStream:
             walk.last_failure = (exc, await owner._settle(walk, index, entry, served, choice, exc, cls, 0))
             raise
         finally:
+            if stats is not None:
+                stats.finished()
             self._record = len(walk.attempts)
             walk.record(
                 owner.attempt(
@@ -1005,6 +1063,19 @@ async def _opening(
     except BaseException:
         await gen.aclose()
         raise
+
+
+def _pool_blocks(entries: Sequence[Entry]) -> list[tuple[tuple[int, ...], PoolOrder | None]] | None:
+    """Runs of consecutive entries standing for one pool, and the entries between them (None: no pool)."""
+    if all(e.pool is None for e in entries):
+        return None
+    blocks: list[tuple[list[int], PoolOrder | None]] = []
+    for i, e in enumerate(entries):
+        if blocks and blocks[-1][1] is e.pool:
+            blocks[-1][0].append(i)
+        else:
+            blocks.append(([i], e.pool))
+    return [(tuple(indices), pool) for indices, pool in blocks]
 
 
 def has_images(messages: Sequence[Message]) -> bool:
