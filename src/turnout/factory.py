@@ -18,6 +18,7 @@ from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.health import Breakers
+from turnout.hedge import HedgeSettings, Hedging
 from turnout.keys import KeyPool
 from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
@@ -26,6 +27,7 @@ from turnout.providers.http import HttpClient
 from turnout.reliable import Entry, ReliableProvider
 from turnout.router import Router
 from turnout.state import MemoryStore, StateStore
+from turnout.stats import Stats
 
 #: Builds the provider for one profile and credential (the test seam: unit tests inject fakes).
 AdapterBuilder = Callable[[str, Profile, str | None], Provider]
@@ -64,6 +66,9 @@ class Factory:
         self.sleep = sleep
         self.jitter = jitter
         self.breakers = breaker_registry(config, self.store)
+        self.hedging = hedging_of(config)
+        #: Per-entry load and speed, kept when something needs them (hedging after "auto").
+        self.stats: Stats | None = Stats() if self.hedging.enabled else None
         self._adapters: dict[tuple[str, str | None], Provider] = {}
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
         self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
@@ -134,6 +139,8 @@ class Factory:
                 jitter=self.jitter,
                 name=route.hint or route.profile,
                 breakers=self.breakers,
+                stats=self.stats,
+                hedging=self.hedging,
             )
             self._walks[cache_key] = walk
         return walk
@@ -201,3 +208,14 @@ def _breaker_settings(values: dict[str, object], path: str) -> BreakerSettings:
     if settings.open_secs > settings.max_open_secs:
         raise ConfigError("open_secs must not exceed max_open_secs", path=path, code="invalid_breaker")
     return settings
+
+
+def hedging_of(config: Config) -> Hedging:
+    """Hedging: ``[reliability.hedge]``, with each profile's ``hedge`` table on top."""
+    base = config.reliability.hedge.settings()
+    profiles = {
+        name: HedgeSettings(**(base | profile.hedge.settings()))
+        for name, profile in config.profiles().items()
+        if profile.hedge is not None
+    }
+    return Hedging(HedgeSettings(**base), profiles)

@@ -94,6 +94,7 @@ class Profile(_Section):
     streaming: bool | None = None
     refusal_fallback: bool = False
     breaker: Breaker | None = None
+    hedge: Hedge | None = None
     pricing: Pricing | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
@@ -177,8 +178,33 @@ class Breaker(_Section):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class Hedge(_Section):
+    """Hedged requests: ``[reliability.hedge]``, or a profile's ``hedge`` table (its keys win).
+
+    A key left out keeps the value of the level above (the profile's: ``[reliability.hedge]``'s; that one's:
+    the defaults of :class:`turnout.hedge.HedgeSettings`).
+    """
+
+    enabled: bool | None = None
+    after_ms: float | Literal["auto"] | None = Field(default=None)
+    budget: float | None = Field(default=None, ge=0, le=1)
+    burst: float | None = Field(default=None, ge=1, le=1000)
+    other_keys: bool | None = None
+
+    @field_validator("after_ms")
+    @classmethod
+    def _positive(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, int | float) and not 0 < value <= 600_000:
+            raise ValueError('after_ms must be above 0 and at most 600000, or "auto"')
+        return value
+
+    def settings(self) -> dict[str, Any]:
+        """The keys this table sets."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class Reliability(_Section):
-    """``[reliability]``: retries, backoff, the shared key pool and the circuit breakers."""
+    """``[reliability]``: retries, backoff, the shared key pool, circuit breakers and hedging."""
 
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset(
         {
@@ -195,6 +221,7 @@ class Reliability(_Section):
     provider_backoff_ms: int = Field(default=500, ge=0)
     api_keys: list[SecretValue] = Field(default_factory=list)
     breaker: Breaker = Field(default_factory=Breaker)
+    hedge: Hedge = Field(default_factory=Hedge)
     channel_initial_backoff_secs: Any = None
     channel_max_backoff_secs: Any = None
     scheduler_poll_secs: Any = None

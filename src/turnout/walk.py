@@ -1,0 +1,398 @@
+"""One walk over a route's entries: which it tries now, its tries on one entry, and what it learned on the way.
+
+A :class:`Walk` is made per call (and per stream): it records every attempt in the call's log, decides which
+entries are tried now (capabilities, cooldowns, circuit breakers, context windows), makes the tries on one
+entry (key choice, failure settled by :func:`turnout.policy.decide` through the walk's provider, backoff), and
+knows the entry to try last when every entry was unavailable. :class:`~turnout.reliable.ReliableProvider`
+runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its stream through one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from enum import Enum
+from typing import TYPE_CHECKING, TypeVar
+
+from turnout.attribution import Attempt, DispatchScope, Outcome
+from turnout.breaker import Gate
+from turnout.classify import error_class_of
+from turnout.entry import ContextLimits, Entry
+from turnout.errors import ContextWindowExceeded, EmptyCompletion, ProtocolError, ProviderError, RefusalError
+from turnout.keys import KeyChoice
+from turnout.policy import Action, Step
+from turnout.provider import Provider, chat_using_tools
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, outcome_of
+from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
+
+if TYPE_CHECKING:
+    from turnout.reliable import ReliableProvider
+
+#: The longest a backoff grows (it doubles after each sleep).
+MAX_BACKOFF_S = 10.0
+
+T = TypeVar("T")
+
+_walk_numbers = itertools.count(1)
+
+
+def answer_of(
+    provider: Provider, request: ChatRequest, model: str, temperature: float | None
+) -> Awaitable[ChatResponse]:
+    """One non-streaming try: the adapter's answer (a plain function: no coroutine of its own around the call)."""
+    if request.tools:
+        return chat_using_tools(provider, request, model, temperature)
+    return provider.chat(request, model, temperature)
+
+
+def refuse_empty(response: ChatResponse) -> None:
+    """An empty answer is a failed try (SPEC 6.3)."""
+    if response.is_semantically_empty:
+        raise EmptyCompletion(usage=response.usage)
+
+
+async def opening(
+    provider: Provider, request: ChatRequest, model: str, temperature: float | None
+) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
+    """One streaming try: open the adapter's stream and wait for its first batch."""
+    gen = provider.stream_batches(request, model, temperature)
+    try:
+        return gen, await gen.__anext__()
+    except StopAsyncIteration:
+        raise ProtocolError("the stream ended before its first event") from None
+    except BaseException:
+        await gen.aclose()
+        raise
+
+
+class Admission(Enum):
+    """Whether a walk tries an entry now."""
+
+    TRY = "try"
+    SKIP = "skip"
+    PROBE = "probe"
+    """Its circuit breaker is half-open: the walk may try it once if it takes the probe."""
+
+
+class Walk:
+    """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
+
+    __slots__ = (
+        "attempts",
+        "hedged",
+        "last_failure",
+        "limits",
+        "log",
+        "lost",
+        "order",
+        "owner",
+        "probing",
+        "requested",
+        "tried",
+        "try_number",
+        "unavailable",
+        "witness",
+    )
+
+    def __init__(
+        self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits | None
+    ) -> None:
+        self.owner = owner
+        self.log = log
+        self.requested = requested
+        self.limits = limits
+        #: The entries in the order this walk tries them (a pool's members arranged for this call).
+        self.order = owner.visit_order()
+        self.attempts: list[Attempt] = []
+        #: The failure that ended the last entry's tries, and what the policy made of it.
+        self.last_failure: tuple[Exception, Action] | None = None
+        #: The try number of the last try (1-based).
+        self.try_number = 0
+        #: What tells this walk's call from others (a key dies only when two calls agree it was rejected).
+        self.witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        #: Whether some entry was tried (called, or found without a usable key).
+        self.tried = False
+        #: The current try probes a half-open circuit breaker.
+        self.probing = False
+        #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
+        self.lost = False
+        #: Entries already tried as a hedge (the walk does not try them again).
+        self.hedged: set[int] = set()
+        #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
+        self.unavailable: list[tuple[float, int, bool]] | None = None
+
+    def side(self) -> Walk:
+        """A walk for a hedge beside this one: the same call (log, witness, order, context knowledge)."""
+        side = Walk(self.owner, self.log, self.requested, self.limits)
+        side.witness = self.witness
+        side.order = self.order
+        return side
+
+    def record(self, attempt: Attempt) -> None:
+        """Keep one attempt, in the walk and in the call's log."""
+        self.attempts.append(attempt)
+        if self.log is not None:
+            self.log.add(attempt)
+
+    def admits(
+        self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
+    ) -> Admission:
+        """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
+        owner = self.owner
+        if not self.capable(entry, served, request, images, stream=stream):
+            return Admission.SKIP
+        if len(owner.entries) == 1:
+            return Admission.TRY
+        now = owner.clock()
+        until = owner.cooling_until(entry, now)
+        if until is not None:
+            since = owner.store.cooldown_since(entry.profile)
+            self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
+            return Admission.SKIP
+        breakers = owner.breakers
+        if breakers is not None:
+            gate, record = breakers.gate(entry.health_key(served), now)
+            if gate is Gate.OPEN and record is not None:
+                self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
+                return Admission.SKIP
+            if gate is Gate.DUE:
+                return Admission.PROBE
+        return Admission.TRY
+
+    def capable(self, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
+        """Whether the entry can take the request at all (its capabilities, a context window known to be too small)."""
+        special = request.response_format is not None or request.native is not None
+        if stream or images or special:
+            caps = entry.capabilities(served)
+            if images and not caps.vision:
+                return False
+            if special and not can_serve(caps, request):
+                return False
+            if stream and (not caps.streaming or (request.tools and not caps.streaming_tool_events)):
+                return False
+            if stream and entry.keys.all_dead():
+                return False
+        limits = self.limits
+        return limits is None or not limits.too_small(entry, served, self.owner.context_window(entry, served))
+
+    def hedge_target(
+        self, i: int, request: ChatRequest, images: bool, *, stream: bool, other_keys: bool
+    ) -> tuple[int, Entry, str] | None:
+        """Where a hedge of entry ``i`` goes.
+
+        The next entry that is available now (no cooldown, a closed breaker, a usable key), else, with
+        ``other_keys``, entry ``i`` itself when its pool has another usable key.
+        """
+        owner = self.owner
+        now = owner.clock()
+        order = self.order
+        for j in order[order.index(i) + 1 :]:
+            entry = owner.entries[j]
+            served = entry.served_model(self.requested)
+            if not self.capable(entry, served, request, images, stream=stream):
+                continue
+            if owner.cooling_until(entry, now) is not None or not entry.keys.has_usable(now):
+                continue
+            breakers = owner.breakers
+            if breakers is not None and breakers.gate(entry.health_key(served), now)[0] is not Gate.CLOSED:
+                continue
+            return j, entry, served
+        entry = owner.entries[i]
+        if other_keys and entry.keys.rotates and entry.keys.has_usable(now):
+            return i, entry, entry.served_model(self.requested)
+        return None
+
+    async def probe(self, i: int, entry: Entry, served: str) -> bool:
+        """Take the probe of entry ``i``'s half-open breaker (the try after it is the probe); else skip it."""
+        owner = self.owner
+        assert owner.breakers is not None
+        key = entry.health_key(served)
+        now = owner.clock()
+        if await owner.breakers.claim_probe(key, now):
+            self.probing = True
+            return True
+        record = owner.store.breaker(key)
+        since = record.opened_at if record is not None else now
+        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail="probe_taken")
+        return False
+
+    def _unavailable(
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        outcome: Outcome,
+        now: float,
+        until: float,
+        since: float,
+        stream: bool,
+        detail: str | None = None,
+    ) -> None:
+        self.record(
+            self.owner.attempt(
+                entry,
+                i,
+                served,
+                outcome,
+                try_number=0,
+                started=now,
+                retry_after=until - now,
+                stream=stream,
+                detail=detail,
+            )
+        )
+        if self.unavailable is None:
+            self.unavailable = []
+        self.unavailable.append((since, i, outcome == "breaker_skip"))
+
+    def last_resort(self) -> int | None:
+        """The entry to try once when every entry the walk considered was unavailable: the one unavailable longest.
+
+        None when some entry was tried, or none was skipped for being unavailable. A walk never fails without
+        trying (SPEC 6.7); a breaker's entry tried this way is tried as its probe.
+        """
+        if self.tried or not self.unavailable:
+            return None
+        _, index, breaker = min(self.unavailable)
+        self.probing = breaker
+        return index
+
+    async def healthy(self, entry: Entry, served: str) -> None:
+        """Entry ``entry`` answered: its breaker hears of it (at no cost when it has nothing to forget)."""
+        breakers = self.owner.breakers
+        if breakers is not None:
+            key = entry.health_key(served)
+            if self.probing or breakers.remembers(key):
+                await breakers.succeeded(key, self.owner.clock(), probing=self.probing)
+        self.probing = False
+
+    def larger_entry_remains(self, failed: int) -> bool:
+        """Whether an entry after ``failed`` (in this walk's order) is not known to be too small."""
+        owner = self.owner
+        limits = self.limits
+        order = self.order
+        for e in (owner.entries[i] for i in order[order.index(failed) + 1 :]):
+            model = e.served_model(self.requested)
+            if limits is None or not limits.too_small(e, model, owner.context_window(e, model)):
+                return True
+        return False
+
+    async def tries(
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        tries: int,
+        call: Callable[[Provider, ChatRequest, str, float | None], Awaitable[T]],
+        request: ChatRequest,
+        temperature: float | None,
+        *,
+        check: Callable[[T], None] | None = None,
+        stream: bool = False,
+    ) -> tuple[T, KeyChoice, float, float] | None:
+        """Try entry ``i`` up to ``tries`` times with ``call``: ``(result, key, start, perf counter)`` of the success.
+
+        Each failure is recorded, then settled by the policy: a retry sleeps the backoff first, a key
+        switch retries at once, a move on returns None (:attr:`last_failure` says why), and a stop raises.
+        """
+        owner = self.owner
+        backoff = owner.base_backoff
+        self.tried = True
+        stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
+        for t in range(1, tries + 1):
+            self.try_number = t
+            started = owner.clock()
+            choice = entry.keys.pick(started)
+            if choice is None:
+                self.record(self._no_key(i, entry, served, stream))
+                return None
+            t0 = time.perf_counter()
+            if stats is not None:
+                stats.started()
+            try:
+                result = await call(entry.providers[choice.index], request, served, temperature)
+                if check is not None:
+                    check(result)
+            except asyncio.CancelledError:
+                elapsed = time.perf_counter() - t0
+                if stats is not None:
+                    stats.finished()
+                self.record(
+                    owner.attempt(
+                        entry,
+                        i,
+                        served,
+                        "hedge_lost" if self.lost else "cancelled",
+                        try_number=t,
+                        choice=choice,
+                        started=started,
+                        elapsed=elapsed,
+                        stream=stream,
+                    )
+                )
+                raise
+            except Exception as exc:  # every failure is classified; nothing escapes unrecorded
+                elapsed = time.perf_counter() - t0
+                if stats is not None:
+                    stats.finished()
+                cls = error_class_of(exc)
+                self.record(
+                    owner.attempt(
+                        entry,
+                        i,
+                        served,
+                        outcome_of(cls),
+                        try_number=t,
+                        choice=choice,
+                        started=started,
+                        elapsed=elapsed,
+                        usage=exc.usage if isinstance(exc, EmptyCompletion) else None,
+                        error=exc,
+                        stream=stream,
+                    )
+                )
+                action = await owner._settle(self, i, entry, served, choice, exc, cls, tries - t)
+                self.last_failure = (exc, action)
+                if action.step is Step.STOP:
+                    self.stop(exc)
+                if action.step is Step.NEXT_ENTRY:
+                    return None
+                if action.step is Step.RETRY:
+                    hint = exc.retry_after if isinstance(exc, ProviderError) else None
+                    await owner.sleep(owner.backoff_sleep(backoff, hint))
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if stats is not None and not stream:  # a stream's try is under way until the stream ends
+                stats.finished()
+                stats.first_token(time.perf_counter() - t0)
+            return result, choice, started, t0
+        return None  # pragma: no cover - the last try always settles to a move on
+
+    def stop(self, exc: Exception) -> None:
+        """End the walk with ``exc``: a refusal as it is, a context-window failure as ``ContextWindowExceeded``."""
+        if isinstance(exc, RefusalError):
+            exc.attempts = tuple(self.attempts)
+            raise exc
+        raise ContextWindowExceeded(limit=self.limits.limit if self.limits else None, attempts=self.attempts) from exc
+
+    def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
+        owner = self.owner
+        now = owner.clock()
+        if entry.keys.all_dead():
+            return owner.attempt(
+                entry, i, served, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream
+            )
+        free = entry.keys.soonest_key_free(now)
+        return owner.attempt(
+            entry,
+            i,
+            served,
+            "cooldown_skip",
+            try_number=0,
+            started=now,
+            retry_after=(free - now) if free is not None else None,
+            detail=KEYS_COOLING,
+            stream=stream,
+        )

@@ -1,0 +1,160 @@
+"""Hedged requests: a slow first entry is raced by the next one; the first answer wins, the other is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fakes import E, FakeClock, Scripted, err, req, walk
+from turnout.attribution import DispatchScope
+from turnout.breaker import BreakerRecord
+from turnout.errors import AllProvidersFailed
+from turnout.health import Breakers
+from turnout.hedge import HedgeSettings, Hedging
+from turnout.reliable import ReliableProvider
+from turnout.state import MemoryStore
+from turnout.stats import EntryStats, Stats
+from turnout.types import ChatRequest, ChatResponse, Usage
+
+
+class Slow(Scripted):
+    """Answers after ``delay`` seconds of real time (or never, with None)."""
+
+    def __init__(self, text: str = "slow", delay: float | None = None) -> None:
+        super().__init__(text)
+        self.delay = delay
+        self.cancelled = 0
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        self.calls.append(model)
+        try:
+            if self.delay is None:
+                await asyncio.Event().wait()
+            await asyncio.sleep(self.delay or 0)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return ChatResponse(text=self.steps[0], model=model, usage=Usage(input_tokens=1, output_tokens=1))
+
+
+def hedged(
+    *specs: E, after_ms: float = 20, store: MemoryStore | None = None, **settings: object
+) -> tuple[ReliableProvider, Hedging]:
+    """A walk with hedging after ``after_ms`` (real time: the race is on the event loop's own timers)."""
+    hedging = Hedging(HedgeSettings(enabled=True, after_ms=after_ms, **settings))  # type: ignore[arg-type]
+    store = store if store is not None else MemoryStore()
+    r = walk(*specs, clock=FakeClock(), store=store, breakers=Breakers(store))
+    r.hedging, r.stats = hedging, Stats()
+    return r, hedging
+
+
+def trail(scope: DispatchScope) -> list[tuple[str, str]]:
+    return [(a.provider, a.outcome) for a in scope.attempts]
+
+
+async def test_a_slow_first_entry_is_raced_and_the_first_answer_wins() -> None:
+    """No answer within after_ms: the next entry gets the request too; it answers first, the first is cancelled."""
+    slow, fast = Slow(), Scripted("fast")
+    r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [fast]))
+    scope = DispatchScope()
+    served = await r.run(req(), "m", None, scope)
+    assert served.response.text == "fast" and served.route.provider == "anthropic.b" and served.entry == 1
+    assert sorted(trail(scope)) == [("anthropic.b", "ok"), ("openai.a", "hedge_lost")]
+    assert slow.cancelled == 1
+    assert (hedging.hedged, hedging.won) == (1, 1)
+
+
+async def test_an_answer_before_after_ms_is_never_hedged() -> None:
+    """The first entry answers in time: nothing else is sent."""
+    quick, other = Slow("quick", delay=0.001), Scripted("never")
+    r, hedging = hedged(E("openai.a", "m", [quick]), E("anthropic.b", "m", [other]), after_ms=200)
+    served = await r.run(req(), "m", None, DispatchScope())
+    assert served.response.text == "quick" and other.calls == [] and hedging.hedged == 0
+
+
+async def test_the_first_entry_can_still_win_after_the_hedge_started() -> None:
+    """The hedge is slower still: the first entry's answer wins and the hedge is recorded as lost."""
+    first, slower = Slow("first", delay=0.05), Slow("hedge")
+    r, hedging = hedged(E("openai.a", "m", [first]), E("anthropic.b", "m", [slower]))
+    scope = DispatchScope()
+    served = await r.run(req(), "m", None, scope)
+    assert served.response.text == "first" and served.entry == 0
+    assert sorted(trail(scope)) == [("anthropic.b", "hedge_lost"), ("openai.a", "ok")]
+    assert (hedging.hedged, hedging.won, slower.cancelled) == (1, 0, 1)
+
+
+async def test_the_budget_caps_the_extra_requests() -> None:
+    """With a burst of one and no refill, only the first slow call hedges; the next one waits for its entry."""
+    slow, fast = Slow("slow", delay=0.06), Scripted("fast")
+    r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [fast]), budget=0.0, burst=1.0)
+    first = await r.run(req(), "m", None, DispatchScope())
+    second = await r.run(req(), "m", None, DispatchScope())
+    assert (first.response.text, second.response.text) == ("fast", "slow")
+    assert hedging.describe() == {"calls": 2, "hedged": 1, "won": 1, "rate": 0.5, "budget_left": 0.0}
+
+
+async def test_no_hedge_to_an_entry_whose_breaker_is_open_or_that_cools_down() -> None:
+    """An unavailable next entry is no hedge target: the call waits for the first entry."""
+    for prepare in ("breaker", "cooldown"):
+        store = MemoryStore()
+        slow, other = Slow("slow", delay=0.05), Scripted("never")
+        r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [other]), store=store)
+        now = r.clock()
+        if prepare == "breaker":
+            await store.open_breaker("anthropic.b/m", BreakerRecord(opened_at=now, until=now + 60, interval=5))
+        else:
+            await store.set_cooldown("anthropic.b", now + 60)
+        served = await r.run(req(), "m", None, DispatchScope())
+        assert served.response.text == "slow" and other.calls == [] and hedging.hedged == 0, prepare
+
+
+async def test_when_both_sides_fail_the_walk_goes_on_without_trying_the_hedge_again() -> None:
+    """The first entry fails after the hedge started, the hedge fails too: the third entry answers."""
+
+    class LateFailure(Slow):
+        async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+            self.calls.append(model)
+            await asyncio.sleep(0.05)
+            raise err(500)
+
+    first, hedge, third = LateFailure(), Scripted(err(500)), Scripted("third")
+    r, _ = hedged(E("openai.a", "m", [first]), E("anthropic.b", "m", [hedge]), E("gemini.c", "m", [third]))
+    r.tries = 1
+    scope = DispatchScope()
+    served = await r.run(req(), "m", None, scope)
+    assert served.response.text == "third"
+    assert len(hedge.calls) == 1  # tried once, as the hedge
+    assert sorted(trail(scope)) == [("anthropic.b", "retryable"), ("gemini.c", "ok"), ("openai.a", "retryable")]
+
+
+async def test_other_keys_hedges_on_another_key_of_the_same_entry() -> None:
+    """A single entry with a key pool: the hedge goes to its other key."""
+    slow, fast = Slow(), Scripted("other key")
+    r, hedging = hedged(E("openai.a", "m", [slow, fast], keys=["sk-one", "sk-two"]), other_keys=True)
+    scope = DispatchScope()
+    served = await r.run(req(), "m", None, scope)
+    assert served.response.text == "other key" and hedging.won == 1
+    keys = {a.outcome: a.key_id for a in scope.attempts}
+    assert keys["ok"] != keys["hedge_lost"]
+
+
+async def test_all_fail_still_raises_with_every_attempt() -> None:
+    """A hedged walk that fails everywhere raises AllProvidersFailed with both sides' attempts."""
+    r, _ = hedged(E("openai.a", "m", [Scripted(err(500))]), E("anthropic.b", "m", [Scripted(err(500))]))
+    r.tries = 1
+    with pytest.raises(AllProvidersFailed) as info:
+        await r.run(req(), "m", None, DispatchScope())
+    assert sorted(a.provider for a in info.value.attempts) == ["anthropic.b", "openai.a"]
+
+
+def test_auto_waits_for_the_tail_not_for_calls_a_little_over_the_median() -> None:
+    """after_ms = "auto": at least the 95th percentile and twice the median; nothing until 20 answers are seen."""
+    settings = HedgeSettings(enabled=True, after_ms="auto")
+    stats = EntryStats()
+    assert settings.delay(stats) is None
+    for i in range(100):
+        stats.first_token(2.0 if i % 25 == 0 else 0.05)  # 4 % of answers take 2 s
+    assert settings.delay(stats) == pytest.approx(0.1)  # p95 = 0.05 s; twice the median wins
+    assert HedgeSettings(after_ms="auto").delay(stats) is None  # off by default
+    assert HedgeSettings(enabled=True, after_ms=250).delay(None) == 0.25
