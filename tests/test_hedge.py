@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
+from turnout import Client
 from turnout.attribution import DispatchScope
 from turnout.breaker import BreakerRecord
 from turnout.errors import AllProvidersFailed
@@ -15,7 +17,7 @@ from turnout.hedge import HedgeSettings, Hedging
 from turnout.reliable import ReliableProvider
 from turnout.state import MemoryStore
 from turnout.stats import EntryStats, Stats
-from turnout.types import ChatRequest, ChatResponse, Usage
+from turnout.types import ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 
 
 class Slow(Scripted):
@@ -158,3 +160,81 @@ def test_auto_waits_for_the_tail_not_for_calls_a_little_over_the_median() -> Non
     assert settings.delay(stats) == pytest.approx(0.1)  # p95 = 0.05 s; twice the median wins
     assert HedgeSettings(after_ms="auto").delay(stats) is None  # off by default
     assert HedgeSettings(enabled=True, after_ms=250).delay(None) == 0.25
+
+
+class SlowStream(Scripted):
+    """Streams ``text`` after ``delay`` seconds of real time (None: never), optionally after a quiet first batch."""
+
+    def __init__(self, text: str, delay: float | None = None, *, early_usage: bool = False) -> None:
+        super().__init__(text)
+        self.delay = delay
+        self.early_usage = early_usage
+        self.closed = 0
+
+    async def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        self.stream_calls.append(model)
+        try:
+            if self.early_usage:  # a first batch with no output: it opens the stream but shows nothing
+                yield [UsageEvent(usage=Usage(input_tokens=2, output_tokens=0))]
+            if self.delay is None:
+                await asyncio.Event().wait()
+            await asyncio.sleep(self.delay or 0)
+            yield [TextDelta(text=self.steps[0])]
+            yield [Final(finish_reason="stop", model=model)]
+        finally:
+            self.closed += 1
+
+
+async def streamed(r: ReliableProvider, scope: DispatchScope) -> tuple[str, str]:
+    """Open and read a whole stream: (its text, the route it came from)."""
+    stream = await r.open_stream(req(), "m", None, scope)
+    text = "".join(e.text for batch in [b async for b in stream.batches()] for e in batch if e.type == "text")
+    return text, stream.route.provider
+
+
+async def test_a_stream_without_output_after_after_ms_is_raced_and_the_first_output_wins() -> None:
+    """A stream that opened but shows nothing is hedged; the hedge's output is relayed, the first is closed."""
+    slow, fast = SlowStream("slow", early_usage=True), SlowStream("fast", delay=0)
+    r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [fast]))
+    scope = DispatchScope()
+    assert await streamed(r, scope) == ("fast", "anthropic.b")
+    assert sorted(trail(scope)) == [("anthropic.b", "ok"), ("openai.a", "hedge_lost")]
+    assert slow.closed == 1 and (hedging.hedged, hedging.won) == (1, 1)
+
+
+async def test_the_first_stream_still_wins_when_its_output_comes_first() -> None:
+    """The hedge is slower: the first stream's output wins and the hedge is closed as lost."""
+    first, hedge = SlowStream("first", delay=0.05), SlowStream("hedge")
+    r, hedging = hedged(E("openai.a", "m", [first]), E("anthropic.b", "m", [hedge]))
+    scope = DispatchScope()
+    assert await streamed(r, scope) == ("first", "openai.a")
+    assert sorted(trail(scope)) == [("anthropic.b", "hedge_lost"), ("openai.a", "ok")]
+    assert hedge.closed == 1 and hedging.won == 0
+
+
+async def test_a_hedged_turn_reports_the_winner_and_its_fallback_notice() -> None:
+    """Through the client: the reply names the hedge's route, with the cross-family notice."""
+    slow, fast = SlowStream("slow"), SlowStream("fast answer", delay=0)
+    fleet = {"openai.primary": slow, "anthropic.backup": fast}
+    toml = """
+default_provider = "openai.primary"
+[providers.models.openai.primary]
+api_key = "sk-p"
+model = "gpt-4.1"
+fallback = ["anthropic.backup"]
+[providers.models.anthropic.backup]
+api_key = "sk-b"
+model = "claude"
+[reliability.hedge]
+enabled = true
+after_ms = 20
+"""
+    async with Client.from_toml(toml, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:
+        stream = c.stream("hi")
+        texts = [e.text async for e in stream if e.type == "text"]
+    reply = stream.response
+    assert texts == ["fast answer"] and reply.served.provider == "anthropic.backup"
+    assert reply.notice is not None and "anthropic.backup" in reply.notice
+    assert sorted(a.outcome for a in reply.attempts) == ["hedge_lost", "ok"]

@@ -322,12 +322,10 @@ class ReliableProvider(Provider):
         goes on after them (the hedge's entry is not tried again).
         """
         hedging = self.hedging
-        assert hedging is not None
-        settings = hedging.settings(entry.profile)
-        delay = settings.delay(self.stats.of(entry.health_key(served)) if self.stats is not None else None)
-        if delay is None:
+        plan = self._hedge_of(entry, served)
+        if hedging is None or plan is None:
             return await self._complete(walk, i, entry, served, tries, request, temperature)
-        hedging.credit(settings)
+        delay, other_keys = plan
         primary: asyncio.Future[Served | None] = asyncio.ensure_future(
             self._complete(walk, i, entry, served, tries, request, temperature)
         )
@@ -337,7 +335,7 @@ class ReliableProvider(Provider):
             done, _ = await asyncio.wait({primary}, timeout=delay)
             if done:
                 return primary.result()
-            target = walk.hedge_target(i, request, images, stream=False, other_keys=settings.other_keys)
+            target = walk.hedge_target(i, request, images, stream=False, other_keys=other_keys)
             if target is None or not hedging.take():
                 return await primary
             j, other, served_j = target
@@ -388,13 +386,28 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             admission = walk.admits(i, entry, served, request, images, stream=True)
             if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
-                return ReliableStream(walk, i, entry, served, request, temperature, tries=1 if walk.probing else None)
+                if walk.probing:
+                    return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
+                hedge = self._hedge_of(entry, served)
+                return ReliableStream(walk, i, entry, served, request, temperature, hedge=hedge, images=images)
         resort = walk.last_resort()
         if resort is not None:
             entry = self.entries[resort]
             return ReliableStream(walk, resort, entry, entry.served_model(model), request, temperature, tries=1)
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
+
+    def _hedge_of(self, entry: Entry, served: str) -> tuple[float, bool] | None:
+        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget)."""
+        hedging = self.hedging
+        if hedging is None:
+            return None
+        settings = hedging.settings(entry.profile)
+        delay = settings.delay(self.stats.of(entry.health_key(served)) if self.stats is not None else None)
+        if delay is None:
+            return None
+        hedging.credit(settings)
+        return delay, settings.other_keys
 
     async def stream_batches(
         self, request: ChatRequest, model: str, temperature: float | None = None

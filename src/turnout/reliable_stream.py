@@ -20,6 +20,7 @@ from turnout.attribution import Outcome
 from turnout.classify import error_class_of
 from turnout.entry import Entry, Resume
 from turnout.errors import StreamingUnsupported
+from turnout.keys import KeyChoice
 from turnout.policy import Step
 from turnout.report import outcome_of
 from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
@@ -29,21 +30,95 @@ from turnout.walk import Walk, opening
 OUTPUT_KINDS = frozenset(("text", "reasoning", "tool_call"))
 
 
+class _Side:
+    """One opened stream of a :class:`ReliableStream`: where it streams from, its key and timings.
+
+    It also holds the batches read ahead of the relay: a hedged stream reads until its first output before it
+    is chosen.
+    """
+
+    __slots__ = ("ahead", "choice", "entry", "index", "served", "started", "stats", "t0", "ttft", "upstream", "walk")
+
+    def __init__(
+        self,
+        walk: Walk,
+        index: int,
+        entry: Entry,
+        served: str,
+        opened: tuple[tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]], KeyChoice, float, float],
+    ) -> None:
+        (self.upstream, first), self.choice, self.started, self.t0 = opened
+        self.walk = walk
+        self.index = index
+        self.entry = entry
+        self.served = served
+        self.ahead = [first]
+        owner = walk.owner
+        self.stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
+        self.ttft: float | None = None
+
+    def note_output(self, batch: list[StreamEvent]) -> bool:
+        """Whether ``batch`` holds output; the first one that does marks the time to first token."""
+        if self.ttft is None and any(event.type in OUTPUT_KINDS for event in batch):
+            self.ttft = (time.perf_counter() - self.t0) * 1000.0
+            if self.stats is not None:
+                self.stats.first_token(self.ttft / 1000.0)
+        return self.ttft is not None
+
+    def record(self, outcome: Outcome, usage: Usage | None = None, error: BaseException | None = None) -> int:
+        """Record the stream's attempt (it ended); the index of the record in its walk's attempts."""
+        if self.stats is not None:
+            self.stats.finished()
+        walk = self.walk
+        position = len(walk.attempts)
+        walk.record(
+            walk.owner.attempt(
+                self.entry,
+                self.index,
+                self.served,
+                outcome,
+                try_number=walk.try_number,
+                choice=self.choice,
+                started=self.started,
+                elapsed=time.perf_counter() - self.t0,
+                usage=usage,
+                error=error,
+                stream=True,
+                ttft_ms=self.ttft,
+            )
+        )
+        return position
+
+    async def fail(self, exc: Exception) -> None:
+        """The stream failed: record it, and settle the failure (cooldowns, breakers, rejected keys)."""
+        cls = error_class_of(exc)
+        self.record(outcome_of(cls), error=exc)
+        walk = self.walk
+        walk.last_failure = (
+            exc,
+            await walk.owner._settle(walk, self.index, self.entry, self.served, self.choice, exc, cls, 0),
+        )
+
+
 class ReliableStream:
-    """The stream of one entry of a walk; made by :meth:`ReliableProvider.open_stream`.
+    """The stream of one entry of a walk (or of a hedge beside it); made by :meth:`ReliableProvider.open_stream`.
 
     Iterating :meth:`batches` opens the stream. Until its first batch arrives, a failure is a failed try
     like a non-streaming one: recorded, settled by the policy, and retried on this entry (with backoff,
-    Retry-After and key rotation) while the policy says so. Once batches flow, the stream never switches;
-    its attempt is recorded when it ends.
+    Retry-After and key rotation) while the policy says so. With a hedge delay, a stream that has shown no
+    output after it is raced by the same request on the next eligible entry (:mod:`turnout.hedge`); the first
+    to show output is relayed, the other is closed and recorded as ``hedge_lost``. Once batches flow, the
+    stream never switches; its attempt is recorded when it ends.
 
     Attributes:
-        entry: The index of the entry in the walk.
-        route: The profile and model it streams from.
+        entry: The index of the entry in the walk (the hedge's, when the hedge won).
+        route: The profile and model it streams from (known for sure once the first batch is relayed).
     """
 
     __slots__ = (
         "_entry",
+        "_hedge",
+        "_images",
         "_opened",
         "_record",
         "_request",
@@ -65,12 +140,16 @@ class ReliableStream:
         temperature: float | None,
         *,
         tries: int | None = None,
+        hedge: tuple[float, bool] | None = None,
+        images: bool = False,
     ) -> None:
         self._walk = walk
         self._tries = tries if tries is not None else walk.owner.tries
         self._entry = entry
         self._request = request
         self._temperature = temperature
+        self._hedge = hedge  # (delay in seconds, hedge on another key of the same entry)
+        self._images = images
         self.entry = index
         self.route = entry.route(served)
         self._opened = False
@@ -84,37 +163,40 @@ class ReliableStream:
             ProviderError: The stream failed (classified); see :meth:`resume_after`.
             RefusalError / ContextWindowExceeded: The policy stopped the walk before the first batch.
         """
-        walk, entry, index = self._walk, self._entry, self.entry
-        owner = walk.owner
-        served = self.route.model
-        request, temperature = self._request, self._temperature
-        opened = await walk.tries(index, entry, served, self._tries, opening, request, temperature, stream=True)
-        if opened is None:
-            failure = walk.last_failure
+        side = await (self._race() if self._hedge is not None else self._open(self._walk, self.entry, self._entry))
+        if side is None:
+            failure = self._walk.last_failure
             if failure is None:  # no usable key: nothing was tried
                 raise StreamingUnsupported("No entry of this route has a usable key right now")
             raise failure[0]
-        (upstream, batch), choice, started, t0 = opened
+        self._walk, self.entry, self._entry, self.route = (
+            side.walk,
+            side.index,
+            side.entry,
+            side.entry.route(side.served),
+        )
         self._opened = True
-        stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
-        ttft: float | None = None
+        upstream, ahead = side.upstream, side.ahead
         usage: Usage | None = None
         outcome: Outcome = "cancelled"
         error: Exception | None = None
         try:
             async with aclosing(upstream):
                 following = upstream.__anext__
+                batch = ahead[0]
+                read = 1
                 while True:
-                    if ttft is None and any(event.type in OUTPUT_KINDS for event in batch):
-                        ttft = (time.perf_counter() - t0) * 1000.0
-                        if stats is not None:
-                            stats.first_token(ttft / 1000.0)
+                    side.note_output(batch)
                     if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if type(batch[-1]) is Final:  # Final is always the last event of a stream
                         outcome = "ok"
-                        await walk.healthy(entry, served)
+                        await side.walk.healthy(side.entry, side.served)
                     yield batch
+                    if read < len(ahead):  # batches a hedged stream read ahead before it was chosen
+                        batch = ahead[read]
+                        read += 1
+                        continue
                     try:
                         batch = await following()
                     except StopAsyncIteration:
@@ -127,28 +209,95 @@ class ReliableStream:
             error = exc
             cls = error_class_of(exc)
             outcome = outcome_of(cls)
-            walk.last_failure = (exc, await owner._settle(walk, index, entry, served, choice, exc, cls, 0))
+            walk = side.walk
+            walk.last_failure = (
+                exc,
+                await walk.owner._settle(walk, side.index, side.entry, side.served, side.choice, exc, cls, 0),
+            )
             raise
         finally:
-            if stats is not None:
-                stats.finished()
-            self._record = len(walk.attempts)
-            walk.record(
-                owner.attempt(
-                    entry,
-                    index,
-                    served,
-                    self._verdict or outcome,
-                    try_number=walk.try_number,
-                    choice=choice,
-                    started=started,
-                    elapsed=time.perf_counter() - t0,
-                    usage=usage,
-                    error=error,
-                    stream=True,
-                    ttft_ms=ttft,
-                )
-            )
+            self._record = side.record(self._verdict or outcome, usage, error)
+
+    async def _open(self, walk: Walk, index: int, entry: Entry, tries: int | None = None) -> _Side | None:
+        """Open entry ``index``'s stream with the walk's tries (None: every try failed, or no key was usable)."""
+        served = entry.served_model(walk.requested)
+        opened = await walk.tries(
+            index, entry, served, tries or self._tries, opening, self._request, self._temperature, stream=True
+        )
+        return _Side(walk, index, entry, served, opened) if opened is not None else None
+
+    async def _ahead(self, walk: Walk, index: int, entry: Entry, tries: int) -> _Side | None:
+        """Open entry ``index``'s stream and read it until its first output (a side of a hedged race)."""
+        side = await self._open(walk, index, entry, tries)
+        if side is None:
+            return None
+        try:
+            batch = side.ahead[0]
+            while not side.note_output(batch) and type(batch[-1]) is not Final:
+                batch = await side.upstream.__anext__()
+                side.ahead.append(batch)
+        except StopAsyncIteration:
+            pass  # the relay finds the end of the stream itself
+        except asyncio.CancelledError:
+            await side.upstream.aclose()
+            side.record("hedge_lost" if walk.lost else "cancelled")
+            raise
+        except Exception as exc:
+            await side.upstream.aclose()
+            await side.fail(exc)
+            return None
+        return side
+
+    async def _race(self) -> _Side | None:
+        """Open this stream; after the hedge delay without output, race it against the next eligible entry."""
+        walk, index, entry = self._walk, self.entry, self._entry
+        owner = walk.owner
+        hedging = owner.hedging
+        assert self._hedge is not None and hedging is not None
+        delay, other_keys = self._hedge
+        primary: asyncio.Future[_Side | None] = asyncio.ensure_future(self._ahead(walk, index, entry, self._tries))
+        races: list[tuple[asyncio.Future[_Side | None], Walk]] = [(primary, walk)]
+        winner: _Side | None = None
+        try:
+            done, _ = await asyncio.wait({primary}, timeout=delay)
+            if done:
+                winner = primary.result()
+                return winner
+            target = walk.hedge_target(index, self._request, self._images, stream=True, other_keys=other_keys)
+            if target is None or not hedging.take():
+                winner = await primary
+                return winner
+            j, other, _served = target
+            side_walk = walk.side()
+            walk.hedged.add(j)
+            races.append((asyncio.ensure_future(self._ahead(side_walk, j, other, 1)), side_walk))
+            pending = {task for task, _ in races}
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    side = task.result()  # a stop (a refusal, no larger context window) ends the walk
+                    if side is not None and winner is None:
+                        winner = side
+                if winner is not None:
+                    if winner.walk is not walk:
+                        hedging.won += 1
+                    return winner
+            walk.last_failure = walk.last_failure or side_walk.last_failure
+            return None
+        finally:
+            for task, task_walk in races:
+                if not task.done():
+                    task_walk.lost = True
+                    task.cancel()
+            for task, _ in races:
+                (outcome,) = await asyncio.gather(task, return_exceptions=True)
+                if (
+                    isinstance(outcome, _Side) and outcome is not winner
+                ):  # opened too, but the other showed output first
+                    await outcome.upstream.aclose()
+                    outcome.record("hedge_lost")
+            if len(races) > 1:
+                walk.attempts.extend(races[1][1].attempts)
 
     def settle(self, outcome: Outcome, usage: Usage | None = None) -> None:
         """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``."""

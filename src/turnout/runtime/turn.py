@@ -208,6 +208,8 @@ class Turn:
                 try:
                     async with aclosing(stream.batches()) as upstream:
                         async for batch in upstream:
+                            if self.served is not stream.route:  # a hedge may have won the race to output
+                                self.served, self.entry = stream.route, stream.entry
                             for event in batch:
                                 if (
                                     plain
