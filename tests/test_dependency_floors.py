@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -39,3 +40,9 @@ def test_aiohttp_floor_has_the_body_byte_counter() -> None:
     """The body bounds read ``StreamReader.total_raw_bytes``, which aiohttp has only since 3.13."""
     assert _version(_floors()["aiohttp"]) >= (3, 13)
     assert hasattr(aiohttp.StreamReader, "total_raw_bytes")
+
+
+def test_aiohttp_floor_has_typed_request_keys() -> None:
+    """The gateway keeps per-request state under ``web.RequestKey``, which aiohttp has only since 3.14."""
+    assert _version(_floors()["aiohttp"]) >= (3, 14)
+    assert hasattr(web, "RequestKey")
