@@ -256,7 +256,8 @@ class Gateway:
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         self.metrics.in_flight.set(self.in_flight)
         active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
-        return web.Response(body=self.metrics.render(active), headers={"Content-Type": CONTENT_TYPE})
+        body = self.metrics.render(active, self.client.status()["headroom"])
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:

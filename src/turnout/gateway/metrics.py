@@ -8,7 +8,7 @@ a caller names.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -32,7 +32,10 @@ class Metrics:
     ``turnout_upstream_attempts_total{provider,model,outcome}``,
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
-    ``turnout_upstream_ttft_seconds{provider,model}`` and ``turnout_gateway_overhead_seconds{surface}``.
+    ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``, and
+    ``turnout_headroom_requests{profile,key_id}`` / ``turnout_headroom_tokens{profile,key_id}`` (what each
+    configured profile and key last announced it has left; labelled with configuration only, never a client
+    string).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -87,6 +90,18 @@ class Metrics:
             "Time a request spent in the gateway outside upstream attempts (parsing, routing, encoding, backoff).",
             ["surface"],
             buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.headroom_requests = Gauge(
+            "turnout_headroom_requests",
+            "Requests the upstream last said are left in its rate-limit window, per profile and key.",
+            ["profile", "key_id"],
+            registry=r,
+        )
+        self.headroom_tokens = Gauge(
+            "turnout_headroom_tokens",
+            "Tokens the upstream last said are left in its rate-limit window, per profile and key.",
+            ["profile", "key_id"],
             registry=r,
         )
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -144,7 +159,16 @@ class Metrics:
         if seconds is not None:
             self._child(self.overhead, surface).observe(max(0.0, seconds - upstream / 1000.0))
 
-    def render(self, cooldowns_active: int) -> bytes:
-        """The exposition text (the cooldown gauge is read from the store at scrape time)."""
+    def render(self, cooldowns_active: int, headroom: Iterable[Mapping[str, Any]] = ()) -> bytes:
+        """The exposition text (the cooldown and headroom gauges are read at scrape time).
+
+        ``headroom``: the rows of ``Client.status()["headroom"]``; a key's gauge appears once it announced
+        that budget.
+        """
         self.cooldowns.set(cooldowns_active)
+        for row in headroom:
+            kid = row["key_id"] or ""
+            for gauge, left in ((self.headroom_requests, row["requests"]), (self.headroom_tokens, row["tokens"])):
+                if left is not None:
+                    self._child(gauge, row["profile"], kid).set(left)
         return bytes(generate_latest(self.registry))

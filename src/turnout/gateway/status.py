@@ -1,7 +1,8 @@
 """``GET /status`` and ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
-id, and attempt counts per outcome over a recent window. ``/v1/models`` lists what a client may put in
+id, the rate-limit headroom each profile and key last announced, and attempt counts per outcome over a
+recent window. ``/v1/models`` lists what a client may put in
 ``model``: every ``hint:<name>``, every profile ``family.alias``, and the default profile's models; it is
 encoded once, since the configuration does not change while the gateway runs.
 """
@@ -97,6 +98,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
             ],
             "cooldowns": cooldowns,
             "dead_keys": state["dead_keys"],
+            "headroom": state["headroom"],
             "recent_attempts": recent.snapshot(),
         }
     )
