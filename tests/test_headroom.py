@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from multidict import CIMultiDict
 
-from turnout.headroom import Headroom, read_headroom
+from turnout.headroom import LOW_SHARE, Headroom, HeadroomBook, HeadroomWatch, is_tight, read_headroom
 
 NOW = 1_800_000_000.0
 
@@ -88,3 +88,111 @@ def test_describe_reports_resets_relative_to_now() -> None:
         "tokens_reset_in": None,
         "age": 2.0,
     }
+
+
+# --- what is kept, and the cheap test every answer gets ------------------------------------------------
+
+
+def openai_headers(requests: int, limit: int = 100, reset: str = "30s", tokens: str = "9000") -> dict[str, str]:
+    """OpenAI-style headroom headers (lowercase names, as a case-insensitive map would match them)."""
+    return {
+        "x-ratelimit-limit-requests": str(limit),
+        "x-ratelimit-remaining-requests": str(requests),
+        "x-ratelimit-reset-requests": reset,
+        "x-ratelimit-limit-tokens": "10000",
+        "x-ratelimit-remaining-tokens": tokens,
+        "x-ratelimit-reset-tokens": "2s",
+    }
+
+
+@pytest.mark.parametrize(
+    ("left", "limit", "tight"),
+    [
+        ("500", "500", False),
+        ("100", "500", False),
+        ("50", "500", False),  # exactly a tenth is not short
+        ("49", "500", True),
+        ("0", "500", True),
+        ("0", "5", True),
+        ("05", "50", False),  # a leading zero takes the exact path: 5 is a tenth of 50
+        ("00", "10", True),
+        ("0", None, True),  # nothing left: short without a limit
+        ("3", None, False),  # some left, no limit: nothing to compare with
+        ("lots", "500", False),  # malformed values are ignored
+        ("3", "many", False),
+    ],
+)
+def test_is_tight_matches_the_parsed_reading(left: str, limit: str | None, tight: bool) -> None:
+    """The count-only test agrees with the full parse on whether a budget is short (< 10 %, or none left)."""
+    headers = {"x-ratelimit-remaining-requests": left}
+    if limit is not None:
+        headers["x-ratelimit-limit-requests"] = limit
+    assert is_tight(headers) is tight
+    room = read_headroom(headers, NOW)
+    assert room is not None
+    parsed = room.requests is not None and (
+        room.requests <= 0 or (room.request_limit is not None and room.requests < LOW_SHARE * room.request_limit)
+    )
+    assert parsed is tight
+
+
+def test_is_tight_reads_every_anthropic_budget() -> None:
+    """An Anthropic answer is short when any budget is: requests, tokens, input or output tokens."""
+    roomy = {
+        "anthropic-ratelimit-requests-remaining": "40",
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-output-tokens-remaining": "7000",
+        "anthropic-ratelimit-output-tokens-limit": "8000",
+    }
+    assert not is_tight(roomy)
+    assert is_tight({**roomy, "anthropic-ratelimit-output-tokens-remaining": "700"})
+
+
+def test_the_book_parses_only_short_readings_and_marks_them_until_they_refill() -> None:
+    """A roomy answer is kept as it came and clears the mark; a short one is parsed and marks the key till its reset."""
+    book = HeadroomBook("openai.main", max_cooldown=60.0)
+    assert book.hear("k1", openai_headers(80), NOW) is None
+    assert not book.is_low("k1", NOW)
+    room = book.hear("k1", openai_headers(5, reset="20s"), NOW)
+    assert room is not None and room.requests == 5
+    assert book.is_low("k1", NOW + 19.9)
+    assert not book.is_low("k1", NOW + 20)  # refilled: the mark is gone
+    book.hear("k1", openai_headers(5, reset="20s"), NOW)
+    book.hear("k1", openai_headers(60), NOW + 1)  # room again: cleared at once
+    assert not book.is_low("k1", NOW + 1)
+
+
+def test_a_short_reading_without_a_reset_marks_the_key_at_most_the_cap() -> None:
+    """A reading with no usable reset cannot say when it refills: it counts for the cap (an old reading is stale)."""
+    book = HeadroomBook("openai.main", max_cooldown=60.0)
+    book.hear(None, {"x-ratelimit-remaining-requests": "0"}, NOW)
+    assert book.is_low(None, NOW + 59)
+    assert not book.is_low(None, NOW + 60)
+    book.hear(None, openai_headers(1, reset="6m0s"), NOW)
+    assert book.is_low(None, NOW + 59) and not book.is_low(None, NOW + 60)
+
+
+def test_describe_lists_each_key_with_its_last_reading() -> None:
+    """The status rows: profile, key id, whether it is short, and the parsed last reading of each key."""
+    book = HeadroomBook("openai.main", max_cooldown=60.0)
+    book.hear("bbbb", openai_headers(80), NOW - 1)
+    book.hear("aaaa", openai_headers(2, reset="10s"), NOW - 2)
+    rows = book.describe(NOW)
+    assert [(r["profile"], r["key_id"], r["low"], r["requests"]) for r in rows] == [
+        ("openai.main", "aaaa", True, 2),
+        ("openai.main", "bbbb", False, 80),
+    ]
+    assert rows[0]["requests_reset_in"] == 8.0 and rows[0]["age"] == 2.0
+    assert book.last("aaaa") == read_headroom(openai_headers(2, reset="10s"), NOW - 2)
+    assert book.last("cccc") is None
+
+
+def test_a_watch_hands_its_key_and_the_headers_to_its_report() -> None:
+    """The adapter's watch names its own key, and passes on only answers that name their remaining requests."""
+    heard: list[tuple[str | None, dict[str, str]]] = []
+    watch = HeadroomWatch("k1", lambda kid, headers: heard.append((kid, dict(headers))))
+    anthropic = {"anthropic-ratelimit-requests-remaining": "4", "anthropic-ratelimit-requests-limit": "5"}
+    assert watch.seen(openai_headers(3)) is None
+    assert watch.seen(anthropic) is None
+    assert watch.seen({"content-type": "application/json", "x-ratelimit-limit-requests": "5"}) is None
+    assert heard == [("k1", openai_headers(3)), ("k1", anthropic)]

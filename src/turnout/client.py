@@ -345,13 +345,18 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Current cooldowns (seconds remaining) and dead keys (id, rest, probe), for ``turnout status``."""
+        """Current cooldowns (seconds remaining), dead keys (id, rest, probe) and the rate-limit headroom last seen.
+
+        ``headroom`` has one row per profile and key whose answers announced their rate limits in this process
+        (see :meth:`turnout.headroom.HeadroomBook.describe`).
+        """
         now = self.factory.clock()
         store = self.factory.store
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
             "dead_keys": store.dead_keys(now),
             "profiles": sorted(self.config.profiles()),
+            "headroom": [row for _, book in sorted(self.factory.books.items()) for row in book.describe(now)],
         }
 
 

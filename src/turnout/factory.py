@@ -1,7 +1,8 @@
 """Building providers from a loaded configuration.
 
 One adapter per (profile, key), shared by every entry and route that uses it, all on one HTTP session;
-one key pool per (profile, credentials); one reliable walk per materialised route; one router per
+one key pool per (profile, credentials); one headroom book per profile, which every pool of the profile
+shares and every adapter of the profile reports to; one reliable walk per materialised route; one router per
 active profile and model. Everything here happens once, at construction, never per call.
 """
 
@@ -17,14 +18,15 @@ from turnout.config.graph import EntrySpec, Plan, Route, build_plan, profile_cre
 from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
+from turnout.headroom import HeadroomBook
 from turnout.health import Breakers
 from turnout.hedge import HedgeSettings, Hedging
 from turnout.keys import KeyPool
 from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
-from turnout.providers import build_adapter
+from turnout.providers import HTTPAdapter, build_adapter
 from turnout.providers.http import HttpClient
-from turnout.reliable import Entry, ReliableProvider
+from turnout.reliable import MAX_COOLDOWN_S, Entry, ReliableProvider
 from turnout.router import Router
 from turnout.state import MemoryStore, StateStore
 from turnout.stats import Stats
@@ -71,6 +73,8 @@ class Factory:
         self.stats: Stats | None = Stats() if self.hedging.enabled else None
         self._adapters: dict[tuple[str, str | None], Provider] = {}
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
+        #: The headroom last announced per profile and key (this process).
+        self.books: dict[str, HeadroomBook] = {}
         self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
         self._routers: dict[tuple[str | None, str | None], Router] = {}
 
@@ -88,9 +92,18 @@ class Factory:
         cache_key = (profile, tuple(keys))
         pool = self._pools.get(cache_key)
         if pool is None:
-            pool = KeyPool(profile, keys, self.store, self.clock)
+            book = self.books.get(profile)
+            if book is None:
+                book = self.books[profile] = HeadroomBook(profile, max_cooldown=MAX_COOLDOWN_S)
+            pool = KeyPool(profile, keys, self.store, self.clock, book=book)
             self._pools[cache_key] = pool
         return pool
+
+    def watched(self, adapter: Provider, pool: KeyPool, kid: str | None) -> Provider:
+        """``adapter``, reading its answers' headroom for ``pool`` (an adapter shared by pools keeps its first)."""
+        if isinstance(adapter, HTTPAdapter) and adapter.headroom is None:
+            adapter.headroom = pool.watch(kid)
+        return adapter
 
     def entries(self, specs: Sequence[EntrySpec], root: str, root_key: Secret | None = None) -> list[Entry]:
         """Bind each entry to its profile's adapters and key pool.
@@ -105,13 +118,16 @@ class Factory:
                 keys = [root_key.reveal()]
             else:
                 keys = [k.reveal() for k in profile_credentials(self.config, spec.profile)]
-            adapters = tuple(self.adapter(spec.profile, k) for k in keys) or (self.adapter(spec.profile, None),)
+            pool = self.pool(spec.profile, keys)
+            adapters = tuple(
+                self.watched(self.adapter(spec.profile, k), pool, kid) for k, kid in zip(keys, pool.ids, strict=True)
+            ) or (self.watched(self.adapter(spec.profile, None), pool, None),)
             out.append(
                 Entry(
                     profile=spec.profile,
                     model=spec.model,
                     providers=adapters,
-                    keys=self.pool(spec.profile, keys),
+                    keys=pool,
                     refusal_fallback=profile.refusal_fallback,
                     context_window=profile.context_window,
                     rates=rates_from_pricing(profile.pricing) if profile.pricing is not None else None,

@@ -7,16 +7,22 @@ is left. Keys are never stored in the state store or logs: only their ids (SHA-2
 
 A key is dead only when another call confirms its rejection, and rests before one request probes it again
 (:mod:`turnout.state.dead_keys` decides; the pool reports rejections, hands out the probe and logs both).
+
+Rate-limit headroom (SPEC 6.7): the pool hears what each key's answers say is left (:meth:`KeyPool.observe`,
+through the :class:`~turnout.headroom.HeadroomWatch` of the key's adapter). A key with no requests or tokens
+left is cooled down until its budget refills, before it earns a 429: its own cooldown in a pool of two or
+more, else the profile's. Rotation passes over keys short of headroom while another usable key is not.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.config.secrets import key_id
+from turnout.headroom import HeadroomBook, HeadroomWatch
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth
 
@@ -39,12 +45,19 @@ class KeyPool:
         keys: The credentials in rotation order (empty for a keyless profile).
         store: Where cooldowns and key rejections live.
         clock: Wall clock (seconds), the walk's.
+        book: The profile's headroom readings (None: the pool neither hears nor uses headroom).
     """
 
-    __slots__ = ("_choices", "_cooldown_keys", "_next", "clock", "ids", "profile", "rotates", "store")
+    __slots__ = ("_choices", "_cooldown_keys", "_low", "_next", "book", "clock", "ids", "profile", "rotates", "store")
 
     def __init__(
-        self, profile: str, keys: Sequence[str], store: StateStore, clock: Callable[[], float] = time.time
+        self,
+        profile: str,
+        keys: Sequence[str],
+        store: StateStore,
+        clock: Callable[[], float] = time.time,
+        *,
+        book: HeadroomBook | None = None,
     ) -> None:
         self.profile = profile
         self.clock = clock
@@ -56,6 +69,9 @@ class KeyPool:
         # Built once: a pick returns one of these, and a rate limit cools one of these keys down.
         self._choices = tuple(KeyChoice(i, kid) for i, kid in enumerate(self.ids)) or (KeyChoice(0, None),)
         self._cooldown_keys = {kid: f"{profile}#{kid}" for kid in self.ids}
+        self.book = book
+        # The book's keys short of headroom (the same dict, kept current by the book); empty without a book.
+        self._low: dict[str | None, float] = book.low if book is not None else {}
 
     def key_cooldown(self, kid: str) -> str:
         """The cooldown key of one credential."""
@@ -84,7 +100,11 @@ class KeyPool:
         return not (self.rotates and self.store.cooldown_until(self._cooldown_keys[kid], now) is not None)
 
     def pick(self, now: float) -> KeyChoice | None:
-        """The next usable key in rotation order; None when every key is dead or cooling down."""
+        """The next usable key in rotation order; None when every key is dead or cooling down.
+
+        A key short of headroom is passed over while another usable key is not; when every usable key is
+        short, rotation goes on among them.
+        """
         n = len(self.ids)
         if n <= 1:
             if n == 0:
@@ -93,16 +113,32 @@ class KeyPool:
             if health is None or self._take(self.ids[0], health, now):
                 return self._choices[0]
             return None
+        low = self._low
+        passed = -1  # the first usable key passed over for want of headroom
         for step in range(n):
             i = (self._next + step) % n
             if self.usable(i, now):
-                kid = self.ids[i]
-                health = self.store.key_health(kid)
-                if health is not None and not self._take(kid, health, now):
+                if low and self.ids[i] in low and self.book is not None and self.book.is_low(self.ids[i], now):
+                    if passed < 0:
+                        passed = i
                     continue
-                self._next = (i + 1) % n
-                return self._choices[i]
+                if self._claim(i, now):
+                    return self._choices[i]
+        if passed >= 0:
+            for step in range(n):
+                i = (passed + step) % n
+                if self.ids[i] in low and self.usable(i, now) and self._claim(i, now):
+                    return self._choices[i]
         return None
+
+    def _claim(self, i: int, now: float) -> bool:
+        """Take the usable key at ``i`` for this pick (its probe, when one is due) and advance the rotation."""
+        kid = self.ids[i]
+        health = self.store.key_health(kid)
+        if health is not None and not self._take(kid, health, now):
+            return False
+        self._next = (i + 1) % len(self.ids)
+        return True
 
     def has_usable(self, now: float) -> bool:
         """Whether some key can be used now (without advancing the rotation)."""
@@ -129,6 +165,37 @@ class KeyPool:
         """Every key of the pool is dead (rejected and confirmed, resting or probed by another request)."""
         now = self.clock()
         return bool(self.ids) and not any(self._alive(k, now) for k in self.ids)
+
+    def watch(self, kid: str | None) -> HeadroomWatch:
+        """The watch an adapter bound to the key ``kid`` (None: keyless) hands its answers' headers to."""
+        return HeadroomWatch(kid, self.observe)
+
+    def observe(self, kid: str | None, headers: Mapping[str, str]) -> Awaitable[None] | None:
+        """Hear what an answer on key ``kid`` said is left; cool the key down when a budget is used up.
+
+        The cooldown lasts until the budget refills, at most the book's ``max_cooldown``; the store keeps a
+        later deadline it already has. Returns the store write to await (None: nothing to write).
+        """
+        book = self.book
+        if book is None:
+            return None
+        now = self.clock()
+        room = book.hear(kid, headers, now)
+        until = room.exhausted_until if room is not None else None
+        if until is None:
+            return None
+        until = min(until, now + book.max_cooldown)
+        if until <= now:
+            return None
+        key = self.key_cooldown(kid) if self.rotates and kid is not None else self.profile
+        log.info(
+            "key %s of profile %s has no requests or tokens left; cooling %s down for %.1fs, until its budget refills",
+            kid or "-",
+            self.profile,
+            key,
+            until - now,
+        )
+        return self.store.set_cooldown(key, until)
 
     async def report_auth_failure(self, kid: str, *, witness: str) -> None:
         """The provider rejected the key ``kid`` in the call ``witness``: record it, and log what it changed.

@@ -266,7 +266,8 @@ class Gateway:
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
-        return web.Response(body=self.metrics.render(self.in_flight, active), headers={"Content-Type": CONTENT_TYPE})
+        body = self.metrics.render(self.in_flight, active, self.client.status()["headroom"])
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:

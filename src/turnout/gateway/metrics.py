@@ -13,8 +13,9 @@ Counting is on every request's path, so it is a dict update per counter and a bu
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from itertools import accumulate
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -82,7 +83,9 @@ class Metrics:
     ``turnout_upstream_attempts_total{provider,model,outcome}``,
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
-    ``turnout_upstream_ttft_seconds{provider,model}`` and ``turnout_gateway_overhead_seconds{surface}``.
+    ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``, and
+    ``turnout_headroom_requests{profile,key_id}`` / ``turnout_headroom_tokens{profile,key_id}`` (what each
+    configured profile and key last announced it has left; labelled with configuration only).
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
@@ -132,6 +135,7 @@ class Metrics:
         self._labelled = frozenset(labelled)
         self._statuses: dict[int, str] = {}
         self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
+        self._headroom: list[Mapping[str, Any]] = []  # the rows of Client.status()["headroom"], at scrape time
         self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
@@ -177,10 +181,27 @@ class Metrics:
         if seconds is not None:
             self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
 
-    def render(self, in_flight: int, cooldowns_active: int) -> bytes:
-        """The exposition text, with the gauges as they are now."""
+    def render(self, in_flight: int, cooldowns_active: int, headroom: Iterable[Mapping[str, Any]] = ()) -> bytes:
+        """The exposition text, with the gauges as they are now.
+
+        ``headroom``: the rows of ``Client.status()["headroom"]``; a key's gauge appears once it announced
+        that budget.
+        """
         self._gauges = (in_flight, cooldowns_active)
+        self._headroom = list(headroom)
         return bytes(generate_latest(self.registry))
+
+    def headroom_families(self) -> Iterator[Metric]:
+        """The headroom gauges, from the rows given to the last :meth:`render`."""
+        for name, field, doc in (
+            ("turnout_headroom_requests", "requests", "Requests the upstream last said are left, per profile and key."),
+            ("turnout_headroom_tokens", "tokens", "Tokens the upstream last said are left, per profile and key."),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=("profile", "key_id"))
+            for row in self._headroom:
+                if row[field] is not None:
+                    family.add_metric((row["profile"], row["key_id"] or ""), float(row[field]))
+            yield family
 
 
 class _Collector:
@@ -203,3 +224,4 @@ class _Collector:
         yield m.latency.family()
         yield m.ttft.family()
         yield m.overhead.family()
+        yield from m.headroom_families()

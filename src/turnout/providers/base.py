@@ -20,6 +20,7 @@ from multidict import CIMultiDictProxy
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProtocolError, ProviderError, TurnoutError
+from turnout.headroom import HeadroomWatch
 from turnout.provider import Provider, flatten
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
@@ -213,6 +214,10 @@ class HTTPAdapter(Provider):
 
     Subclasses set :attr:`protocol` and implement the hooks below; :meth:`with_key` makes a sibling bound to
     another key of the same profile (sharing the session), so a key pool costs nothing per call.
+
+    Attributes:
+        headroom: Reads the rate-limit headroom of every successful answer (attached by the factory, which
+            binds it to this adapter's key and pool; None: headroom is not read).
     """
 
     protocol: ClassVar[str]
@@ -232,6 +237,7 @@ class HTTPAdapter(Provider):
         self._ssl = http.ssl_context(settings.ssl_ca)
         self._caps = self._capabilities()
         self._targets: dict[str | None, Target] = {}
+        self.headroom: HeadroomWatch | None = None
 
     def with_key(self, api_key: str | None) -> Self:
         """The same adapter bound to another credential."""
@@ -382,6 +388,9 @@ class HTTPAdapter(Provider):
         )
         if resp.status >= 400:
             raise self.error(resp.status, resp.headers, resp.body, model)
+        watch = self.headroom
+        if watch is not None and (cooling := watch.seen(resp.headers)) is not None:
+            await cooling
         try:
             data = _loads(resp.body)
         except orjson.JSONDecodeError as exc:
@@ -423,6 +432,9 @@ class HTTPAdapter(Provider):
             if resp.status >= 400:
                 raw = await resp.read_body(min(self.settings.max_response_bytes, 1024 * 1024))
                 raise self.error(resp.status, resp.headers, raw, model)
+            watch = self.headroom
+            if watch is not None and (cooling := watch.seen(resp.headers)) is not None:
+                await cooling
             read = resp.read_chunk
             while chunk := await read():
                 try:

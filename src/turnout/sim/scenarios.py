@@ -12,6 +12,7 @@ from collections.abc import Callable
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, ErrorKind, ErrorSpec, Kind
 from turnout.sim.grammar import PREFIX
+from turnout.sim.headroom import Limits, RateWindows
 from turnout.sim.script import DEFAULT_PLAN, Plan, Script, parse_model_name
 
 _MAX_CACHED_NAMES = 4096
@@ -26,6 +27,8 @@ class Scenarios:
         self._counts: dict[object, int] = {}
         self._names: dict[str, Plan] = {}
         self.epoch = clock()
+        #: The rate-limit windows of scripted models with budgets (counted like attempts).
+        self.windows = RateWindows(clock)
 
     @property
     def script(self) -> Script:
@@ -33,8 +36,9 @@ class Scenarios:
         return self._script
 
     def restart(self) -> None:
-        """Zero the attempt counters and restart timed scenarios."""
+        """Zero the attempt counters, refill every budget and restart timed scenarios."""
         self._counts.clear()
+        self.windows.clear()
         self.epoch = self._clock()
 
     def replace(self, script: Script) -> None:
@@ -47,9 +51,18 @@ class Scenarios:
         """Seconds since start, reset or the last script change."""
         return self._clock() - self.epoch
 
+    def counter(self, model: str, key_id: str | None) -> object:
+        """What an attempt on ``model`` with ``key_id`` is counted under (``attempts_per``)."""
+        return model if self._script.attempts_per == "model" else (model, key_id)
+
+    def limits(self, model: str) -> Limits | None:
+        """The rate-limit budgets the script gives ``model`` (None: none)."""
+        scripted = self._script.models.get(model)
+        return scripted.limits if scripted is not None else None
+
     def select(self, model: str, key_id: str | None) -> tuple[int, Behaviour]:
         """Count an attempt on ``model`` and return its number and behaviour."""
-        key: object = model if self._script.attempts_per == "model" else (model, key_id)
+        key = self.counter(model, key_id)
         attempt = self._counts.get(key, 0) + 1
         self._counts[key] = attempt
         return attempt, self.plan(model).pick(attempt)

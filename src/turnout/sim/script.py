@@ -7,6 +7,7 @@ A script maps model names to a sequence of per-attempt steps::
     [models."flaky"]
     steps = [{ do = "status", status = 429, retry_after = 2 }, { do = "ok", text = "hi" }]
     after_last = "repeat"              # or "cycle"
+    headroom = { requests = 3, window = 20 }   # optional: budgets announced in headers (turnout.sim.headroom)
 
 A step is a table with a ``do`` key, or the short string form of the model-name grammar
 (``"429-ra2"``, see :mod:`turnout.sim.grammar`). Scripts are validated with pydantic when they are
@@ -28,6 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour
 from turnout.sim.grammar import PREFIX, THEN, GrammarError, parse_step_string
+from turnout.sim.headroom import Limits
 from turnout.sim.steps import STEP_TAGS, OkStep, ScriptModel, Step, to_behaviour
 
 SCRIPT_ERROR_CODE = "invalid_sim_script"
@@ -40,10 +42,12 @@ class Plan:
     Attributes:
         steps: One behaviour per attempt.
         cycle: After the last step, start again (True) or repeat the last step (False).
+        limits: The model's rate-limit budgets, announced in headers (None: none).
     """
 
     steps: tuple[Behaviour, ...]
     cycle: bool = False
+    limits: Limits | None = None
 
     def pick(self, attempt: int) -> Behaviour:
         """The behaviour for attempt number ``attempt`` (1-based)."""
@@ -78,7 +82,11 @@ class Script:
             raise _config_error(exc) from exc
         return cls(
             models={
-                name: Plan(tuple(to_behaviour(s) for s in ms.steps), cycle=ms.after_last == "cycle")
+                name: Plan(
+                    tuple(to_behaviour(s) for s in ms.steps),
+                    cycle=ms.after_last == "cycle",
+                    limits=ms.headroom.limits() if ms.headroom is not None else None,
+                )
                 for name, ms in model.models.items()
             },
             attempts_per=model.attempts_per,

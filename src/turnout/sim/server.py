@@ -2,14 +2,17 @@
 
 Every protocol route does the same thing: read the body, let the protocol's codec parse it, count
 the attempt and pick the behaviour (:mod:`turnout.sim.scenarios`), log it, then carry the behaviour
-out with the codec's encoders. Handler cancellation is on, so a client that goes away cancels the
-handler and the request is logged as ``client_disconnected``.
+out with the codec's encoders. A model with rate-limit budgets (:mod:`turnout.sim.headroom`) has its answers
+announce them (headers added as the response is prepared), and a request over budget is refused with a 429.
+Handler cancellation is on, so a client that goes away cancels the handler and the request is logged as
+``client_disconnected``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import struct
 import time
@@ -22,6 +25,7 @@ from aiohttp import web
 from turnout.config.secrets import key_id
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
+from turnout.sim.headroom import Limits
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
 from turnout.sim.scenarios import Scenarios
 from turnout.sim.schema import structured
@@ -42,6 +46,20 @@ _WHOLE = frozenset({Kind.OK, Kind.SLOW, Kind.FLAPPING, Kind.MISSING_DONE, Kind.E
 _OUTCOME = {Kind.SLOW: "ok", Kind.FLAPPING: "ok"}
 
 
+class _Announce:
+    """The budgets one answer announces: whose, in which protocol, and what it spends."""
+
+    __slots__ = ("counter", "limits", "protocol", "request", "spends", "tokens")
+
+    def __init__(self, request: web.BaseRequest, counter: object, limits: Limits, protocol: str, spends: bool) -> None:
+        self.request = request  # held while announcing: its id() cannot name another request meanwhile
+        self.counter = counter
+        self.limits = limits
+        self.protocol = protocol
+        self.spends = spends  # False for the 429 of a request over budget
+        self.tokens = 0
+
+
 class SimServer:
     """Routes and handlers; the :class:`~turnout.sim.simulator.Simulator` owns its lifecycle."""
 
@@ -59,6 +77,7 @@ class SimServer:
         self._clock = clock
         self._sleep = sleep
         self._key_ids: dict[str, str] = {}
+        self._announcing: dict[int, _Announce] = {}  # by id() of the request, while it is served
         self._openai = OpenAIChat()
         self._responses = OpenAIResponses()
         self._anthropic = AnthropicMessages()
@@ -81,6 +100,7 @@ class SimServer:
         add_post("/_sim/reset", self._on_reset)
         add_post("/_sim/script", self._on_script)
         add_get("/_sim/health", self._on_health)
+        app.on_response_prepare.append(self._announce)
         return app
 
     # --- control ---------------------------------------------------------------------------------
@@ -186,17 +206,22 @@ class SimServer:
             req = Parsed(model=path_model or "", stream=False)
             rec = self._record(request, codec, req, 0, Kind.INVALID, kid)
             spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message="turnout-sim: the body is not a JSON object")
-            response = self._error(codec, req, spec, rec)
+            invalid = self._error(codec, req, spec, rec)
             rec.duration = 0.0
             self.log.changed()
-            return response
+            return invalid
         req = codec.parse(payload, path_model)
         if stream is not None:
             req.stream = stream
         attempt, behaviour = self.scenarios.select(req.model, kid)
+        limits = self.scenarios.limits(req.model)
+        if limits is not None:
+            behaviour = self._budget(request, codec, req, kid, limits, behaviour)
         rec = self._record(request, codec, req, attempt, behaviour.kind, kid)
+        response: web.StreamResponse | None = None
         try:
-            return await self._run(request, codec, req, behaviour, rec)
+            response = await self._run(request, codec, req, behaviour, rec)
+            return response
         except asyncio.CancelledError:
             if rec.outcome == PENDING:
                 rec.outcome = SERVER_CLOSED if self.closing.is_set() else CLIENT_DISCONNECTED
@@ -204,6 +229,29 @@ class SimServer:
         finally:
             rec.duration = self._clock() - rec.started
             self.log.changed()
+            if limits is not None and (response is None or response.prepared):  # else it is announced when prepared
+                self._announcing.pop(id(request), None)
+
+    def _budget(
+        self, request: web.Request, codec: Codec, req: Parsed, kid: str | None, limits: Limits, behaviour: Behaviour
+    ) -> Behaviour:
+        """Have the answer announce the model's headroom; a request over an enforced budget gets a 429 instead."""
+        counter = self.scenarios.counter(req.model, kid)
+        wait = self.scenarios.windows.refused(counter, limits)
+        self._announcing[id(request)] = _Announce(request, counter, limits, codec.protocol, spends=wait is None)
+        if wait is None:
+            return behaviour
+        return Behaviour(kind=Kind.STATUS, error=ErrorSpec(kind=ErrorKind.RATE_LIMIT, retry_after=math.ceil(wait)))
+
+    async def _announce(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        """Spend the answer's request and tokens and add the headers saying what is left (as it is prepared)."""
+        announce = self._announcing.pop(id(request), None)
+        if announce is None or announce.request is not request:
+            return
+        windows = self.scenarios.windows
+        if announce.spends:
+            windows.spend(announce.counter, announce.limits, announce.tokens)
+        response.headers.update(windows.headers(announce.counter, announce.limits, announce.protocol))
 
     def _record(
         self, request: web.Request, codec: Codec, req: Parsed, attempt: int, kind: Kind, kid: str | None
@@ -228,6 +276,8 @@ class SimServer:
         self, request: web.Request, codec: Codec, req: Parsed, b: Behaviour, rec: Record
     ) -> web.StreamResponse:
         kind = b.kind
+        if kind is Kind.SILENCE or kind is Kind.RESET:
+            self._announcing.pop(id(request), None)  # no answer: nothing announced, nothing spent
         if kind is Kind.SILENCE:
             await self.closing.wait()
             rec.outcome = SERVER_CLOSED
@@ -249,6 +299,9 @@ class SimServer:
         content = structured(b.content, req.schema) if b.content is not None else None
         assert content is not None
         usage = content.usage(req.input_words)
+        announce = self._announcing.get(id(request))
+        if announce is not None:
+            announce.tokens = usage.input + usage.output
         if req.stream:
             return await self._stream(request, codec, req, b, content, usage, rec)
         return await self._whole(request, codec, req, b, content, usage, rec)

@@ -29,6 +29,7 @@ from turnout.sim.behaviour import (
     split_units,
 )
 from turnout.sim.grammar import GrammarError, parse_step_string
+from turnout.sim.headroom import HeadroomSpec
 
 
 class _Strict(BaseModel):
@@ -224,10 +225,11 @@ def _expand_short_steps(value: Any) -> Any:
 
 
 class ModelScript(_Strict):
-    """The steps for one model name."""
+    """The steps for one model name, and its rate-limit budgets (:mod:`turnout.sim.headroom`)."""
 
     steps: list[Step] = Field(min_length=1)
     after_last: Literal["repeat", "cycle"] = "repeat"
+    headroom: HeadroomSpec | None = None
 
     @field_validator("steps", mode="before")
     @classmethod
