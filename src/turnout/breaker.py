@@ -132,10 +132,10 @@ class Streak:
         failed = sum(1 for _, bad in tries if bad)
         return failed >= s.failure_rate * len(tries)
 
-    def reset(self) -> None:
-        """Forget everything (the breaker just opened or closed)."""
-        self.failures = 0
-        self._tries.clear()
+    @property
+    def idle(self) -> bool:
+        """No failure streak and nothing in the window: the streak has nothing to remember."""
+        return self.failures == 0 and not self._tries
 
     def _note(self, now: float, bad: bool) -> None:
         tries = self._tries

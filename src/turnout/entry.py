@@ -56,11 +56,14 @@ class Entry:
     family: str = field(init=False)
     _route: RouteRef | None = field(init=False, repr=False, compare=False)
     _health_key: str = field(init=False, repr=False, compare=False)
+    #: The catalogue's rates of the model it last priced (a lookup saved on every call).
+    priced: tuple[str, Rates | None] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.family = self.profile.partition(".")[0]
         self._route = None
         self._health_key = ""
+        self.priced = None
 
     @property
     def pinned(self) -> bool:
@@ -81,7 +84,9 @@ class Entry:
 
     def health_key(self, served: str) -> str:
         """The key of this entry's circuit breaker for the model it serves: ``family.alias/model``."""
-        self.route(served)
+        route = self._route
+        if route is None or route.model != served:
+            self.route(served)
         return self._health_key
 
     def capabilities(self, requested: str | None = None) -> Capabilities:

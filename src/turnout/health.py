@@ -43,7 +43,8 @@ class Breakers:
         self.store = store
         self.default = default if default is not None else BreakerSettings()
         self.profiles = dict(profiles or {})
-        self._streaks: dict[str, Streak] = {}
+        #: The entries with a failure streak or failures in the window (empty while everything is healthy).
+        self.streaks: dict[str, Streak] = {}
         #: Transitions seen by this process, by (entry, transition).
         self.transitions: Counter[tuple[str, Transition]] = Counter()
 
@@ -63,14 +64,17 @@ class Breakers:
             self.transitions[(key, "probe")] += 1
         return taken
 
-    def remembers(self, key: str) -> bool:
-        """Whether the entry ``key`` has a failure streak or an open breaker (a success then changes something)."""
-        streak = self._streaks.get(key)
-        return (streak is not None and streak.failures > 0) or self.store.breaker(key) is not None
+    def streak_ends(self, key: str, now: float) -> None:
+        """A healthy answer from the entry ``key`` (not a probe): its failure streak ends."""
+        streak = self.streaks.get(key)
+        if streak is not None:
+            streak.success(now)
+            if streak.idle:
+                del self.streaks[key]
 
     async def succeeded(self, key: str, now: float, *, probing: bool) -> None:
         """A healthy answer from the entry ``key``: its streak ends; a probe's success closes the breaker."""
-        streak = self._streaks.get(key)
+        streak = self.streaks.get(key)
         if streak is not None:
             streak.success(now)
         if probing or self.store.breaker(key) is not None:
@@ -90,11 +94,11 @@ class Breakers:
             return
         if record is not None:
             return  # already open (another call's failure arrived first)
-        streak = self._streaks.get(key)
+        streak = self.streaks.get(key)
         if streak is None:
-            streak = self._streaks[key] = Streak(settings)
+            streak = self.streaks[key] = Streak(settings)
         if streak.failure(now):
-            streak.reset()
+            del self.streaks[key]  # the open breaker takes over; a new streak starts after it closes
             interval = settings.open_secs
             await self._open(key, BreakerRecord(opened_at=now, until=now + interval, interval=interval), "opened")
 

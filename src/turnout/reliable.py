@@ -107,8 +107,10 @@ class ReliableProvider(Provider):
         self.stats = stats
         self.hedging = hedging if hedging is not None and hedging.enabled else None
         self._vision: dict[str, bool] = {}
-        self._order = tuple(range(len(self.entries)))
+        #: The entries' indices in configured order, and whether some run of them stands for a pool.
+        self.entry_order = tuple(range(len(self.entries)))
         self._blocks = pool_blocks(self.entries)
+        self.pooled = self._blocks is not None
 
     # --- what the route can do ----------------------------------------------------------------
 
@@ -133,7 +135,7 @@ class ReliableProvider(Provider):
         """The entries' indices in the order one call tries them: each pool's members arranged by the pool."""
         blocks = self._blocks
         if blocks is None:
-            return self._order
+            return self.entry_order
         out: list[int] = []
         for indices, pool in blocks:
             if pool is None:
@@ -156,7 +158,12 @@ class ReliableProvider(Provider):
         """The cost of ``usage`` on this entry, or None when the price is unknown."""
         if usage is None:
             return None
-        rates = entry.rates if entry.rates is not None else self.catalogue.rates(entry.family, model)
+        rates = entry.rates
+        if rates is None:  # the catalogue's, kept on the entry for the model it last priced
+            priced = entry.priced
+            if priced is None or priced[0] != model:
+                priced = entry.priced = (model, self.catalogue.rates(entry.family, model))
+            rates = priced[1]
         return rates.cost(usage) if rates is not None else None
 
     def may_hold_images(self, request: ChatRequest, model: str) -> bool:
@@ -245,7 +252,7 @@ class ReliableProvider(Provider):
                 if tries == 0:
                     continue
             served = entry.model if entry.model is not None else model
-            if i in walk.hedged:
+            if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
             admission = walk.admits(i, entry, served, request, images, stream=False)
             if admission is Admission.SKIP or (admission is Admission.PROBE and not await walk.probe(i, entry, served)):
@@ -302,7 +309,8 @@ class ReliableProvider(Provider):
                 usage=response.usage,
             )
         )
-        await walk.healthy(entry, served)
+        if walk.probing or (self.breakers is not None and self.breakers.streaks):
+            await walk.healthy(entry, served)
         return Served(response, entry.route(served), i)
 
     async def _hedged(
@@ -340,7 +348,7 @@ class ReliableProvider(Provider):
                 return await primary
             j, other, served_j = target
             side = walk.side()
-            walk.hedged.add(j)
+            walk.hedge_done(j)
             hedge = asyncio.ensure_future(self._complete(side, j, other, served_j, 1, request, temperature))
             pending: set[asyncio.Future[Served | None]] = {primary, hedge}
             while pending:

@@ -269,7 +269,7 @@ class ReliableStream:
                 return winner
             j, other, _served = target
             side_walk = walk.side()
-            walk.hedged.add(j)
+            walk.hedge_done(j)
             races.append((asyncio.ensure_future(self._ahead(side_walk, j, other, 1)), side_walk))
             pending = {task for task, _ in races}
             while pending:

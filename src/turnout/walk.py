@@ -104,7 +104,7 @@ class Walk:
         self.requested = requested
         self.limits = limits
         #: The entries in the order this walk tries them (a pool's members arranged for this call).
-        self.order = owner.visit_order()
+        self.order = owner.visit_order() if owner.pooled else owner.entry_order
         self.attempts: list[Attempt] = []
         #: The failure that ended the last entry's tries, and what the policy made of it.
         self.last_failure: tuple[Exception, Action] | None = None
@@ -119,9 +119,15 @@ class Walk:
         #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
         self.lost = False
         #: Entries already tried as a hedge (the walk does not try them again).
-        self.hedged: set[int] = set()
+        self.hedged: set[int] | None = None
         #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
         self.unavailable: list[tuple[float, int, bool]] | None = None
+
+    def hedge_done(self, i: int) -> None:
+        """Entry ``i`` was tried as a hedge: the walk does not try it again."""
+        if self.hedged is None:
+            self.hedged = set()
+        self.hedged.add(i)
 
     def side(self) -> Walk:
         """A walk for a hedge beside this one: the same call (log, witness, order, context knowledge)."""
@@ -141,7 +147,10 @@ class Walk:
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
         owner = self.owner
-        if not self.capable(entry, served, request, images, stream=stream):
+        checks = stream or images or self.limits is not None
+        if (checks or request.response_format is not None or request.native is not None) and not self.capable(
+            entry, served, request, images, stream=stream
+        ):
             return Admission.SKIP
         if len(owner.entries) == 1:
             return Admission.TRY
@@ -151,14 +160,13 @@ class Walk:
             since = owner.store.cooldown_since(entry.profile)
             self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
             return Admission.SKIP
-        breakers = owner.breakers
-        if breakers is not None:
-            gate, record = breakers.gate(entry.health_key(served), now)
-            if gate is Gate.OPEN and record is not None:
+        if owner.breakers is not None:
+            record = owner.store.breaker(entry.health_key(served))
+            if record is not None:  # open, or half-open once its interval is over
+                if now >= record.until:
+                    return Admission.PROBE
                 self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
                 return Admission.SKIP
-            if gate is Gate.DUE:
-                return Admission.PROBE
         return Admission.TRY
 
     def capable(self, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
@@ -260,13 +268,14 @@ class Walk:
         return index
 
     async def healthy(self, entry: Entry, served: str) -> None:
-        """Entry ``entry`` answered: its breaker hears of it (at no cost when it has nothing to forget)."""
+        """Entry ``entry`` answered: its failure streak ends, and a probe's success closes its breaker."""
         breakers = self.owner.breakers
         if breakers is not None:
-            key = entry.health_key(served)
-            if self.probing or breakers.remembers(key):
-                await breakers.succeeded(key, self.owner.clock(), probing=self.probing)
-        self.probing = False
+            if self.probing:
+                await breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=True)
+                self.probing = False
+            else:
+                breakers.streak_ends(entry.health_key(served), self.owner.clock())
 
     def larger_entry_remains(self, failed: int) -> bool:
         """Whether an entry after ``failed`` (in this walk's order) is not known to be too small."""
