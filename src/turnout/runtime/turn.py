@@ -206,10 +206,11 @@ class Turn:
                 plain = self.cancel is None and self.draft is None and self.events_visible
                 thinking = False  # a think tag is open or may be starting (kept in step with self._thinking)
                 try:
+                    chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
                         async for batch in upstream:
-                            if self.served is not stream.route:  # a hedge may have won the race to output
-                                self.served, self.entry = stream.route, stream.entry
+                            if not chosen:
+                                self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
                                 if (
                                     plain
