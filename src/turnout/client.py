@@ -345,12 +345,16 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Current cooldowns (seconds remaining) and dead keys (id, rest, probe), for ``turnout status``."""
+        """Current cooldowns (seconds remaining), dead keys (id, rest, probe) and circuit breakers that are not closed.
+
+        ``breakers`` has one row per open or half-open entry (see :meth:`turnout.health.Breakers.describe`).
+        """
         now = self.factory.clock()
         store = self.factory.store
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
             "dead_keys": store.dead_keys(now),
+            "breakers": self.factory.breakers.describe(now),
             "profiles": sorted(self.config.profiles()),
         }
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
-from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate
+from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate, split_entry_key
 from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.breaker")
@@ -108,14 +108,32 @@ class Breakers:
             record.interval,
         )
 
-    def describe(self, now: float) -> dict[str, dict[str, float | str]]:
-        """Every open or half-open breaker, for ``/status`` (times as seconds from ``now``)."""
-        return {
-            key: {
+    def describe(self, now: float) -> list[dict[str, Any]]:
+        """Every breaker that is not closed, for ``/status`` and ``turnout status`` (an entry not listed is closed).
+
+        One row per entry, by entry key: ``entry`` (``family.alias/model``), ``profile``, ``model``, ``state``
+        (``open``, or ``half_open`` once the open interval is over: the next call probes the entry, or one is
+        probing it), ``open_until`` and ``opened_at`` (Unix seconds), ``remaining_seconds`` (0 when half-open) and
+        ``interval`` (how long it was opened for).
+        """
+        return describe_breakers(self.store.breakers(), now)
+
+
+def describe_breakers(records: Mapping[str, BreakerRecord], now: float) -> list[dict[str, Any]]:
+    """The rows of :meth:`Breakers.describe` for open breaker records (as a state store lists them)."""
+    rows = []
+    for key, record in sorted(records.items()):
+        profile, model = split_entry_key(key)
+        rows.append(
+            {
+                "entry": key,
+                "profile": profile,
+                "model": model,
                 "state": gate(record, now).value,
-                "open_for": round(max(0.0, record.until - now), 3),
-                "opened_ago": round(max(0.0, now - record.opened_at), 3),
+                "open_until": record.until,
+                "remaining_seconds": round(max(0.0, record.until - now), 3),
+                "opened_at": record.opened_at,
                 "interval": record.interval,
             }
-            for key, record in sorted(self.store.breakers().items())
-        }
+        )
+    return rows

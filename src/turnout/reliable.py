@@ -29,7 +29,7 @@ from enum import Enum
 from typing import NamedTuple, TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
-from turnout.breaker import Gate
+from turnout.breaker import Gate, entry_key
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
@@ -47,7 +47,7 @@ from turnout.keys import KeyChoice, KeyPool
 from turnout.policy import Action, Position, Step, decide
 from turnout.pricing import Catalogue, Rates, default_catalogue
 from turnout.provider import Provider, chat_using_tools, flatten
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, aggregate_message, error_detail, outcome_of
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, aggregate_message, error_detail, outcome_of
 from turnout.state import MemoryStore, StateStore
 from turnout.types import (
     Capabilities,
@@ -121,7 +121,7 @@ class Entry:
         route = self._route
         if route is None or route.model != served:
             route = self._route = RouteRef(provider=self.profile, model=served)
-            self._health_key = f"{self.profile}/{served}"
+            self._health_key = entry_key(self.profile, served)
         return route
 
     def health_key(self, served: str) -> str:
@@ -664,7 +664,7 @@ class _Walk:
             return True
         record = owner.store.breaker(key)
         since = record.opened_at if record is not None else now
-        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail="probe_taken")
+        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail=PROBE_TAKEN)
         return False
 
     def _unavailable(

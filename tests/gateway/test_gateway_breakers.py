@@ -1,0 +1,102 @@
+"""Circuit breakers as the gateway shows them: /status rows, /metrics gauges and transition counters."""
+
+from __future__ import annotations
+
+from gateway_support import GATEWAY_KEY, fake_gateway, get, post
+
+from fakes import Fleet, err
+
+BASE = f"""
+default_provider = "anthropic.prod"
+[ledger]
+enabled = false
+[gateway]
+api_keys = ["{GATEWAY_KEY}"]
+[reliability]
+provider_retries = 1
+[providers.models.anthropic.prod]
+api_key = "sk-ant-PLANTED"
+model = "claude-sonnet-4-5"
+fallback = ["openai.backup"]
+[providers.models.openai.backup]
+api_key = "sk-openai-PLANTED"
+model = "gpt-4.1"
+[providers.models.openai.open]
+api_key = "sk-open-PLANTED"
+fallback = ["openai.backup"]
+"""
+CHAT = {"model": "", "messages": [{"role": "user", "content": "PROMPT-SENTINEL hello"}]}
+PROD = "anthropic.prod/claude-sonnet-4-5"
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one Prometheus sample (None when absent)."""
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
+            return float(value)
+    return None
+
+
+async def test_status_and_metrics_follow_a_breaker_from_open_to_half_open_to_reopened() -> None:
+    """Two calls open the primary's breaker; /status and /metrics show it open, then half-open, then reopened."""
+    fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["from backup"])
+    async with fake_gateway(BASE, fleet) as (server, clock):
+        for _ in range(3):  # 2 + 2 tries (the breaker opens on the third failure), then a skip
+            assert (await post(server, "/v1/chat/completions", CHAT)).status == 200
+        status = (await get(server, "/status")).json()
+        opened_at = status["breakers"][0]["opened_at"]
+        assert opened_at <= clock.now  # the backoff sleeps of the fake clock move it
+        clock.now = opened_at + 2.0
+        status = (await get(server, "/status")).json()
+        metrics = (await get(server, "/metrics")).body.decode()
+        assert status["breakers"] == [
+            {
+                "entry": PROD,
+                "profile": "anthropic.prod",
+                "model": "claude-sonnet-4-5",
+                "state": "open",
+                "open_until": opened_at + 5.0,
+                "remaining_seconds": 3.0,
+                "opened_at": opened_at,
+                "interval": 5.0,
+            }
+        ]
+        assert status["recent_attempts"]["by_provider"]["anthropic.prod"] == {"breaker_skip": 1, "retryable": 4}
+        assert sample(metrics, "turnout_breaker_state", entry=PROD) == 1
+        assert sample(metrics, "turnout_breaker_state", entry="openai.backup/gpt-4.1") == 0
+        assert sample(metrics, "turnout_breaker_transitions_total", entry=PROD, transition="opened") == 1
+        skips = sample(metrics, "turnout_upstream_attempts_total", provider="anthropic.prod", outcome="breaker_skip")
+        assert skips == 1
+        assert sample(metrics, "turnout_upstream_latency_seconds_count", provider="anthropic.prod") == 4  # no skip
+
+        clock.now += 3.0
+        (half_open,) = (await get(server, "/status")).json()["breakers"]
+        assert (half_open["state"], half_open["remaining_seconds"]) == ("half_open", 0.0)
+        assert sample((await get(server, "/metrics")).body.decode(), "turnout_breaker_state", entry=PROD) == 2
+
+        assert (await post(server, "/v1/chat/completions", CHAT)).status == 200  # the probe fails: reopened
+        (reopened,) = (await get(server, "/status")).json()["breakers"]
+        metrics = (await get(server, "/metrics")).body.decode()
+    assert (reopened["state"], reopened["interval"], reopened["open_until"]) == ("open", 10.0, clock.now + 10.0)
+    assert sample(metrics, "turnout_breaker_state", entry=PROD) == 1
+    for transition, count in (("opened", 1), ("probe", 1), ("reopened", 1)):
+        assert sample(metrics, "turnout_breaker_transitions_total", entry=PROD, transition=transition) == count
+    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 5
+
+
+async def test_a_breaker_of_a_model_a_client_chose_is_labelled_other() -> None:
+    """An unpinned profile's breaker for a client's model shows in /status as is, and in /metrics only as ``other``."""
+    fleet = Fleet(openai__open=[err(500)], openai__backup=["from backup"])
+    chosen = 'openai.open/evil"model\\name'
+    async with fake_gateway(BASE, fleet) as (server, _):
+        for _ in range(2):
+            assert (await post(server, "/v1/chat/completions", {**CHAT, "model": chosen})).status == 200
+        status = (await get(server, "/status")).json()
+        metrics = (await get(server, "/metrics")).body.decode()
+    assert [(b["profile"], b["model"], b["state"]) for b in status["breakers"]] == [
+        ("openai.open", 'evil"model\\name', "open")
+    ]
+    assert sample(metrics, "turnout_breaker_state", entry="openai.open/other") == 1
+    assert sample(metrics, "turnout_breaker_transitions_total", entry="openai.open/other", transition="opened") == 1
+    assert "evil" not in metrics and "sk-" not in metrics and "PROMPT" not in metrics
