@@ -1,10 +1,12 @@
-"""Circuit breakers as the gateway shows them: /status rows, /metrics gauges and transition counters."""
+"""Circuit breakers in the gateway: /status rows, /metrics gauges and counters, and an outage behind `turnout serve`."""
 
 from __future__ import annotations
 
-from gateway_support import GATEWAY_KEY, fake_gateway, get, post
+import pytest
+from gateway_support import GATEWAY_KEY, config, fake_gateway, gateway, get, instant, post, profile
 
-from fakes import Fleet, err
+from fakes import FakeClock, Fleet, err
+from turnout.sim import Simulator
 
 BASE = f"""
 default_provider = "anthropic.prod"
@@ -100,3 +102,50 @@ async def test_a_breaker_of_a_model_a_client_chose_is_labelled_other() -> None:
     assert sample(metrics, "turnout_breaker_state", entry="openai.open/other") == 1
     assert sample(metrics, "turnout_breaker_transitions_total", entry="openai.open/other", transition="opened") == 1
     assert "evil" not in metrics and "sk-" not in metrics and "PROMPT" not in metrics
+
+
+PRIMARY, BACKUP = "primary-model", "backup-model"
+
+
+@pytest.mark.parametrize(
+    ("mode", "stream", "probes"),
+    [("status", False, [6.0, 16.0, 36.0]), pytest.param("silence", True, [7.0, 17.0, 37.0], marks=pytest.mark.slow)],
+    ids=["503-chat", "silent-stream"],
+)
+async def test_the_gateway_skips_an_open_primary_probes_it_once_per_interval_and_returns_to_it(
+    mode: str, stream: bool, probes: list[float]
+) -> None:
+    """Through `turnout serve`, a 30 s outage of the primary (503, or silent) is skipped, probed and forgotten.
+
+    A request every second of a fake clock the simulator shares: with one retry a 503 opens the breaker in the
+    second request, a silent primary (first-token timeout) in the third; then only the probes reach it (open 5 s,
+    doubling), and the first probe after the outage serves.
+    """
+    clock = FakeClock()
+    async with Simulator(clock=clock, sleep=instant) as sim:
+        sim.set_script({"models": {PRIMARY: {"steps": [{"do": "flapping", "down": 30, "mode": mode}]}}})
+        toml = config(
+            "openai.main",
+            profile(sim, "openai.main", PRIMARY, extra='fallback = ["openai.backup"]\nfirst_token_timeout_secs = 0.2'),
+            profile(sim, "openai.backup", BACKUP),
+        )
+        start, served, hits = clock.now, [], []
+        async with gateway(toml, clock=clock) as server:
+            while clock.now - start <= 45:
+                before = sum(1 for e in sim.log if e.model == PRIMARY)
+                answer = await post(server, "/v1/chat/completions", {**CHAT, "stream": stream})
+                assert answer.status == 200 and "Hello" in answer.body.decode()
+                served.append((clock.now - start, answer.headers["x-turnout-provider"]))
+                hits.append(sum(1 for e in sim.log if e.model == PRIMARY) - before)
+                if clock.now - start == 10:
+                    (row,) = (await get(server, "/status")).json()["breakers"]
+                    assert (row["entry"], row["state"]) == (f"openai.main/{PRIMARY}", "open")
+                clock.now += 1.0
+    opened = 2 if mode == "status" else 3
+    back = next(at for at, provider in served if provider == "openai.main")
+    assert back == probes[-1] and back - 30 <= 20  # back within the open interval in force when the outage ended
+    assert all(n >= 1 for n in hits[:opened])
+    during = [(at, n) for (at, _), n in zip(served[opened:], hits[opened:], strict=True) if at <= back]
+    assert [at for at, n in during if n] == probes and all(n <= 1 for _, n in during)
+    assert all(provider == "openai.backup" for at, provider in served if at < back)
+    assert all(provider == "openai.main" for at, provider in served if at >= back)
