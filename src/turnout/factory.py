@@ -133,7 +133,7 @@ class Factory:
                 sleep=self.sleep,
                 jitter=self.jitter,
                 name=route.hint or route.profile,
-                breakers=self.breakers,
+                breakers=self.breakers if self.breakers.active else None,
             )
             self._walks[cache_key] = walk
         return walk
