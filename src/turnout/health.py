@@ -2,8 +2,9 @@
 
 :mod:`turnout.breaker` says when a breaker opens and what it lets through; this module keeps one streak per
 entry (per process: every walk that reaches the entry, whatever its route, counts in it), opens, reopens and
-closes the shared records, and counts the transitions for ``/metrics``. The walk asks it three things: the
-gate of an entry, the probe of a half-open one, and what a try's outcome changes.
+closes the shared records, and counts the transitions for ``/metrics``. The walk reads an entry's open record
+from :attr:`Breakers.store` (no I/O; :func:`turnout.breaker.gate` says what it lets through) and asks this
+module two things: the probe of a half-open entry, and what a try's outcome changes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate, split_entry_key
+from turnout.breaker import BreakerRecord, BreakerSettings, Streak, gate, split_entry_key
 from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.breaker")
@@ -47,14 +48,14 @@ class Breakers:
         #: Transitions seen by this process, by (entry, transition).
         self.transitions: Counter[tuple[str, Transition]] = Counter()
 
+    @property
+    def active(self) -> bool:
+        """Whether any entry has a breaker (when none has, the walks are built without this registry: no cost)."""
+        return self.default.enabled or any(s.enabled for s in self.profiles.values())
+
     def settings(self, profile: str) -> BreakerSettings:
         """The settings of ``profile``'s entries."""
         return self.profiles.get(profile, self.default)
-
-    def gate(self, key: str, now: float) -> tuple[Gate, BreakerRecord | None]:
-        """What the breaker of the entry ``key`` lets through at ``now``, and its record."""
-        record = self.store.breaker(key)
-        return gate(record, now), record
 
     async def claim_probe(self, key: str, now: float) -> bool:
         """Take the one probe of the half-open entry ``key`` (False: another call has it)."""

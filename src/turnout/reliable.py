@@ -29,7 +29,7 @@ from enum import Enum
 from typing import NamedTuple, TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, RouteRef, current_scope, new_attempt
-from turnout.breaker import Gate, entry_key
+from turnout.breaker import Gate, entry_key, gate
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.errors import (
     AllProvidersFailed,
@@ -126,7 +126,9 @@ class Entry:
 
     def health_key(self, served: str) -> str:
         """The key of this entry's circuit breaker for the model it serves: ``family.alias/model``."""
-        self.route(served)
+        route = self._route
+        if route is None or route.model != served:
+            self.route(served)
         return self._health_key
 
     def capabilities(self, requested: str | None = None) -> Capabilities:
@@ -645,11 +647,11 @@ class _Walk:
             return Admission.SKIP
         breakers = owner.breakers
         if breakers is not None:
-            gate, record = breakers.gate(entry.health_key(served), now)
-            if gate is Gate.OPEN and record is not None:
-                self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
-                return Admission.SKIP
-            if gate is Gate.DUE:
+            record = breakers.store.breaker(entry.health_key(served))
+            if record is not None:  # a closed breaker has no record: the healthy path stops at this read
+                if gate(record, now) is Gate.OPEN:
+                    self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
+                    return Admission.SKIP
                 return Admission.PROBE
         return Admission.TRY
 
