@@ -60,27 +60,16 @@ def _mark(met: bool | None) -> str:
 
 def verdicts(r: Results) -> list[Verdict]:
     """Every performance target, judged on this run."""
-    out: list[Verdict] = []
-
-    def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> None:
-        if scenario is None:
-            out.append(Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None))
-            return
-        ratio = scenario.ratio(name)
-        out.append(
-            Verdict(
-                target=target,
-                measured=_ratio_text(ratio, limit),
-                limit=f"≤ {limit:.2f} ×",
-                met=ratio <= limit,
-                interval=_interval(scenario, name),
-            )
-        )
-
-    ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10)
-    ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15)
-    ratio_target(r.failover, _failover_name(r, "429"), "Failover after 429 `Retry-After: 0` / one raw round trip", 2.2)
-    ratio_target(r.failover, _failover_name(r, "cooldown"), "A call during the cooldown / one raw round trip", 1.15)
+    out = [
+        ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10),
+        ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15),
+        ratio_target(
+            r.failover, _failover_name(r, "429"), "Failover after 429 `Retry-After: 0` / one raw round trip", 2.2
+        ),
+        ratio_target(
+            r.failover, _failover_name(r, "cooldown"), "A call during the cooldown / one raw round trip", 1.15
+        ),
+    ]
     turnout_c = next((c for c in r.concurrency if c.contender == "turnout"), None)
     out.append(
         Verdict(
@@ -179,23 +168,30 @@ BREAKER_LIMIT = 1.05
 BOOKKEEPING_LIMIT = 1.01
 
 
+def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> Verdict:
+    """The verdict on ``name``'s median ratio to its floor in ``scenario`` (not measured: None)."""
+    if scenario is None:
+        return Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None)
+    ratio = scenario.ratio(name)
+    return Verdict(
+        target=target,
+        measured=_ratio_text(ratio, limit),
+        limit=f"≤ {limit:.2f} ×",
+        met=ratio <= limit,
+        interval=_interval(scenario, name),
+    )
+
+
 def _breaker_verdicts(b: BreakerScenario | None) -> list[Verdict]:
-    out: list[Verdict] = []
-    for mode, name in DEAD.items():
-        target = f"Dead primary ({mode}), breaker open: per call / straight to the fallback (median)"
-        if b is None:
-            out.append(Verdict(target=target, measured="–", limit=f"≤ {BREAKER_LIMIT:.2f} ×", met=None))
-            continue
-        ratio = b.timing.ratio(name)
-        out.append(
-            Verdict(
-                target=target,
-                measured=_ratio_text(ratio, BREAKER_LIMIT),
-                limit=f"≤ {BREAKER_LIMIT:.2f} ×",
-                met=ratio <= BREAKER_LIMIT,
-                interval=_interval(b.timing, name),
-            )
+    out = [
+        ratio_target(
+            b.timing if b is not None else None,
+            name,
+            f"Dead primary ({mode}), breaker open: per call / straight to the fallback (median)",
+            BREAKER_LIMIT,
         )
+        for mode, name in DEAD.items()
+    ]
     runs = b.outages if b is not None else []
 
     def each(text: str) -> str:

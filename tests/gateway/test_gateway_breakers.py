@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gateway_support import GATEWAY_KEY, config, fake_gateway, gateway, get, instant, post, profile
+from gateway_support import GATEWAY_KEY, config, fake_gateway, gateway, get, instant, post, profile, sample
 
 from fakes import FakeClock, Fleet, err
 from turnout.sim import Simulator
@@ -29,15 +29,6 @@ fallback = ["openai.backup"]
 """
 CHAT = {"model": "", "messages": [{"role": "user", "content": "PROMPT-SENTINEL hello"}]}
 PROD = "anthropic.prod/claude-sonnet-4-5"
-
-
-def sample(text: str, name: str, **labels: str) -> float | None:
-    """The value of one Prometheus sample (None when absent)."""
-    for line in text.splitlines():
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
-            return float(value)
-    return None
 
 
 async def test_status_and_metrics_follow_a_breaker_from_open_to_half_open_to_reopened() -> None:
