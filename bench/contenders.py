@@ -30,10 +30,13 @@ BACKUP_MODEL = "gpt-4.1-nano"
 API_KEY = "sk-bench-0000"
 
 
-def turnout_config(url: str, *, primary_prefix: str = "", ledger_path: Path | None = None) -> dict[str, Any]:
+def turnout_config(
+    url: str, *, primary_prefix: str = "", ledger_path: Path | None = None, breaker: bool = True
+) -> dict[str, Any]:
     """A ``turnout.toml``-shaped mapping: ``openai.primary`` with one fallback profile, ``openai.backup``.
 
     ``primary_prefix`` selects an upstream behaviour for the primary only (``/rl-ra0``: always 429).
+    ``breaker=False`` sets ``[reliability.breaker] enabled = false``.
     """
     config: dict[str, Any] = {
         "default_provider": "openai.primary",
@@ -54,6 +57,8 @@ def turnout_config(url: str, *, primary_prefix: str = "", ledger_path: Path | No
     }
     if ledger_path is not None:
         config["ledger"]["path"] = str(ledger_path)
+    if not breaker:
+        config["reliability"] = {"breaker": {"enabled": False}}
     return config
 
 
@@ -114,12 +119,19 @@ class TurnoutClient:
     """Turnout's public ``Client`` (``ledger=False`` unless a ledger path is given)."""
 
     def __init__(
-        self, url: str, *, name: str = "turnout", primary_prefix: str = "", ledger_path: Path | None = None
+        self,
+        url: str,
+        *,
+        name: str = "turnout",
+        primary_prefix: str = "",
+        ledger_path: Path | None = None,
+        config: dict[str, Any] | None = None,
     ) -> None:
         from turnout import Client
 
         self.name = name
-        config = turnout_config(url, primary_prefix=primary_prefix, ledger_path=ledger_path)
+        if config is None:
+            config = turnout_config(url, primary_prefix=primary_prefix, ledger_path=ledger_path)
         self.client = Client.from_dict(config, ledger=ledger_path is not None)
 
     async def chat(self) -> str:

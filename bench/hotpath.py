@@ -11,8 +11,8 @@ The upstream (:mod:`bench.upstream`) runs in its own process on the other CPU.
 
 Usage::
 
-    python -m bench.hotpath [--calls N] [--rounds R] [--only chat,stream,failover,cooldown]
-    python -m bench.hotpath --instructions [--only ...]
+    python -m bench.hotpath [--calls N] [--rounds R] [--only chat,stream,failover,cooldown] [--breaker-off]
+    python -m bench.hotpath --instructions [--only ...] [--breaker-off]
     python -m bench.hotpath --profile chat      # cProfile of one Turnout scenario, top functions by own time
 """
 
@@ -33,19 +33,25 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import procs
-from bench.contenders import EXPECTED_CHAT, EXPECTED_STREAM, Raw, TurnoutClient
+from bench.contenders import EXPECTED_CHAT, EXPECTED_STREAM, Raw, TurnoutClient, turnout_config
 
 SCENARIOS = ("chat", "stream", "failover", "cooldown")
 #: The primary's upstream behaviour per scenario (see :mod:`bench.upstream`).
 PREFIX = {"chat": "", "stream": "", "failover": "/rl-ra0", "cooldown": "/rl-ra60"}
 Call = Callable[[], Awaitable[str]]
+#: The contenders: the floor, Turnout, and Turnout with ``[reliability.breaker] enabled = false``.
+KINDS = ("raw", "turnout", "turnout-breaker-off")
 
 
 def contender(url: str, scenario: str, kind: str) -> tuple[Any, Call, str]:
-    """``(object, call, expected answer)`` for one contender of a scenario."""
+    """``(object, call, expected answer)`` for one contender (one of :data:`KINDS`) of a scenario."""
     method = "stream" if scenario == "stream" else "chat"
     expected = EXPECTED_STREAM if method == "stream" else EXPECTED_CHAT
-    obj: Any = Raw(url) if kind == "raw" else TurnoutClient(url, primary_prefix=PREFIX[scenario])
+    if kind == "raw":
+        obj: Any = Raw(url)
+    else:
+        breaker = kind != "turnout-breaker-off"
+        obj = TurnoutClient(url, config=turnout_config(url, primary_prefix=PREFIX[scenario], breaker=breaker))
     return obj, getattr(obj, method), expected
 
 
@@ -56,10 +62,10 @@ async def _cpu_per_call(fn: Call, calls: int) -> float:
     return (time.thread_time() - t0) / calls * 1e6
 
 
-async def cpu_time(url: str, scenario: str, calls: int, rounds: int) -> tuple[float, float]:
+async def cpu_time(url: str, scenario: str, calls: int, rounds: int, kind: str = "turnout") -> tuple[float, float]:
     """The lowest CPU time per call over ``rounds`` alternating batches: (raw, turnout)."""
     raw, raw_fn, expected = contender(url, scenario, "raw")
-    tc, t_fn, _ = contender(url, scenario, "turnout")
+    tc, t_fn, _ = contender(url, scenario, kind)
     try:
         if await raw_fn() != expected or await t_fn() != expected:
             raise RuntimeError("a contender did not return the upstream's answer")
@@ -122,9 +128,9 @@ def instructions(url: str, scenario: str, kind: str) -> float:
     return (b - a) / (long_ - short)
 
 
-async def profile(url: str, scenario: str, calls: int) -> None:
+async def profile(url: str, scenario: str, calls: int, kind: str = "turnout") -> None:
     """cProfile of Turnout's calls in one scenario: the top functions by own time."""
-    tc, fn, _ = contender(url, scenario, "turnout")
+    tc, fn, _ = contender(url, scenario, kind)
     try:
         for _ in range(100):
             await fn()
@@ -153,6 +159,7 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--profile", choices=SCENARIOS, default=None)
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
+    parser.add_argument("--breaker-off", action="store_true", help="Turnout with [reliability.breaker] enabled = false")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -163,16 +170,17 @@ def main() -> None:
         parser.error("--instructions needs valgrind (apt-get install valgrind)")
     os.environ.update(procs.OFFLINE_ENV)
     procs.pin(procs.CLIENT_CPU)
+    kind = "turnout-breaker-off" if args.breaker_off else "turnout"
     with procs.upstream() as url:
         if args.profile:
-            asyncio.run(profile(url, args.profile, args.calls))
+            asyncio.run(profile(url, args.profile, args.calls, kind))
             return
         for scenario in args.only.split(","):
             if args.instructions:
-                _report(scenario, instructions(url, scenario, "raw"), instructions(url, scenario, "turnout"), "instr")
+                _report(scenario, instructions(url, scenario, "raw"), instructions(url, scenario, kind), "instr")
                 continue
             calls = args.calls // 4 if scenario == "stream" else args.calls
-            raw, turnout = asyncio.run(cpu_time(url, scenario, calls, args.rounds))
+            raw, turnout = asyncio.run(cpu_time(url, scenario, calls, args.rounds, kind))
             _report(scenario, raw, turnout, "µs")
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.breaker import DEAD, FLOOR, MAX_OPEN_S, OPEN_S, OUTAGE_S, PROBE_TIMEOUT_S, BreakerScenario
 from bench.calls import ScenarioResult
 from bench.concurrency import Concurrency
 from bench.gateway import LITELLM as LITELLM_GATEWAY
@@ -37,6 +38,7 @@ class Results:
     startup: list[Startup] = field(default_factory=list)
     imports: list[tuple[str, float]] = field(default_factory=list)
     gateway: GatewayScenario | None = None
+    breaker: BreakerScenario | None = None
     failures: dict[str, str] = field(default_factory=dict)
 
 
@@ -58,27 +60,16 @@ def _mark(met: bool | None) -> str:
 
 def verdicts(r: Results) -> list[Verdict]:
     """Every performance target, judged on this run."""
-    out: list[Verdict] = []
-
-    def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> None:
-        if scenario is None:
-            out.append(Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None))
-            return
-        ratio = scenario.ratio(name)
-        out.append(
-            Verdict(
-                target=target,
-                measured=_ratio_text(ratio, limit),
-                limit=f"≤ {limit:.2f} ×",
-                met=ratio <= limit,
-                interval=_interval(scenario, name),
-            )
-        )
-
-    ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10)
-    ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15)
-    ratio_target(r.failover, _failover_name(r, "429"), "Failover after 429 `Retry-After: 0` / one raw round trip", 2.2)
-    ratio_target(r.failover, _failover_name(r, "cooldown"), "A call during the cooldown / one raw round trip", 1.15)
+    out = [
+        ratio_target(r.chat, TURNOUT_NAME, "Non-streaming: Turnout / raw aiohttp (median per call)", 1.10),
+        ratio_target(r.stream, TURNOUT_NAME, "Streaming, 100 chunks: Turnout / raw aiohttp + SSE parse", 1.15),
+        ratio_target(
+            r.failover, _failover_name(r, "429"), "Failover after 429 `Retry-After: 0` / one raw round trip", 2.2
+        ),
+        ratio_target(
+            r.failover, _failover_name(r, "cooldown"), "A call during the cooldown / one raw round trip", 1.15
+        ),
+    ]
     turnout_c = next((c for c in r.concurrency if c.contender == "turnout"), None)
     out.append(
         Verdict(
@@ -165,6 +156,84 @@ def verdicts(r: Results) -> list[Verdict]:
             measured=f"{at.added_p99_ms:.2f} ms" if at else "–",
             limit="≤ 2 ms",
             met=at.added_p99_ms <= 2.0 if at else None,
+        )
+    )
+    out += _breaker_verdicts(r.breaker)
+    return out
+
+
+#: A dead primary behind an open breaker: a call's time over a call straight to the fallback (median).
+BREAKER_LIMIT = 1.05
+#: The healthy path with breakers over without (instructions per call): the non-streaming ratio's noise.
+BOOKKEEPING_LIMIT = 1.01
+
+
+def ratio_target(scenario: ScenarioResult | None, name: str, target: str, limit: float) -> Verdict:
+    """The verdict on ``name``'s median ratio to its floor in ``scenario`` (not measured: None)."""
+    if scenario is None:
+        return Verdict(target=target, measured="–", limit=f"≤ {limit:.2f} ×", met=None)
+    ratio = scenario.ratio(name)
+    return Verdict(
+        target=target,
+        measured=_ratio_text(ratio, limit),
+        limit=f"≤ {limit:.2f} ×",
+        met=ratio <= limit,
+        interval=_interval(scenario, name),
+    )
+
+
+def _breaker_verdicts(b: BreakerScenario | None) -> list[Verdict]:
+    out = [
+        ratio_target(
+            b.timing if b is not None else None,
+            name,
+            f"Dead primary ({mode}), breaker open: per call / straight to the fallback (median)",
+            BREAKER_LIMIT,
+        )
+        for mode, name in DEAD.items()
+    ]
+    runs = b.outages if b is not None else []
+
+    def each(text: str) -> str:
+        return " / ".join(f"{text.format(o=o)} ({o.mode})" for o in runs) or "–"
+
+    out.append(
+        Verdict(
+            target="Dead primary: its breaker is open after call",
+            measured=each("{o.opened_after}"),
+            limit="≤ 3",
+            met=all(o.opened_after is not None and o.opened_after <= 3 for o in runs) if runs else None,
+        )
+    )
+    out.append(
+        Verdict(
+            target="Dead primary: requests to it while open beyond one probe per open interval",
+            measured=each("{o.early_probes} of {o.probes} probes"),
+            limit="0",
+            met=all(o.early_probes == 0 and o.probes >= 1 for o in runs) if runs else None,
+        )
+    )
+    out.append(
+        Verdict(
+            target="Recovered primary serves again within the open interval in force",
+            measured=" / ".join(
+                f"{o.recovered_after_s:.2f} s of {o.interval_at_recovery_s:g} s ({o.mode})"
+                if o.recovered_after_s is not None and o.interval_at_recovery_s is not None
+                else f"never ({o.mode})"
+                for o in runs
+            )
+            or "–",
+            limit="≤ 1 interval",
+            met=all(o.back_in_time for o in runs) if runs else None,
+        )
+    )
+    on, off = (b.instructions_on, b.instructions_off) if b is not None else (None, None)
+    out.append(
+        Verdict(
+            target="Healthy path, breakers on / `enabled = false`: instructions per call",
+            measured=f"{on / off:.4f} × ({on:,.0f} / {off:,.0f})" if on and off else "–",
+            limit=f"≤ {BOOKKEEPING_LIMIT:.2f} ×",
+            met=on / off <= BOOKKEEPING_LIMIT if on and off else None,
         )
     )
     return out
@@ -352,6 +421,59 @@ def _gateway_section(r: Results) -> list[str]:
     return [*out, ""]
 
 
+def _breaker_section(r: Results) -> list[str]:
+    b = r.breaker
+    out = [
+        "## A dead primary behind its circuit breaker",
+        "",
+        "One dead primary and a healthy fallback, sequential calls (`bench/breaker.py`). *Timing*: once the "
+        "primary's breaker is open, each call skips it (`breaker_skip`) and the fallback answers; the floor is a "
+        "route that goes straight to the fallback. *Probes and recovery*: the simulator in this process, the primary "
+        f"down for {OUTAGE_S:g} s (503, or silent: accepts and never answers, first-token timeout "
+        f"{PROBE_TIMEOUT_S:g} s), breaker `open_secs = {OPEN_S:g}` (doubling up to {MAX_OPEN_S:g}), calls back to "
+        "back in real time.",
+        "",
+    ]
+    if b is None:
+        return [*out, f"Not measured: {r.failures.get('breaker', 'skipped')}", ""]
+    out.append(f"Measured {r.started.strftime('%Y-%m-%d %H:%M UTC')} ({r.settings.name} settings).")
+    out.append("")
+    out += _calls_table(b.timing)
+    out += ["", f"Alternating batches, {b.timing.seconds:.1f} s in all. The floor (`{FLOOR}`) is the first row.", ""]
+    out += [f"- {n}" for n in b.notes]
+    out += [
+        "",
+        "| outage | calls | breaker open after call | probes | probes early (or two in one interval) "
+        "| latest probe after its interval | open intervals s | primary back after the outage ended "
+        "| interval in force |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for o in b.outages:
+        back = f"{o.recovered_after_s:.3f} s" if o.recovered_after_s is not None else "never"
+        force = f"{o.interval_at_recovery_s:g} s" if o.interval_at_recovery_s is not None else "–"
+        out.append(
+            f"| {o.mode} | {o.calls} | {o.opened_after or '–'} | {o.probes} | {o.early_probes} "
+            f"| {o.probe_lateness_ms:.1f} ms | {', '.join(f'{i:g}' for i in o.intervals)} | {back} | {force} |"
+        )
+    out += [
+        "",
+        "A probe is a request that reached the primary while its breaker was open or half-open; it is early when "
+        "the interval in force was not over when its call began. *Latest probe after its interval*: calls are "
+        "sequential, so the probe is the first call after the interval ends.",
+        "",
+    ]
+    if b.instructions_on and b.instructions_off:
+        out.append(
+            "Healthy path (`python -m bench.hotpath --instructions --only chat`, callgrind, the two-entry route with a "
+            f"primary that answers): {b.instructions_on:,.0f} instructions per call with breakers, "
+            f"{b.instructions_off:,.0f} with `[reliability.breaker] enabled = false` "
+            f"({b.instructions_on - b.instructions_off:+,.0f}, {b.instructions_on / b.instructions_off:.4f} ×)."
+        )
+    else:
+        out.append("Healthy path: not measured (valgrind is not installed).")
+    return [*out, ""]
+
+
 def markdown(r: Results) -> str:
     """The whole ``results.md``."""
     m = r.machine
@@ -408,6 +530,7 @@ def markdown(r: Results) -> str:
     lines += _concurrency_section(r)
     lines += _startup_section(r)
     lines += _gateway_section(r)
+    lines += _breaker_section(r)
     lines += ["## Plot", "", "![per-call cost by contender](results.png)", ""]
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """Run every benchmark scenario in one run and write ``bench/results.md`` and ``bench/results.png``.
 
-Usage: ``python -m bench.run [--quick] [--only chat,stream,...] [--out DIR]`` (``make bench`` runs the full set).
+Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker] [--out DIR]`` (``make bench`` runs the full
+set).
 
 The full run takes about 6 minutes on 2 cores; ``--quick`` about 1.5. Everything talks to 127.0.0.1 only,
 and every loop is bounded in count and time.
@@ -22,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bench import calls, concurrency, gateway, procs, report, startup
+from bench import breaker, calls, concurrency, gateway, procs, report, startup
 from bench.settings import FULL, QUICK, Settings
 
-SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway")
+SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker")
 T = TypeVar("T")
 
 
@@ -93,6 +94,12 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
                     f"wrk -t1 -c{s.gateway_connections} -d{round(s.gateway_seconds)}s -s post.lua URL  (saturation)"
                 )
             results.gateway = _guard(results, "gateway", _async(lambda: gateway.measure(url, s)))
+        if "breaker" in only:
+            results.commands.append(
+                "python -m bench.hotpath --instructions --only chat [--breaker-off]  (the breaker's healthy-path "
+                "bookkeeping, inside the breaker scenario)"
+            )
+            results.breaker = _guard(results, "breaker", _async(lambda: breaker.measure(url, s)))
     results.seconds = time.perf_counter() - t0
     report.write(results, out_dir)
     return results

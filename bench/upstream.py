@@ -15,6 +15,8 @@ prefix             answer
 (none)             200: a chat completion, or a stream of 100 one-word chunks (``"stream": true``)
 ``/rl-ra<N>``      429 ``rate_limit_exceeded`` with ``Retry-After: <N>``
 ``/paced``         like (none), but a stream is sent in 10 bursts of 10 chunks, 100 ms apart
+``/down503``       503 ``server_error`` (an outage)
+``/silent``        nothing: the request is read and never answered (a hung upstream)
 =================  ===========================================================================
 
 Streams honour ``stream_options.include_usage``. ``GET /health`` answers 200.
@@ -111,6 +113,11 @@ _RATE_LIMIT_BODY = orjson.dumps(
             "code": "rate_limit_exceeded",
         }
     }
+)
+_UNAVAILABLE = _whole(
+    "503 Service Unavailable",
+    b'{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,'
+    b'"code":null}}',
 )
 _NOT_FOUND = _whole("404 Not Found", b'{"error":{"message":"not found","type":"invalid_request_error"}}')
 _HEALTH = _whole("200 OK", b'{"ok":true}')
@@ -222,6 +229,11 @@ class UpstreamProtocol(asyncio.Protocol):
         prefix = path[: path.find("/v1/")] if "/v1/" in path else ""
         if prefix.startswith("/rl-ra"):
             transport.write(self._answers.limited(prefix[len("/rl-ra") :]))
+            return
+        if prefix == "/down503":
+            transport.write(_UNAVAILABLE)
+            return
+        if prefix == "/silent":  # held until the client gives up and closes the connection
             return
         request = orjson.loads(body)
         model = str(request.get("model") or "gpt-bench")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -47,6 +49,27 @@ def test_ledger_command_escapes_client_text(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     _assert_inert(result.output)
     assert "\\x1b]0;pwned\\x07" in result.output
+
+
+def test_ledger_command_shows_breaker_skips_apart_from_failure_classes(tmp_path: Path) -> None:
+    """`turnout ledger` lists breaker skips as skips (text and JSON), never as a failure class of the provider."""
+    db = tmp_path / "ledger.sqlite3"
+    record = call_record("c1")
+    skip = Attempt(provider="openai.main", model="m", outcome="breaker_skip", started_at=record.ts)
+    failure = Attempt(provider="openai.main", model="m", outcome="retryable", status=503, started_at=record.ts)
+
+    async def write() -> None:
+        ledger = Ledger(db, batch_delay=0)
+        ledger.record(replace(record, attempts=(skip, failure, *record.attempts), accepted_index=2))
+        await ledger.aclose()
+
+    asyncio.run(write())
+    text = CliRunner().invoke(app, ["ledger", "--path", str(db)], env={"COLUMNS": "400"})
+    assert text.exit_code == 0, text.output
+    assert "failure classes: retryable=1\n" in text.output
+    assert "skipped without a call: breaker_skip=1" in text.output
+    body = orjson.loads(CliRunner().invoke(app, ["ledger", "--path", str(db), "--json"]).output)
+    assert (body["failure_classes"], body["skips"]) == ({"retryable": 1}, {"breaker_skip": 1})
 
 
 def test_attempts_table_escapes_client_text() -> None:

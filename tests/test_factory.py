@@ -304,3 +304,21 @@ async def test_aclose_of_a_factory_that_made_its_own_session() -> None:
     session = f.http.session()
     await f.aclose()
     assert session.closed
+
+
+@pytest.mark.parametrize(
+    ("extra", "walks_have_them"),
+    [
+        ("", True),
+        ("[reliability.breaker]\nenabled = false\n", False),
+        ("[reliability.breaker]\nenabled = false\n[providers.models.openai.backup.breaker]\nenabled = true\n", True),
+    ],
+    ids=["default", "disabled", "disabled-but-one-profile"],
+)
+def test_walks_get_the_breakers_only_when_some_entry_has_one(extra: str, walks_have_them: bool) -> None:
+    """With every breaker disabled the walks carry none (no bookkeeping on any call); else they share one registry."""
+    f, _ = factory(CONFIG + extra)
+    walks = f.router().targets()
+    assert len(walks) == 2
+    assert all((w.breakers is f.breakers) is walks_have_them for w in walks)
+    assert all((w.breakers is None) is not walks_have_them for w in walks)

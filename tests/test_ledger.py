@@ -423,8 +423,9 @@ async def test_summary_totals_failure_classes_fallbacks_and_costs(path: Path) ->
     await _three_calls(path)
     s = summarize(path)
     assert (s.calls, s.failed_calls, s.fallbacks, s.attempts) == (3, 1, 1, 6)
-    assert s.failure_classes == {"retryable": 2, "rate_limited": 1, "cooldown_skip": 1}
+    assert s.failure_classes == {"retryable": 2, "rate_limited": 1}
     assert next(iter(s.failure_classes)) == "retryable"  # the most frequent class first
+    assert s.skips == {"cooldown_skip": 1}
     assert s.cost_usd == pytest.approx(0.03)
 
 
@@ -442,6 +443,33 @@ async def test_summary_per_profile_and_model(path: Path) -> None:
     assert (openai.input_tokens, openai.output_tokens) == (10, 5)
     assert openai.cost_usd == pytest.approx(0.01)
     assert openai.avg_duration_ms == pytest.approx((100 + 50 + 30) / 3)
+
+
+async def test_summary_counts_breaker_skips_as_skips_not_failures_and_not_in_the_duration(path: Path) -> None:
+    """Breaker and cooldown skips are counted apart from failure classes and left out of the average duration."""
+    led = Ledger(path, batch_delay=0)
+    for n in range(3):
+        led.record(
+            call(
+                f"c{n}",
+                [
+                    attempt("breaker_skip", duration_ms=0),
+                    attempt("cooldown_skip", CLAUDE, duration_ms=0),
+                    attempt("ok", CLAUDE, duration_ms=90),
+                ],
+                served=CLAUDE,
+                fallback=True,
+            )
+        )
+    led.record(call("c3", [attempt("timeout", duration_ms=500), attempt("ok", CLAUDE, duration_ms=90)], served=CLAUDE))
+    await asyncio.wait_for(led.aclose(), BOUND)
+    s = summarize(path)
+    assert s.skips == {"breaker_skip": 3, "cooldown_skip": 3}
+    assert s.failure_classes == {"timeout": 1}
+    claude, openai = s.routes
+    assert openai.outcomes == {"breaker_skip": 3, "timeout": 1}
+    assert openai.avg_duration_ms == pytest.approx(500.0)
+    assert claude.avg_duration_ms == pytest.approx(90.0)
 
 
 async def test_summary_of_unpriced_routes_has_no_cost(path: Path) -> None:
@@ -470,8 +498,8 @@ async def test_summary_since_counts_only_later_calls_and_attempts(path: Path) ->
 def test_summary_of_a_missing_file_is_empty_and_creates_nothing(tmp_path: Path) -> None:
     """Summarising a ledger that was never written gives zeros and does not create the file."""
     s = summarize(tmp_path / "none.sqlite3")
-    assert (s.calls, s.failed_calls, s.fallbacks, s.attempts, s.failure_classes, s.cost_usd, s.routes) == (
-        0, 0, 0, 0, {}, None, [],
+    assert (s.calls, s.failed_calls, s.fallbacks, s.attempts, s.failure_classes, s.cost_usd, s.routes, s.skips) == (
+        0, 0, 0, 0, {}, None, [], {},
     )  # fmt: skip
     assert list(tmp_path.iterdir()) == []
 

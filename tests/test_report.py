@@ -24,6 +24,7 @@ from turnout.report import (
     MAX_AGGREGATE_BYTES,
     MAX_RETAINED_EVENTS,
     NO_LIVE_KEY,
+    PROBE_TAKEN,
     aggregate_message,
     diagnostic,
     error_detail,
@@ -90,6 +91,8 @@ def test_error_detail_prefers_the_rejected_key_over_the_status() -> None:
     [
         (attempt("cooldown_skip", try_number=0), "rate_limited", "cooldown"),
         (attempt("cooldown_skip", detail=KEYS_COOLING, try_number=0), "rate_limited", "cooldown"),
+        (attempt("breaker_skip", try_number=0), "breaker_open", "breaker"),
+        (attempt("breaker_skip", detail=PROBE_TAKEN, try_number=0), "breaker_open", "breaker"),
         (attempt("rate_limited", status=429), "rate_limited", "http_response"),
         (attempt("rate_limited_non_retryable", status=429), "quota", "http_response"),
         (attempt("context_window", status=400), "context_window", "request_validation"),
@@ -151,6 +154,18 @@ def test_aggregate_message_shape() -> None:
         "hint=wait for provider cooldown or switch provider",
         "event 3 (retry 2/3): empty_response; kind=empty_response; phase=response; "
         "hint=provider returned no text and no tool calls",
+    ]
+
+
+def test_aggregate_message_names_a_breaker_skip_and_its_probe() -> None:
+    """A breaker skip is its own event: the reason says the circuit breaker is open, the hint when it is probed."""
+    attempts = [attempt("breaker_skip", try_number=0), attempt("breaker_skip", detail=PROBE_TAKEN, try_number=0)]
+    assert aggregate_message(attempts, 3).split("\n") == [
+        HEADER.format(n=2),
+        "event 1 (retry 0/3): circuit_breaker_open; kind=breaker_open; phase=breaker; "
+        "hint=the entry kept failing; one call probes it after the open interval",
+        "event 2 (retry 0/3): circuit_breaker_open; kind=breaker_open; phase=breaker; "
+        "hint=another call is probing this entry; wait for it or switch provider",
     ]
 
 

@@ -37,16 +37,20 @@ Outcome: TypeAlias = Literal[
     "cancelled",
 ]
 
+#: Outcomes of an entry skipped without a call (it was cooling down, or its circuit breaker was open): no cost,
+#: no latency, and no failure of the provider's own.
+SKIPS: frozenset[str] = frozenset(("cooldown_skip", "breaker_skip"))
+
 
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
-    """One physical provider call, or one cooldown skip.
+    """One physical provider call, or one skip (cooldown or circuit breaker).
 
     Attributes:
         provider: The profile, ``family.alias``.
         model: The model sent (the pin for a pinned entry).
-        outcome: ``ok`` or the failure's class (``cooldown_skip`` for a skipped entry).
+        outcome: ``ok`` or the failure's class (``cooldown_skip`` or ``breaker_skip`` for a skipped entry).
         status: HTTP status when the provider answered.
         key_id: First 8 hex digits of the SHA-256 of the key used.
         usage: Usage reported by this attempt (rejected attempts keep theirs here).

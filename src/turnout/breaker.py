@@ -92,6 +92,17 @@ class Gate(Enum):
     """The open interval is over: one call may probe the entry."""
 
 
+def entry_key(profile: str, model: str) -> str:
+    """The key of an entry's breaker: ``family.alias/model`` (the model may hold more slashes; the profile none)."""
+    return f"{profile}/{model}"
+
+
+def split_entry_key(key: str) -> tuple[str, str]:
+    """``(profile, model)`` of an :func:`entry_key`."""
+    profile, _, model = key.partition("/")
+    return profile, model
+
+
 def gate(record: BreakerRecord | None, now: float) -> Gate:
     """What a breaker in ``record`` (None: closed) lets through at ``now``."""
     if record is None:

@@ -299,6 +299,7 @@ def ledger(
             "fallbacks": summary.fallbacks,
             "attempts": summary.attempts,
             "failure_classes": summary.failure_classes,
+            "skips": summary.skips,
             "cost_usd": summary.cost_usd,
             "routes": [
                 {
@@ -325,6 +326,8 @@ def ledger(
     )
     if summary.failure_classes:
         out.print(shown("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items())))
+    if summary.skips:
+        out.print(shown("skipped without a call: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items()))))
     table = Table(box=None, header_style="bold")
     for col in ("profile", "model", "attempts", "outcomes", "tokens in/out", "cost", "avg ms"):
         table.add_column(col)
@@ -352,7 +355,7 @@ GatewayOption = Annotated[
 
 @app.command()
 def status(config: ConfigOption = None, as_json: JsonOption = False, gateway: GatewayOption = None) -> None:
-    """Show shared cooldowns and dead keys (from Redis when [state] backend = "redis"), or a running gateway's."""
+    """Show shared cooldowns, dead keys and breakers (from Redis when [state] backend = "redis"), or a gateway's."""
     if gateway is not None:
         _gateway_status(gateway, as_json)
         return
@@ -367,15 +370,19 @@ def status(config: ConfigOption = None, as_json: JsonOption = False, gateway: Ga
     out = _out()
     out.print(f"state backend: {body['backend']}", markup=False)
     if body["backend"] == "memory":
-        out.print("cooldowns live in each process; ask a running gateway: turnout status --gateway URL", markup=False)
+        out.print(
+            "cooldowns and breakers live in each process; ask a gateway: turnout status --gateway URL", markup=False
+        )
     for key, secs in body["cooldowns"].items():
         out.print(Text("  cooling  ") + shown(key) + Text(f"  {secs:.1f}s left"))
     for dead in body["dead_keys"]:
         out.print(Text("  dead key ") + shown(_dead_key_line(dead)))
+    for row in body["breakers"]:
+        out.print(Text("  breaker  ") + shown(_breaker_line(row)))
 
 
 def _gateway_status(url: str, as_json: bool) -> None:
-    """``turnout status --gateway URL``: the gateway's cooldowns, dead keys and rate-limit headroom."""
+    """``turnout status --gateway URL``: the gateway's cooldowns, dead keys, circuit breakers and headroom."""
     from turnout.gateway.reader import GatewayUnreadable, headroom_line, printable, read_status, rows
 
     try:
@@ -397,6 +404,12 @@ def _gateway_status(url: str, as_json: bool) -> None:
         except (KeyError, TypeError, ValueError):  # not the shape this version prints: shown as it came
             line = str(dead)
         out.print(f"  dead key {printable(line, 200)}", markup=False)
+    for row in rows(body, "breakers"):
+        try:
+            line = _breaker_line(row)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            line = str(row)
+        out.print(f"  breaker  {printable(line, 200)}", markup=False)
     for row in rows(body, "headroom"):
         out.print(f"  headroom {headroom_line(row)}", markup=False)
 
@@ -411,9 +424,19 @@ def _dead_key_line(dead: dict[str, Any]) -> str:
     return f"{line}  the next request probes it"
 
 
+def _breaker_line(row: dict[str, Any]) -> str:
+    """One breaker that is not closed, as ``/status`` and :meth:`turnout.health.Breakers.describe` give it."""
+    line = f"{row['entry']}  {row['state'].replace('_', '-')}"
+    opened = f"(opened for {row['interval']:g}s)"
+    if row["state"] == "open":
+        return f"{line}  {row['remaining_seconds']:.1f}s left {opened}, then one call probes it"
+    return f"{line}  the next call probes it {opened}"
+
+
 async def _status(cfg: Config) -> dict[str, Any]:
     if cfg.state.backend != "redis":
-        return {"backend": "memory", "cooldowns": {}, "dead_keys": []}
+        return {"backend": "memory", "cooldowns": {}, "dead_keys": [], "breakers": []}
+    from turnout.health import describe_breakers
     from turnout.state.redis import RedisStore
 
     assert cfg.state.url is not None
@@ -426,6 +449,7 @@ async def _status(cfg: Config) -> dict[str, Any]:
             "connected": store.connected,
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
             "dead_keys": store.dead_keys(now),
+            "breakers": describe_breakers(store.breakers(), now),
         }
     finally:
         await store.aclose()

@@ -345,9 +345,10 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Current cooldowns (seconds remaining), dead keys (id, rest, probe) and the rate-limit headroom last seen.
+        """Cooldowns (seconds left), dead keys (id, rest, probe), circuit breakers that are not closed and headroom.
 
-        ``headroom`` has one row per profile and key whose answers announced their rate limits in this process
+        ``breakers`` has one row per open or half-open entry (see :meth:`turnout.health.Breakers.describe`);
+        ``headroom`` one row per profile and key whose answers announced their rate limits in this process
         (see :meth:`turnout.headroom.HeadroomBook.describe`).
         """
         now = self.factory.clock()
@@ -355,6 +356,7 @@ class Client:
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
             "dead_keys": store.dead_keys(now),
+            "breakers": self.factory.breakers.describe(now),
             "profiles": sorted(self.config.profiles()),
             "headroom": [row for _, book in sorted(self.factory.books.items()) for row in book.describe(now)],
         }

@@ -2,15 +2,18 @@
 
 The simulator runs in process; the ledger lives in a temporary directory that is removed afterwards.
 Each step scripts the simulator, makes one call through a real :class:`~turnout.Client` over HTTP, and
-prints the attempts, the served route and the cost.
+prints the attempts, the served route and the cost. One step (:class:`Tour`) makes a series of calls: an
+outage that the circuit breaker learns and forgets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from turnout.attribution import Attempt
+from turnout.attribution import SKIPS, Attempt
 from turnout.client import Client
 from turnout.errors import ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.ledger import summarize
@@ -53,6 +56,9 @@ uri = "{openai}"
 api_key = "sk-demo-deepseek"
 model = "deepseek-reasoner"
 
+[providers.models.anthropic.main.breaker]
+open_secs = {open_secs}
+
 [[model_routes]]
 hint = "reasoning"
 model_provider = "deepseek.reasoner"
@@ -68,6 +74,28 @@ path = "{ledger}"
 
 PROMPT = [{"role": "user", "content": "Summarise the release notes in one sentence."}]
 
+#: The primary of the outage tour, and the most calls the tour makes.
+PRIMARY = "claude-sonnet-4-5"
+MAX_TOUR_CALLS = 40
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutageTiming:
+    """The clock of the outage tour.
+
+    Attributes:
+        open_secs: The primary's breaker first opens for this long (``open_secs`` of its ``breaker`` table).
+        outage_secs: The primary answers 503 for this long.
+        pace_secs: The pause between two calls.
+    """
+
+    open_secs: float = 0.5
+    outage_secs: float = 1.5
+    pace_secs: float = 0.25
+
+
+TIMING = OutageTiming()
+
 
 @dataclass
 class Step:
@@ -79,7 +107,17 @@ class Step:
     run: Callable[[Client], Awaitable[Reply]]
 
 
-def _steps() -> list[Step]:
+@dataclass
+class Tour:
+    """A stop of the tour that makes several calls and prints them itself; ``play`` says whether it went as told."""
+
+    title: str
+    explain: str
+    script: dict[str, Any]
+    play: Callable[[Console, Client, Simulator], Awaitable[bool]]
+
+
+def _steps() -> list[Step | Tour]:
     async def chat(c: Client, **kw: Any) -> Reply:
         return await c.chat(PROMPT, **kw)
 
@@ -124,6 +162,15 @@ def _steps() -> list[Step]:
             {"claude-sonnet-4-5": {"steps": ["refusal"]}},
             chat,
         ),
+        Tour(
+            "An outage is learned and forgotten (circuit breaker)",
+            f"claude-sonnet-4-5 answers 503 for {TIMING.outage_secs:g} s; a call every {TIMING.pace_secs:g} s. After a "
+            "few health failures its breaker opens: calls skip it at no cost (breaker_skip) and claude-haiku-4-5 "
+            f"serves. After {TIMING.open_secs:g} s one call probes it; a failed probe reopens the breaker for twice as "
+            "long; once the outage is over the next probe closes it and the primary serves again.",
+            outage_script(TIMING),
+            outage_tour,
+        ),
         Step(
             "A truncated stream",
             "The stream ends after 8 words without message_stop. The user saw those words, so nothing is "
@@ -162,7 +209,7 @@ def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
         ("retry hint", "right"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    styles = {"ok": "green", "cooldown_skip": "yellow", "stream_interrupted": "red"}
+    styles = {"ok": "green", "cooldown_skip": "yellow", "breaker_skip": "yellow", "stream_interrupted": "red"}
     for i, a in enumerate(attempts, 1):
         tokens = f"{a.usage.input_tokens}/{a.usage.output_tokens}" if a.usage else "-"
         cost = f"${a.cost_usd:.6f}" if a.cost_usd is not None else "-"
@@ -175,7 +222,7 @@ def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
             a.key_id or "-",
             tokens,
             cost,
-            f"{a.duration_ms:.0f}" if a.outcome != "cooldown_skip" else "-",
+            f"{a.duration_ms:.0f}" if a.outcome not in SKIPS else "-",
             f"{a.retry_after:.1f}s" if a.retry_after is not None else "-",
         )
     return table
@@ -188,11 +235,15 @@ async def run_demo(console: Console | None = None) -> int:
         if not console.is_terminal:
             console = Console(highlight=False, width=max(console.width, 120))
     started = time.perf_counter()
+    as_told = True
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
         ledger_path = Path(tmp) / "ledger.sqlite3"
         async with Simulator() as sim:
             config = DEMO_CONFIG.format(
-                anthropic=sim.base_url("anthropic"), openai=sim.base_url("openai"), ledger=ledger_path
+                anthropic=sim.base_url("anthropic"),
+                openai=sim.base_url("openai"),
+                ledger=ledger_path,
+                open_secs=TIMING.open_secs,
             )
             async with Client.from_toml(config) as client:
                 console.print(
@@ -204,7 +255,12 @@ async def run_demo(console: Console | None = None) -> int:
                 )
                 for n, step in enumerate(_steps(), 1):
                     sim.set_script({"models": step.script})
-                    await _run_step(console, client, n, step)
+                    if isinstance(step, Tour):
+                        console.rule(f"[bold]{n}. {step.title}")
+                        console.print(step.explain, style="dim")
+                        as_told = as_told and await step.play(console, client, sim)
+                    else:
+                        await _run_step(console, client, n, step)
         summary = summarize(ledger_path)
         table = Table(title="Ledger summary", box=None, header_style="bold")
         for col in ("profile", "model", "attempts", "outcomes", "cost"):
@@ -215,11 +271,12 @@ async def run_demo(console: Console | None = None) -> int:
             table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
         console.print(table)
         total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
+        skips = ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items())) or "none"
         console.print(
-            f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts, total cost {total}; "
-            f"tour took {time.perf_counter() - started:.1f}s"
+            f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts (skipped without a "
+            f"call: {skips}), total cost {total}; tour took {time.perf_counter() - started:.1f}s"
         )
-    return 0
+    return 0 if as_told else 1
 
 
 async def _run_step(console: Console, client: Client, n: int, step: Step) -> None:
@@ -251,6 +308,112 @@ async def _run_step(console: Console, client: Client, n: int, step: Step) -> Non
     if reply.notice:
         console.print(reply.notice, style="yellow")
     console.print(_attempts_table(reply.attempts))
+
+
+def outage_script(timing: OutageTiming) -> dict[str, Any]:
+    """The simulator's models for the outage tour: the primary is down for ``timing.outage_secs``."""
+    return {PRIMARY: {"steps": [{"do": "flapping", "down": timing.outage_secs}]}}
+
+
+async def outage_tour(
+    console: Console,
+    client: Client,
+    sim: Simulator,
+    timing: OutageTiming = TIMING,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> bool:
+    """Calls through an outage of the primary; prints one row per call; True when the breaker did as described.
+
+    As described: the breaker opened within the first three calls; from then on each call either skipped the
+    primary or probed it with one try, probes at least one open interval apart; and the primary served again
+    within one open interval of the outage's end.
+
+    Args:
+        console: Where the table goes.
+        client: A client of the demo's configuration, the primary's ``breaker.open_secs`` as ``timing`` says.
+        sim: The simulator, scripted with :func:`outage_script` just before.
+        timing: The tour's clock.
+        clock: Seconds (the tour's own time line).
+        sleep: The pause between calls.
+    """
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for name in ("call", "at", "attempts (the last one served)", "ms", "the primary's breaker after the call"):
+        table.add_column(name)
+    start, seen = clock(), len(sim.log)
+    calls: list[tuple[float, Reply]] = []
+    while len(calls) < MAX_TOUR_CALLS:
+        at = clock() - start
+        t0 = time.perf_counter()
+        with _quiet("turnout.breaker"):  # the table says what the breaker's log lines would
+            reply = await client.chat(PROMPT)
+        calls.append((at, reply))
+        breaker = _primary_breaker(client)
+        table.add_row(
+            str(len(calls)),
+            f"{at:.2f}s",
+            _compact(reply.attempts),
+            f"{(time.perf_counter() - t0) * 1000:.0f}",
+            Text(breaker, style="green" if breaker == "closed" else "yellow"),
+        )
+        if at > timing.outage_secs and reply.served.model == PRIMARY and breaker == "closed":
+            break
+        await sleep(timing.pace_secs)
+    console.print(table)
+    hits = sum(1 for e in sim.log[seen:] if e.model == PRIMARY)
+    console.print(f"The primary was sent {hits} requests in {len(calls)} calls.", markup=False)
+    return outage_as_told(calls, timing)
+
+
+def outage_as_told(calls: list[tuple[float, Reply]], timing: OutageTiming = TIMING) -> bool:
+    """Whether the calls of :func:`_outage_tour` (time since the outage began, reply) show what it describes."""
+    tried = [[a for a in reply.attempts if a.model == PRIMARY and a.outcome != "breaker_skip"] for _, reply in calls]
+    if not tried or any(len(t) > 1 for t in tried[3:]):  # after the third call: a skip, or a probe of one try
+        return False
+    probes = [at for (at, _), t in zip(calls[3:], tried[3:], strict=True) if t]
+    interval, last = timing.open_secs, None
+    for at, t in zip(probes, (t for t in tried[3:] if t), strict=True):
+        if last is not None and at - last < interval:
+            return False
+        if t[0].outcome != "ok":
+            interval *= 2
+        last = at
+    back = next((at for at, reply in calls if at > timing.outage_secs and reply.served.model == PRIMARY), None)
+    return back is not None and back - timing.outage_secs <= interval + timing.pace_secs
+
+
+def _compact(attempts: tuple[Attempt, ...]) -> Text:
+    """Each model with the outcomes of its attempts in order (a status where there was one)."""
+    groups: list[list[str]] = []
+    for a in attempts:
+        said = str(a.status) if a.status is not None else a.outcome
+        if groups and groups[-1][0] == a.model:
+            groups[-1].append(said)
+        else:
+            groups.append([a.model, said])
+    return shown(" → ".join(" ".join(g) for g in groups))
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Hold back the warnings of the logger ``name`` (and below) for the block."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _primary_breaker(client: Client) -> str:
+    row = next((b for b in client.status()["breakers"] if b["model"] == PRIMARY), None)
+    if row is None:
+        return "closed"
+    if row["state"] == "open":
+        return f"open, {row['remaining_seconds']:.2f}s left"
+    return "half-open: the next call probes it"
 
 
 def main() -> int:

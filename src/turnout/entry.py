@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from turnout.attribution import RouteRef
+from turnout.breaker import entry_key
 from turnout.keys import KeyPool
 from turnout.pricing import Rates
 from turnout.provider import Provider
@@ -79,7 +80,7 @@ class Entry:
         route = self._route
         if route is None or route.model != served:
             route = self._route = RouteRef(provider=self.profile, model=served)
-            self._health_key = f"{self.profile}/{served}"
+            self._health_key = entry_key(self.profile, served)
         return route
 
     def health_key(self, served: str) -> str:

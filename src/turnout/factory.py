@@ -154,7 +154,7 @@ class Factory:
                 sleep=self.sleep,
                 jitter=self.jitter,
                 name=route.hint or route.profile,
-                breakers=self.breakers,
+                breakers=self.breakers if self.breakers.active else None,
                 stats=self.stats,
                 hedging=self.hedging,
             )

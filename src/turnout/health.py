@@ -2,8 +2,9 @@
 
 :mod:`turnout.breaker` says when a breaker opens and what it lets through; this module keeps one streak per
 entry (per process: every walk that reaches the entry, whatever its route, counts in it), opens, reopens and
-closes the shared records, and counts the transitions for ``/metrics``. The walk asks it three things: the
-gate of an entry, the probe of a half-open one, and what a try's outcome changes.
+closes the shared records, and counts the transitions for ``/metrics``. The walk reads an entry's open record
+from :attr:`Breakers.store` (no I/O; :func:`turnout.breaker.gate` says what it lets through) and asks this
+module two things: the probe of a half-open entry, and what a try's outcome changes.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
-from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate
+from turnout.breaker import BreakerRecord, BreakerSettings, Streak, gate, split_entry_key
 from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.breaker")
@@ -48,14 +49,14 @@ class Breakers:
         #: Transitions seen by this process, by (entry, transition).
         self.transitions: Counter[tuple[str, Transition]] = Counter()
 
+    @property
+    def active(self) -> bool:
+        """Whether any entry has a breaker (when none has, the walks are built without this registry: no cost)."""
+        return self.default.enabled or any(s.enabled for s in self.profiles.values())
+
     def settings(self, profile: str) -> BreakerSettings:
         """The settings of ``profile``'s entries."""
         return self.profiles.get(profile, self.default)
-
-    def gate(self, key: str, now: float) -> tuple[Gate, BreakerRecord | None]:
-        """What the breaker of the entry ``key`` lets through at ``now``, and its record."""
-        record = self.store.breaker(key)
-        return gate(record, now), record
 
     async def claim_probe(self, key: str, now: float) -> bool:
         """Take the one probe of the half-open entry ``key`` (False: another call has it)."""
@@ -112,14 +113,32 @@ class Breakers:
             record.interval,
         )
 
-    def describe(self, now: float) -> dict[str, dict[str, float | str]]:
-        """Every open or half-open breaker, for ``/status`` (times as seconds from ``now``)."""
-        return {
-            key: {
+    def describe(self, now: float) -> list[dict[str, Any]]:
+        """Every breaker that is not closed, for ``/status`` and ``turnout status`` (an entry not listed is closed).
+
+        One row per entry, by entry key: ``entry`` (``family.alias/model``), ``profile``, ``model``, ``state``
+        (``open``, or ``half_open`` once the open interval is over: the next call probes the entry, or one is
+        probing it), ``open_until`` and ``opened_at`` (Unix seconds), ``remaining_seconds`` (0 when half-open) and
+        ``interval`` (how long it was opened for).
+        """
+        return describe_breakers(self.store.breakers(), now)
+
+
+def describe_breakers(records: Mapping[str, BreakerRecord], now: float) -> list[dict[str, Any]]:
+    """The rows of :meth:`Breakers.describe` for open breaker records (as a state store lists them)."""
+    rows = []
+    for key, record in sorted(records.items()):
+        profile, model = split_entry_key(key)
+        rows.append(
+            {
+                "entry": key,
+                "profile": profile,
+                "model": model,
                 "state": gate(record, now).value,
-                "open_for": round(max(0.0, record.until - now), 3),
-                "opened_ago": round(max(0.0, now - record.opened_at), 3),
+                "open_until": record.until,
+                "remaining_seconds": round(max(0.0, record.until - now), 3),
+                "opened_at": record.opened_at,
                 "interval": record.interval,
             }
-            for key, record in sorted(self.store.breakers().items())
-        }
+        )
+    return rows

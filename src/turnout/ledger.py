@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnout.attribution import Attempt, RouteRef
+from turnout.attribution import SKIPS, Attempt, RouteRef
 from turnout.errors import ConfigError
 
 SCHEMA = """
@@ -310,7 +310,18 @@ class RouteSummary:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerSummary:
-    """What ``turnout ledger`` prints."""
+    """What ``turnout ledger`` prints.
+
+    Attributes:
+        calls: Calls since the cut-off.
+        failed_calls: Calls that ended without an answer.
+        fallbacks: Calls served by a fallback.
+        attempts: Attempt records, skips included.
+        failure_classes: Failed attempts per outcome, most frequent first (skips are not failures of a provider).
+        skips: Entries skipped without a call, per outcome (``cooldown_skip``, ``breaker_skip``).
+        cost_usd: Total cost, None when no attempt was priced.
+        routes: Totals per profile and model.
+    """
 
     calls: int
     failed_calls: int
@@ -319,14 +330,15 @@ class LedgerSummary:
     failure_classes: dict[str, int]
     cost_usd: float | None
     routes: list[RouteSummary]
+    skips: dict[str, int]
 
 
 def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
-    """Totals per profile and model, failure classes, fallbacks and cost since ``since`` (Unix seconds)."""
+    """Totals per profile and model, failure classes, skips, fallbacks and cost since ``since`` (Unix seconds)."""
     p = Path(path)
     if not p.exists():
         return LedgerSummary(
-            calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None, routes=[]
+            calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None, routes=[], skips={}
         )
     db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True)  # as_uri escapes '#', '?' and '%'
     try:
@@ -362,7 +374,7 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         r["out"] += tout
         if cost is not None:
             r["cost"] = (r["cost"] or 0.0) + cost
-        if avg is not None and outcome != "cooldown_skip":
+        if avg is not None and outcome not in SKIPS:
             r["dur"] += avg * n
             r["dur_n"] += n
     summaries = [
@@ -384,9 +396,10 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         failed_calls=failed,
         fallbacks=fallbacks,
         attempts=sum(s.attempts for s in summaries),
-        failure_classes=classes,
+        failure_classes={k: n for k, n in classes.items() if k not in SKIPS},
         cost_usd=sum(total_cost) if total_cost else None,
         routes=summaries,
+        skips={k: n for k, n in classes.items() if k in SKIPS},
     )
 
 

@@ -31,6 +31,8 @@ KEY_REJECTED = "key_rejected"
 NO_LIVE_KEY = "no_live_key"
 #: The detail tag of a skip because every live key of the pool is cooling down.
 KEYS_COOLING = "keys_cooling"
+#: The detail tag of a breaker skip because another call holds the probe of the half-open entry.
+PROBE_TAKEN = "probe_taken"
 
 
 def outcome_of(cls: ErrorClass) -> Outcome:
@@ -63,6 +65,10 @@ def diagnostic(a: Attempt) -> tuple[str, str, str]:
     """Content-free ``(kind, phase, hint)`` for a failed attempt."""
     if a.outcome == "cooldown_skip":
         return "rate_limited", "cooldown", "wait for provider cooldown or switch provider"
+    if a.outcome == "breaker_skip":
+        if a.detail == PROBE_TAKEN:
+            return "breaker_open", "breaker", "another call is probing this entry; wait for it or switch provider"
+        return "breaker_open", "breaker", "the entry kept failing; one call probes it after the open interval"
     if a.outcome == "rate_limited":
         return "rate_limited", "http_response", "wait, change key/quota, or switch provider"
     if a.outcome == "rate_limited_non_retryable":
@@ -93,7 +99,7 @@ def diagnostic(a: Attempt) -> tuple[str, str, str]:
     return "provider_error", "unknown", "inspect provider error or switch provider"
 
 
-_REASONS = {"empty": "empty_response", "cooldown_skip": "rate_limit_cooldown"}
+_REASONS = {"empty": "empty_response", "cooldown_skip": "rate_limit_cooldown", "breaker_skip": "circuit_breaker_open"}
 
 
 def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:

@@ -17,14 +17,13 @@ from enum import Enum
 from typing import TYPE_CHECKING, TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome
-from turnout.breaker import Gate
 from turnout.classify import error_class_of
 from turnout.entry import ContextLimits, Entry
 from turnout.errors import ContextWindowExceeded, EmptyCompletion, ProtocolError, ProviderError, RefusalError
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.provider import Provider, chat_using_tools
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, outcome_of
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 
 if TYPE_CHECKING:
@@ -203,9 +202,8 @@ class Walk:
                 continue
             if owner.cooling_until(entry, now) is not None or not entry.keys.has_usable(now):
                 continue
-            breakers = owner.breakers
-            if breakers is not None and breakers.gate(entry.health_key(served), now)[0] is not Gate.CLOSED:
-                continue
+            if owner.breakers is not None and owner.store.breaker(entry.health_key(served)) is not None:
+                continue  # open or half-open: a hedge is no probe
             return j, entry, served
         entry = owner.entries[i]
         if other_keys and entry.keys.rotates and entry.keys.has_usable(now):
@@ -223,7 +221,7 @@ class Walk:
             return True
         record = owner.store.breaker(key)
         since = record.opened_at if record is not None else now
-        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail="probe_taken")
+        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail=PROBE_TAKEN)
         return False
 
     def _unavailable(

@@ -148,3 +148,12 @@ async def get(server: GatewayServer, path: str, *, key: str | None = GATEWAY_KEY
 def decode_header(value: str) -> str:
     """Undo the gateway's RFC 8187 encoding of a non-ASCII header value."""
     return unquote(value[len("UTF-8''") :]) if value.startswith("UTF-8''") else value
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one Prometheus sample of a ``/metrics`` text with these labels (None when absent)."""
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
+            return float(value)
+    return None

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import orjson
 import pytest
-from gateway_support import GATEWAY_KEY, get, post
+from gateway_support import GATEWAY_KEY, get, post, sample
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
@@ -45,17 +45,6 @@ async def served(fleet: Fleet, text: str = BASE) -> AsyncIterator[tuple[GatewayS
     client = Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server, clock
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of one Prometheus sample (0 when absent)."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and line.split(" ")[0] != name:
-            continue
-        head, _, value = line.rpartition(" ")
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            return float(value)
-    return 0.0
 
 
 async def test_status_shows_cooldowns_dead_keys_and_recent_attempts() -> None:
@@ -124,7 +113,7 @@ async def test_two_gateways_in_one_process_keep_separate_metrics() -> None:
         first = (await get(one, "/metrics")).body.decode()
         second = (await get(two, "/metrics")).body.decode()
     assert sample(first, "turnout_gateway_requests_total", surface="openai", status="200") == 1
-    assert sample(second, "turnout_gateway_requests_total", surface="openai", status="200") == 0
+    assert sample(second, "turnout_gateway_requests_total", surface="openai", status="200") is None
 
 
 async def test_access_log_is_one_json_line_without_prompt_answer_or_key(caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from turnout.errors import ConfigError
 from turnout.sim import Script, Simulator
+from turnout.sim.grammar import parse_step_string
 from turnout.sim.script import parse_model_name
 
 PATH = "/v1/chat/completions"
@@ -101,6 +103,67 @@ async def test_flapping_follows_the_clock_and_reset(wire: Any, sim: Any, clock: 
     assert (await wire.post("/_sim/reset", b"")).status == 200
     clock.advance(6)
     assert (await wire.post(PATH, chat("sim-flap-d5"))).status == 200
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_outage_starts_after_its_healthy_seconds_and_ends_after_its_down_seconds(
+    wire: Any, sim: Any, clock: Any, stream: bool
+) -> None:
+    """sim-flap-a2-d3 answers for 2 s, answers 503 for the next 3 s, then answers again (streamed or not)."""
+    body = {**chat("sim-flap-a2-d3"), "stream": stream}
+    statuses = []
+    for step in (0.0, 1.9, 0.1, 2.9, 0.1, 10.0):
+        clock.advance(step)
+        statuses.append((await wire.post(PATH, body)).status)
+    assert statuses == [200, 200, 503, 503, 200, 200]
+    assert [e.outcome for e in sim.log] == ["ok", "ok", "status:503", "status:503", "ok", "ok"]
+
+
+async def test_a_silent_outage_holds_requests_until_the_client_goes_then_ends(wire: Any, sim: Any, clock: Any) -> None:
+    """A silent outage (scripted: after 1 s, down 2 s) accepts a request and never answers; afterwards it answers."""
+    sim.set_script({"models": {"m": {"steps": [{"do": "flapping", "after": 1, "down": 2, "mode": "silence"}]}}})
+    assert (await wire.post(PATH, chat("m"))).status == 200
+    clock.advance(1.5)
+    task = asyncio.create_task(wire.post(PATH, chat("m")))
+    held = await sim.wait_for_log(2, settled=False)
+    assert held[1].outcome == "pending"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    clock.advance(1.5)
+    assert (await wire.post(PATH, chat("m"))).status == 200
+    entries = await sim.wait_for_log(3)
+    assert [(e.behaviour, e.outcome) for e in entries] == [
+        ("flapping", "ok"),
+        ("flapping", "client_disconnected"),
+        ("flapping", "ok"),
+    ]
+
+
+def test_outage_grammar_reads_healthy_seconds_down_seconds_status_and_silence() -> None:
+    """In a flap step ``a`` is seconds healthy (a float), ``d`` seconds down, ``s`` the status, ``silent`` the mode."""
+    assert parse_step_string("flap-a2.5-d3-s500") == {"do": "flapping", "after": 2.5, "down": 3.0, "status": 500}
+    assert parse_step_string("flap-d3-silent") == {"do": "flapping", "down": 3.0, "mode": "silence"}
+    (outage,) = parse_model_name("sim-flap-a1-d2-silent").steps
+    assert (outage.down_from, outage.down, outage.silent) == (1.0, 2.0, True)
+    (plain,) = parse_model_name("sim-flap-d5").steps
+    assert (plain.down_from, plain.down, plain.silent) == (0.0, 5.0, False)
+
+
+@pytest.mark.parametrize(
+    ("step", "path"),
+    [
+        ({"do": "flapping", "down": 1, "mode": "hang"}, 'models."f".steps[0].mode'),
+        ({"do": "flapping", "down": 1, "after": -1}, 'models."f".steps[0].after'),
+        ({"do": "ok", "mode": "silence"}, 'models."f".steps[0].mode'),
+    ],
+    ids=["unknown-mode", "negative-after", "mode-on-another-step"],
+)
+def test_outage_fields_are_validated(step: dict[str, Any], path: str) -> None:
+    """An outage's mode and start are checked when the script loads; other steps take no mode."""
+    with pytest.raises(ConfigError) as info:
+        Script.from_dict({"models": {"f": {"steps": [step]}}})
+    assert info.value.path == path
 
 
 async def test_script_endpoint_replaces_script(wire: Any, sim: Any) -> None:

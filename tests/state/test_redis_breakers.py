@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from pathlib import Path
 
+import orjson
 import pytest
+from typer.testing import CliRunner
 
 from fakes import E, Scripted, err, req, walk
 from turnout.attribution import DispatchScope
 from turnout.breaker import BreakerRecord
+from turnout.cli import app
 from turnout.health import Breakers
 from turnout.state.redis import RedisStore
 
@@ -76,3 +81,39 @@ async def test_a_probe_claimed_while_redis_is_down_is_taken_locally(redis_server
         assert await store.claim_breaker_probe("x.y/m", now + 31, 30.0)
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_status_shows_open_and_half_open_breakers_from_redis(redis_url: str, tmp_path: Path, as_json: bool) -> None:
+    """``turnout status`` lists Redis's breakers: open with its time left, or half-open; a client's model escaped."""
+    hostile = "m\x1b]0;pwned\x07\nforged-row"
+
+    async def open_two() -> None:
+        store = RedisStore(redis_url, prefix="br4:")
+        try:
+            await store.start()
+            now = time.time()
+            await store.open_breaker("openai.a/m", BreakerRecord(opened_at=now, until=now + 30, interval=30.0))
+            await store.open_breaker(f"openai.b/{hostile}", BreakerRecord(opened_at=now - 9, until=now - 4, interval=5))
+        finally:
+            await store.aclose()
+
+    asyncio.run(open_two())
+    path = tmp_path / "turnout.toml"
+    path.write_text(
+        'default_provider = "openai.a"\n[providers.models.openai.a]\napi_key = "sk-never-shown"\nmodel = "m"\n'
+        f'[state]\nbackend = "redis"\nurl = "{redis_url}"\nkey_prefix = "br4:"\n'
+    )
+    result = CliRunner().invoke(app, ["status", "--config", str(path), *(["--json"] if as_json else [])])
+    assert result.exit_code == 0, result.output
+    if as_json:
+        first, second = orjson.loads(result.output)["breakers"]
+        assert (first["entry"], first["profile"], first["model"]) == ("openai.a/m", "openai.a", "m")
+        assert first["state"] == "open"
+        assert 29 < first["remaining_seconds"] <= 30 and first["interval"] == 30.0
+        assert (second["profile"], second["model"], second["state"]) == ("openai.b", hostile, "half_open")
+        assert second["remaining_seconds"] == 0.0
+    else:
+        assert re.search(r"breaker  openai\.a/m  open  (29\.\d|30\.0)s left \(opened for 30s\)", result.output)
+        assert "breaker  openai.b/m\\x1b]0;pwned\\x07\\nforged-row  half-open  the next call probes it" in result.output
+        assert "\x1b" not in result.output and "\nforged-row" not in result.output

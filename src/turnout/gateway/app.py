@@ -128,7 +128,9 @@ class Gateway:
                 code="ledger_required",
             )
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
-        self.metrics = Metrics(labelled=self.policy.served_models())
+        self.metrics = Metrics(
+            labelled=self.policy.served_models(), breakers=client.factory.breakers, clock=client.factory.clock
+        )
         self.recent = RecentAttempts()
         self.draining = False
         self.in_flight = 0

@@ -5,6 +5,11 @@ Attempt-level metrics come from the attempts of each call (``Reply.attempts`` or
 configuration names get their own labels: a model a client chose (for a profile without a pinned model) is
 counted as ``model="other"``, so no client string becomes a label.
 
+Circuit breakers are read at scrape time: ``turnout_breaker_state{entry}`` (0 closed, 1 open, 2 half-open) for
+every configured entry (``family.alias/model``) and ``turnout_breaker_transitions_total{entry,transition}`` from
+the process's counts. An entry whose model the configuration does not name is labelled ``family.alias/other``
+(its state is the highest among such entries of the profile).
+
 Counting is on every request's path, so it is a dict update per counter and a bucket update per histogram
 (the event loop is the only writer, so no lock); ``prometheus_client`` only formats the totals, when
 ``/metrics`` is scraped.
@@ -12,7 +17,9 @@ Counting is on every request's path, so it is a dict update per counter and a bu
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from itertools import accumulate
 from typing import Any
@@ -20,12 +27,17 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from turnout.attribution import Attempt
+from turnout.attribution import SKIPS, Attempt
+from turnout.breaker import Gate, entry_key, gate, split_entry_key
+from turnout.health import Breakers
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+#: ``turnout_breaker_state`` of each gate.
+BREAKER_STATES = {Gate.CLOSED: 0, Gate.OPEN: 1, Gate.DUE: 2}
 
 Labels = tuple[str, ...]
 
@@ -83,16 +95,26 @@ class Metrics:
     ``turnout_upstream_attempts_total{provider,model,outcome}``,
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
-    ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``, and
+    ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``,
     ``turnout_headroom_requests{profile,key_id}`` / ``turnout_headroom_tokens{profile,key_id}`` (what each
-    configured profile and key last announced it has left; labelled with configuration only).
+    configured profile and key last announced it has left; labelled with configuration only),
+    ``turnout_breaker_state{entry}`` and ``turnout_breaker_transitions_total{entry,transition}``.
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
         registry: The registry (default: a new one).
+        breakers: The client's circuit breakers (None: no breaker metrics).
+        clock: Wall clock in seconds (whether an open breaker's interval is over).
     """
 
-    def __init__(self, labelled: Collection[tuple[str, str]] = (), registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        labelled: Collection[tuple[str, str]] = (),
+        registry: CollectorRegistry | None = None,
+        *,
+        breakers: Breakers | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.requests = _Counter(
             "turnout_gateway_requests", "Gateway requests by surface and HTTP status.", ("surface", "status")
@@ -133,6 +155,8 @@ class Metrics:
             _OVERHEAD_BUCKETS,
         )
         self._labelled = frozenset(labelled)
+        self._breakers = breakers
+        self._clock = clock
         self._statuses: dict[int, str] = {}
         self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
         self._headroom: list[Mapping[str, Any]] = []  # the rows of Client.status()["headroom"], at scrape time
@@ -168,7 +192,7 @@ class Metrics:
             provider = a.provider
             model = a.model if (provider, a.model) in labelled else "other"
             self.attempts.inc((provider, model, a.outcome))
-            if a.outcome == "cooldown_skip":
+            if a.outcome in SKIPS:
                 continue
             if a.try_number > 1:
                 self.retries.inc((provider, model))
@@ -180,6 +204,37 @@ class Metrics:
             self.fallbacks.inc(fallback)
         if seconds is not None:
             self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
+
+    def breaker_families(self) -> list[Metric]:
+        """The breaker gauge and transition counter as they are now (labelled with configured entries only)."""
+        state = GaugeMetricFamily(
+            "turnout_breaker_state", "Circuit breaker per entry: 0 closed, 1 open, 2 half-open.", labels=("entry",)
+        )
+        moves = CounterMetricFamily(
+            "turnout_breaker_transitions",
+            "Circuit breaker transitions per entry: opened, probe, closed, reopened.",
+            labels=("entry", "transition"),
+        )
+        breakers = self._breakers
+        if breakers is not None:
+            now = self._clock()
+            codes = {entry_key(p, m): 0 for p, m in sorted(self._labelled)}
+            for key, record in breakers.store.breakers().items():
+                label = self._entry(key)
+                codes[label] = max(codes.get(label, 0), BREAKER_STATES[gate(record, now)])
+            for label, code in codes.items():
+                state.add_metric((label,), code)
+            counts: Counter[tuple[str, str]] = Counter()
+            for (key, transition), n in breakers.transitions.items():
+                counts[(self._entry(key), transition)] += n
+            for labels, n in sorted(counts.items()):
+                moves.add_metric(labels, n)
+        return [state, moves]
+
+    def _entry(self, key: str) -> str:
+        """The ``entry`` label of a breaker key: itself when configured, else ``family.alias/other``."""
+        profile, model = split_entry_key(key)
+        return key if (profile, model) in self._labelled else entry_key(profile, "other")
 
     def render(self, in_flight: int, cooldowns_active: int, headroom: Iterable[Mapping[str, Any]] = ()) -> bytes:
         """The exposition text, with the gauges as they are now.
@@ -225,3 +280,4 @@ class _Collector:
         yield m.ttft.family()
         yield m.overhead.family()
         yield from m.headroom_families()
+        yield from m.breaker_families()

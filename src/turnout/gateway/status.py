@@ -1,10 +1,10 @@
 """``GET /status`` and the shape of ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
-id, the rate-limit headroom each profile and key last announced, and attempt counts per outcome over a
-recent window. ``/v1/models`` lists what the caller's key may put in ``model`` (which names those are is
-:mod:`turnout.gateway.policy`'s decision); each key's list is encoded once, since the configuration does not
-change while the gateway runs.
+id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
+until a time, or half-open), and attempt counts per outcome over a recent window. ``/v1/models`` lists what
+the caller's key may put in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision);
+each key's list is encoded once, since the configuration does not change while the gateway runs.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
             "cooldowns": cooldowns,
             "dead_keys": state["dead_keys"],
             "headroom": state["headroom"],
+            "breakers": state["breakers"],
             "recent_attempts": recent.snapshot(),
         }
     )

@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from turnout.attribution import Attempt
+from turnout.attribution import SKIPS, Attempt
 from turnout.config import Config, resolve_profile_ref
 from turnout.config.secrets import scrub
 from turnout.errors import (
@@ -193,7 +193,6 @@ CLIENT_STATUSES: Mapping[int, FailureKind] = {
     413: "too_large",
     422: "invalid_request",
 }
-_SKIPS = frozenset(("cooldown_skip", "breaker_skip"))
 _MAX_UPSTREAM_MESSAGE = 1000
 _CODE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -207,7 +206,7 @@ def upstream_client_error(exc: AllProvidersFailed) -> ProviderError | None:
     last = exc.last_error
     if not isinstance(last, ProviderError) or last.status not in CLIENT_STATUSES:
         return None
-    tried = [a for a in exc.attempts if a.outcome not in _SKIPS]
+    tried = [a for a in exc.attempts if a.outcome not in SKIPS]
     if tried and all(a.outcome == "non_retryable" and a.status in CLIENT_STATUSES for a in tried):
         return last
     return None

@@ -208,7 +208,9 @@ class Behaviour:
         tps: Stream pacing in units per second, or None for no pacing.
         after: Units sent before a stall, cut, malformed chunk or in-band error.
         hard: For ``cut``: drop the connection instead of ending the body cleanly.
-        down: For ``flapping``: seconds after start or reset during which the error is sent.
+        down: For ``flapping``: how long the outage lasts, in seconds.
+        down_from: For ``flapping``: seconds after start or reset before the outage begins.
+        silent: For ``flapping``: during the outage, accept requests and never answer instead of sending the error.
     """
 
     kind: Kind
@@ -219,6 +221,12 @@ class Behaviour:
     after: int = 0
     hard: bool = False
     down: float = 0.0
+    down_from: float = 0.0
+    silent: bool = False
+
+    def is_down(self, elapsed: float) -> bool:
+        """Whether a ``flapping`` step's outage is on ``elapsed`` seconds after start or reset."""
+        return self.down_from <= elapsed < self.down_from + self.down
 
 
 # The words generated for ``tokens = N`` answers; cycled.

@@ -10,12 +10,14 @@
     param    := <key><number> | <flag>
 
 Keys: ``t`` tokens (answer words; for context errors the prompt size), ``r`` reasoning words,
-``tc`` tool calls, ``tps`` stream pacing, ``a`` units before a stream fault, ``d`` delay in seconds
-(``flap``: seconds down), ``ra`` Retry-After seconds, ``ms`` retry-after-ms, ``s`` status,
-``lim`` context limit. Flags: ``len`` (finish by length), ``hard`` (cut drops the connection),
-``or`` (OpenRouter-style in-band error), ``prompt`` (Gemini blocks the prompt), and an error name
-(``inband-a2-overloaded``). Error names: ``ratelimit quota billing auth forbidden notfound context
-policy server badgateway unavailable overloaded``.
+``tc`` tool calls, ``tps`` stream pacing, ``a`` units before a stream fault (``flap``: seconds healthy
+before the outage), ``d`` delay in seconds (``flap``: seconds down), ``ra`` Retry-After seconds, ``ms``
+retry-after-ms, ``s`` status, ``lim`` context limit. Flags: ``len`` (finish by length), ``hard`` (cut drops
+the connection), ``or`` (OpenRouter-style in-band error), ``prompt`` (Gemini blocks the prompt), ``silent``
+(a ``flap`` outage accepts requests and never answers), and an error name (``inband-a2-overloaded``).
+Error names: ``ratelimit quota billing auth forbidden notfound context policy server badgateway
+unavailable overloaded``. An outage that starts and ends: ``flap-a10-d30`` answers for 10 s, 503 for 30 s,
+then answers again; ``flap-a10-d30-silent`` goes silent instead of answering 503.
 
 The same text without ``sim-`` is the short form of a script step: ``steps = ["429-ra2", "ok"]``.
 Parsing splits on ``-`` and reads characters; no regular expressions run per request, and parsed
@@ -70,7 +72,12 @@ ERROR_NAMES = {
 
 _INT_KEYS = {"t": "tokens", "r": "reasoning_tokens", "a": "after", "ms": "retry_after_ms", "s": "status"}
 _FLOAT_KEYS = {"tps": "tps", "d": "delay", "ra": "retry_after"}
-_FLAGS = {"len": ("finish", "length"), "hard": ("hard", True), "or": ("style", "openrouter")}
+_FLAGS = {
+    "len": ("finish", "length"),
+    "hard": ("hard", True),
+    "or": ("style", "openrouter"),
+    "silent": ("mode", "silence"),
+}
 
 
 def _number(text: str, whole: str) -> float:
@@ -127,6 +134,8 @@ def parse_step_string(text: str) -> dict[str, Any]:
             step["limit"] = int(_number(value, text))
         elif key == "d":
             step["down" if do == "flapping" else "delay"] = _number(value, text)
+        elif key == "a" and do == "flapping":
+            step["after"] = _number(value, text)  # seconds healthy before the outage, not units
         elif key in _INT_KEYS:
             step[_INT_KEYS[key]] = int(_number(value, text))
         elif key in _FLOAT_KEYS:

@@ -276,16 +276,16 @@ class SimServer:
         self, request: web.Request, codec: Codec, req: Parsed, b: Behaviour, rec: Record
     ) -> web.StreamResponse:
         kind = b.kind
-        if kind is Kind.SILENCE or kind is Kind.RESET:
+        down = kind is Kind.FLAPPING and b.is_down(self.scenarios.elapsed())
+        silent = kind is Kind.SILENCE or (down and b.silent)
+        if silent or kind is Kind.RESET:
             self._announcing.pop(id(request), None)  # no answer: nothing announced, nothing spent
-        if kind is Kind.SILENCE:
+        if silent:
             await self.closing.wait()
             rec.outcome = SERVER_CLOSED
             _abort(request)
             return web.Response()
-        failing = (
-            kind is Kind.STATUS or kind is Kind.INVALID or (kind is Kind.FLAPPING and self.scenarios.elapsed() < b.down)
-        )
+        failing = kind is Kind.STATUS or kind is Kind.INVALID or down
         # A delay comes before the headers, except for streamed answers: there it precedes the first chunk.
         if b.delay and (failing or b.content is None or not req.stream):
             await self._sleep(b.delay)

@@ -183,11 +183,17 @@ class SilenceStep(_Strict):
 
 
 class FlappingStep(_Answer):
-    """Answer ``status`` (503) for ``down`` seconds after start or reset, then answer normally."""
+    """An outage that starts and ends: answer for ``after`` s after start or reset, fail for ``down`` s, answer again.
+
+    While down, ``mode = "status"`` answers ``status`` (503); ``mode = "silence"`` accepts the request and never
+    answers (until the client goes away), as a hung upstream does.
+    """
 
     do: Literal["flapping"]
     down: float = Field(ge=0)
+    after: float = Field(default=0.0, ge=0)
     status: int = Field(default=503, ge=400, le=599)
+    mode: Literal["status", "silence"] = "status"
 
 
 Step = Annotated[
@@ -316,19 +322,21 @@ def to_behaviour(step: Any) -> Behaviour:
     assert isinstance(step, _Answer)
     content = _answer_content(step)
     error = None
+    outage: dict[str, Any] = {}
     if isinstance(step, InbandErrorStep):
         error = ErrorSpec(kind=step.error, style=step.style, message=step.message)
     elif isinstance(step, FlappingStep):
         error = ErrorSpec(kind=_kind_for(step.status), status=step.status)
+        outage = {"down": step.down, "down_from": step.after, "silent": step.mode == "silence"}
     return Behaviour(
         kind=kind,
         content=content,
         error=error,
         delay=delay,
         tps=step.tps,
-        after=getattr(step, "after", 0),
+        after=step.after if isinstance(step, _After) else 0,
         hard=getattr(step, "hard", False),
-        down=getattr(step, "down", 0.0),
+        **outage,
     )
 
 
