@@ -209,6 +209,8 @@ class Behaviour:
         after: Units sent before a stall, cut, malformed chunk or in-band error.
         hard: For ``cut``: drop the connection instead of ending the body cleanly.
         down: For ``flapping``: seconds after start or reset during which the error is sent.
+        tail: A heavy tail's delay: with probability :attr:`tail_p` an attempt waits this instead of :attr:`delay`.
+        tail_p: The probability of the tail (0: always :attr:`delay`).
     """
 
     kind: Kind
@@ -219,6 +221,8 @@ class Behaviour:
     after: int = 0
     hard: bool = False
     down: float = 0.0
+    tail: float = 0.0
+    tail_p: float = 0.0
 
 
 # The words generated for ``tokens = N`` answers; cycled.
