@@ -13,12 +13,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from turnout.breaker import BreakerSettings
-from turnout.config.graph import EntrySpec, Plan, Route, build_plan, profile_credentials
+from turnout.config.graph import EntrySpec, Plan, Route, build_plan, pool_specs, profile_credentials
 from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.health import Breakers
 from turnout.keys import KeyPool
+from turnout.pools import Pool
 from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
 from turnout.providers import build_adapter
@@ -26,6 +27,7 @@ from turnout.providers.http import HttpClient
 from turnout.reliable import Entry, ReliableProvider
 from turnout.router import Router
 from turnout.state import MemoryStore, StateStore
+from turnout.stats import Stats
 
 #: Builds the provider for one profile and credential (the test seam: unit tests inject fakes).
 AdapterBuilder = Callable[[str, Profile, str | None], Provider]
@@ -41,6 +43,7 @@ class Factory:
         catalogue: Prices and context windows.
         adapter_builder: Replaces the HTTP adapters (tests).
         clock / sleep / jitter: Passed to every walk (tests inject fakes).
+        chance: A uniform random number in [0, 1) for the pools' choices (tests inject a fixed sequence).
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Factory:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        chance: Callable[[], float] = random.random,
     ) -> None:
         self.config = config
         self.http = http if http is not None else HttpClient()
@@ -64,9 +68,13 @@ class Factory:
         self.sleep = sleep
         self.jitter = jitter
         self.breakers = breaker_registry(config, self.store)
+        self.chance = chance
+        self.pool_specs = pool_specs(config)
+        #: Calls in flight and times to first token per entry, kept (by every walk) only when pools are configured.
+        self.stats = Stats() if self.pool_specs else None
         self._adapters: dict[tuple[str, str | None], Provider] = {}
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
-        self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
+        self._walks: dict[tuple[tuple[str | None, ...], ...], ReliableProvider] = {}
         self._routers: dict[tuple[str | None, str | None], Router] = {}
 
     def adapter(self, profile: str, key: str | None) -> Provider:
@@ -94,7 +102,8 @@ class Factory:
         """
         out = []
         profiles = self.config.profiles()
-        for spec in specs:
+        pools = self.pool_orders(specs)
+        for spec, pool in zip(specs, pools, strict=True):
             profile = profiles[spec.profile]
             if root_key is not None and spec.profile == root:
                 keys = [root_key.reveal()]
@@ -110,15 +119,54 @@ class Factory:
                     refusal_fallback=profile.refusal_fallback,
                     context_window=profile.context_window,
                     rates=rates_from_pricing(profile.pricing) if profile.pricing is not None else None,
+                    pool=pool,
                 )
             )
         return out
+
+    def pool_orders(self, specs: Sequence[EntrySpec]) -> list[Pool | None]:
+        """The :class:`~turnout.pools.Pool` each entry stands in (None: it stands alone), aligned with ``specs``.
+
+        A pool's entries come in tiers (its members' first entries, then their second ones, ...): each tier gets
+        its own :class:`Pool`, so the walk arranges the members within a tier and tries the tiers in turn.
+        """
+        out: list[Pool | None] = []
+        tier: list[EntrySpec] = []
+
+        def close() -> None:
+            if tier:
+                out.extend([self._pool(tier)] * len(tier))
+                tier.clear()
+
+        for spec in specs:
+            if tier and (spec.pool != tier[0].pool or any(e.profile == spec.profile for e in tier)):
+                close()
+            if spec.pool is None:
+                out.append(None)
+            else:
+                tier.append(spec)
+        close()
+        return out
+
+    def _pool(self, tier: Sequence[EntrySpec]) -> Pool:
+        """The order of one tier of a pool: one entry per member."""
+        name = tier[0].pool
+        assert name is not None
+        spec = self.pool_specs[name]
+        return Pool(
+            name,
+            spec.strategy,
+            keys={e.profile: None if e.model is None else (f"{e.profile}/{e.model}",) for e in tier},
+            weights=dict(zip(spec.members, spec.weights, strict=True)),
+            explore=spec.explore,
+            chance=self.chance,
+        )
 
     def walk(self, route: Route) -> ReliableProvider:
         """The reliable walk over a route's entries (one per distinct entry list and credential)."""
         cache_key = (
             ("", route.credential.id if route.credential else None),
-            *((e.profile, e.model) for e in route.entries),
+            *((e.profile, e.model, e.pool) for e in route.entries),
         )
         walk = self._walks.get(cache_key)
         if walk is None:
@@ -134,6 +182,7 @@ class Factory:
                 jitter=self.jitter,
                 name=route.hint or route.profile,
                 breakers=self.breakers,
+                stats=self.stats,
             )
             self._walks[cache_key] = walk
         return walk

@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.attribution import Attempt
+from turnout.pools import MemberLoad
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -82,7 +83,10 @@ class Metrics:
     ``turnout_upstream_attempts_total{provider,model,outcome}``,
     ``turnout_fallbacks_total{requested_provider,served_provider}``, ``turnout_retries_total{provider,model}``,
     ``turnout_cooldowns_active``, ``turnout_upstream_latency_seconds{provider,model}``,
-    ``turnout_upstream_ttft_seconds{provider,model}`` and ``turnout_gateway_overhead_seconds{surface}``.
+    ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``, and per pool
+    member (read when scraped) ``turnout_pool_member_in_flight{pool,member}``,
+    ``turnout_pool_member_calls_total{pool,member}`` and ``turnout_pool_member_ttft_seconds{pool,member}`` (the
+    moving average the ``latency`` strategy reads).
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
@@ -132,6 +136,7 @@ class Metrics:
         self._labelled = frozenset(labelled)
         self._statuses: dict[int, str] = {}
         self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
+        self._pools: tuple[tuple[str, MemberLoad], ...] = ()  # (pool, member's load): set at scrape time
         self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
@@ -177,9 +182,10 @@ class Metrics:
         if seconds is not None:
             self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
 
-    def render(self, in_flight: int, cooldowns_active: int) -> bytes:
-        """The exposition text, with the gauges as they are now."""
+    def render(self, in_flight: int, cooldowns_active: int, pools: Iterable[tuple[str, MemberLoad]] = ()) -> bytes:
+        """The exposition text, with the gauges as they are now (``pools``: each pool member's load)."""
         self._gauges = (in_flight, cooldowns_active)
+        self._pools = tuple(pools)
         return bytes(generate_latest(self.registry))
 
 
@@ -203,3 +209,25 @@ class _Collector:
         yield m.latency.family()
         yield m.ttft.family()
         yield m.overhead.family()
+        yield from _pool_families(m._pools)
+
+
+def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:
+    """The pool members' gauges and counter (labels: pool and member names, both from the configuration)."""
+    labels = ("pool", "member")
+    busy = GaugeMetricFamily("turnout_pool_member_in_flight", "Tries in flight on a pool member.", labels=labels)
+    calls = CounterMetricFamily("turnout_pool_member_calls", "Tries started on a pool member.", labels=labels)
+    ttft = GaugeMetricFamily(
+        "turnout_pool_member_ttft_seconds",
+        "Moving average time to first token of a pool member (its most used model).",
+        labels=labels,
+    )
+    for pool, load in pools:
+        key = (pool, load.member)
+        busy.add_metric(key, load.in_flight)
+        calls.add_metric(key, load.calls)
+        if load.ttft_ms is not None:
+            ttft.add_metric(key, load.ttft_ms / 1000.0)
+    yield busy
+    yield calls
+    yield ttft

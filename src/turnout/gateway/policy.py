@@ -3,9 +3,9 @@
 The operator decides (SPEC 10). A request's ``model`` must be a name its key may use:
 
 - by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]``,
-  every profile that is not only another profile's fallback, and the default profile's models. A pinned
-  profile serves its pin: ``family.alias/<model>`` reaches only a profile without a ``model``, and a plain
-  model reaches the default profile only when it is unpinned;
+  every profile that is not only another profile's fallback or a pool's member, and the default profile's
+  models. A pinned profile serves its pin: ``family.alias/<model>`` reaches only a profile without a
+  ``model``, and a plain model reaches the default profile only when it is unpinned;
 - with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
 - with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
 
@@ -169,10 +169,10 @@ class Policy:
         return PublicName(id=alias, kind="alias", choice=named.choice, provider=profile, model=named.model)
 
     def _fallback_only(self) -> set[str]:
-        """Profiles named in another profile's ``fallback`` that are neither the default nor a route target."""
-        named = {
-            resolve_profile_ref(self.config, ref) for p in self._profiles.values() for ref in p.fallback if ref.strip()
-        }
+        """Profiles named in a ``fallback`` or as a pool member that are neither the default nor a route target."""
+        refs = [ref for p in self._profiles.values() for ref in p.fallback]
+        refs += [ref for pool in self.config.pools.values() for ref in (*pool.members, *pool.fallback)]
+        named = {resolve_profile_ref(self.config, ref) for ref in refs if ref.strip()}
         targets = {n.provider for n in self.universe.values() if n.kind in ("hint", "alias")}
         return {p for p in named if p is not None and p != self._default and p not in targets}
 

@@ -1,7 +1,8 @@
 """``GET /status`` and the shape of ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
-id, and attempt counts per outcome over a recent window. ``/v1/models`` lists what the caller's key may put
+id, attempt counts per outcome over a recent window, and each pool's members with their load (calls in flight,
+moving time to first token, share of the pool's calls). ``/v1/models`` lists what the caller's key may put
 in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision); each key's list is encoded
 once, since the configuration does not change while the gateway runs.
 """
@@ -17,7 +18,7 @@ import orjson
 
 from turnout.attribution import Attempt
 from turnout.client import Client
-from turnout.config import Config, default_profile
+from turnout.config import Config, default_target
 from turnout.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
             ],
             "cooldowns": cooldowns,
             "dead_keys": state["dead_keys"],
+            "pools": state["pools"],
             "recent_attempts": recent.snapshot(),
         }
     )
@@ -108,7 +110,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
 
 def _default(config: Config) -> str | None:
     try:
-        return default_profile(config)
+        return default_target(config)
     except ConfigError:
         return None
 
