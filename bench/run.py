@@ -2,7 +2,7 @@
 
 Usage: ``python -m bench.run [--quick] [--only chat,stream,...] [--out DIR]`` (``make bench`` runs the full set).
 
-The full run takes about 6 minutes on 2 cores; ``--quick`` about 1.5. Everything talks to 127.0.0.1 only,
+The full run takes about 6 minutes on 2 cores; ``--quick`` about 2. Everything talks to 127.0.0.1 only,
 and every loop is bounded in count and time.
 """
 
@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bench import calls, concurrency, gateway, procs, report, startup
+from bench import calls, concurrency, gateway, pools, procs, report, startup
 from bench.settings import FULL, QUICK, Settings
 
-SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway")
+SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "pools")
 T = TypeVar("T")
 
 
@@ -93,6 +93,12 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
                     f"wrk -t1 -c{s.gateway_connections} -d{round(s.gateway_seconds)}s -s post.lua URL  (saturation)"
                 )
             results.gateway = _guard(results, "gateway", _async(lambda: gateway.measure(url, s)))
+        if "pools" in only:
+            results.commands.append(
+                "python -m bench.walkchild URL  (pools: two children pinned to CPU "
+                f"{procs.CLIENT_CPU}, this tree's turnout and the one before pools, alternating batches)"
+            )
+            results.pools = _guard(results, "pools", _async(lambda: pools.measure(url, s)))
     results.seconds = time.perf_counter() - t0
     report.write(results, out_dir)
     return results

@@ -229,3 +229,12 @@ def test_without_pools_no_stats_are_kept_and_the_walk_order_is_precomputed() -> 
     assert walk.visit_order() is walk.visit_order()
     assert tuple(walk.visit_order()) == tuple(range(len(walk.entries)))
     assert client.status()["pools"] == []
+
+
+async def test_a_callers_model_is_sent_to_every_member_of_the_active_pool() -> None:
+    """A plain model on a pool's call replaces each member's primary model, as it does a profile's."""
+    fleet = Fleet(openai__a=[err(500)])
+    client, _ = make(pool_config(), fleet)
+    reply = await client.chat("hi", model="gpt-4.1-nano")
+    assert trail(reply.attempts) == [("openai.a", "gpt-4.1-nano", "retryable"), ("openai.b", "gpt-4.1-nano", "ok")]
+    assert reply.fallback is None

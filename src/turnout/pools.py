@@ -135,9 +135,14 @@ def speed(entries: Sequence[EntryStats], *, pinned: bool) -> float:
     A pinned member is judged by its first entry; an unpinned one by the moving averages of every model it was
     sent, weighted by their calls. Never tried: 0 (try it now); tried and never answered: infinity (last).
     """
-    judged = entries[:1] if pinned else entries
-    calls = sum(s.calls for s in judged)
-    measured = [(s.calls, s.ttft_avg) for s in judged if s.ttft_avg is not None]
+    if pinned:  # the common case, per member per call: no sums
+        first = entries[0]
+        avg = first.ttft_avg
+        if avg is not None:
+            return avg
+        return 0.0 if first.calls == 0 else math.inf
+    calls = sum(s.calls for s in entries)
+    measured = [(s.calls, s.ttft_avg) for s in entries if s.ttft_avg is not None]
     if not measured:
         return 0.0 if calls == 0 else math.inf
     weight = sum(max(c, 1) for c, _ in measured)

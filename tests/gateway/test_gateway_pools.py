@@ -97,3 +97,22 @@ async def test_models_list_the_pools_hint_and_hide_profiles_only_reached_through
         ids = [m["id"] for m in (await get(server, "/v1/models")).json()["data"]]
     assert "hint:gpt" in ids
     assert "openai.east" not in ids and "openai.west" not in ids and "anthropic.backup" not in ids
+
+
+async def test_the_default_pool_is_open_only_to_keys_that_may_reach_it(sim: Simulator) -> None:
+    """An empty model reaches a default pool only for keys that may reach the pool (default policy, a hint to it)."""
+    keys = (
+        '[gateway.keys.pooled]\nkey = "gw-pooled"\nmodels = ["hint:gpt"]\n'
+        '[gateway.keys.other]\nkey = "gw-other"\nmodels = ["anthropic.backup"]\n'
+    )
+    text = pooled(sim).replace("[ledger]", keys + "[ledger]", 1)
+    async with gateway(text) as server:
+        chat = {"model": "", "messages": MESSAGES}
+        assert (await post(server, "/v1/chat/completions", chat)).status == 200
+        assert (await post(server, "/v1/chat/completions", chat, key="gw-pooled")).status == 200
+        refused = await post(server, "/v1/chat/completions", chat, key="gw-other")
+        assert refused.status == 404
+        assert (
+            await post(server, "/v1/chat/completions", {**chat, "model": "anthropic.backup"}, key="gw-other")
+        ).status == 200
+    assert [e.model for e in sim.log] == [EAST, EAST, BACKUP]
