@@ -8,9 +8,11 @@ one served by the other member from which on at least 18 of every 20 calls (the 
 The simulator and the pool's randomness are seeded.
 
 *Overhead when not configured*: the non-streaming call of the chat scenario (a primary and one fallback, no
-pool) in two child processes pinned to the client CPU, one importing this tree's ``turnout`` and one the tree
-as it was before pools existed (the parent of the commit that added ``src/turnout/pools.py``, exported with
-``git archive``), driven in alternating batches. Their ratio is the cost of pools for a user who has none.
+pool) in child processes pinned to the client CPU, one importing this tree's ``turnout``, one the tree as it
+was before pools existed (the parent of the commit that added ``src/turnout/pools.py``, exported with
+``git archive``) and one a copy of this tree, driven in alternating batches. The ratio of the first two is the
+cost of pools for a user who has none; the copy's ratio to this tree is how far two processes running the same
+code differ by themselves.
 For information, two in-process clients with a two-member ``ordered`` and ``latency`` pool (both members on
 the same upstream) run in alternation with one without a pool.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -42,6 +45,7 @@ SLOW_MS, FAST_MS, SLOWED_MS = 200, 50, 400
 LEARN_CALLS, AFTER_CALLS, WINDOW, WINDOW_MIN = 100, 80, 20, 18
 SLOW, FAST = "openai.slow", "openai.fast"
 _MODELS = {SLOW: "member-200ms", FAST: "member-50ms"}
+_CACHES = shutil.ignore_patterns("__pycache__")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -75,11 +79,17 @@ class Learning:
 
 @dataclass(slots=True, kw_only=True)
 class Overhead:
-    """Per-call times of this tree and of the tree before pools, and of in-process pool clients."""
+    """Per-call times of this tree, of the tree before pools and of a copy of this tree; in-process pool clients.
+
+    The copy runs the same code as ``now`` in its own process: its ratio to ``now`` is how far two processes
+    differ by themselves (the noise the ``now / before`` ratio is read against).
+    """
 
     now: Summary
     before: Summary
+    same: Summary
     interval: tuple[float, float]
+    same_interval: tuple[float, float]
     base: str
     pools: list[Summary] = field(default_factory=list)
     seconds: float = 0.0
@@ -88,6 +98,11 @@ class Overhead:
     def ratio(self) -> float:
         """Median now over median before."""
         return self.now.ratio(self.before)
+
+    @property
+    def noise(self) -> float:
+        """Median of the copy over median now: two processes with the same code."""
+        return self.same.ratio(self.now)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -230,27 +245,31 @@ async def overhead(url: str, s: Settings) -> Overhead:
     """This tree and the tree before pools, alternating batches in two pinned children; then pools in process."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="turnout-before-pools-") as tmp:
-        base = export_before_pools(Path(tmp))
+        base = export_before_pools(Path(tmp) / "before")
+        shutil.copytree(procs.ROOT / "src" / "turnout", Path(tmp) / "same" / "src" / "turnout", ignore=_CACHES)
         children: list[_Child] = []
         try:
-            children.append(_Child(url, procs.ROOT / "src", "now"))
-            children.append(_Child(url, Path(tmp) / "src", f"before pools ({base})"))
+            children.append(_Child(url, procs.ROOT / "src", "now (no pool configured)"))
+            children.append(_Child(url, Path(tmp) / "before" / "src", f"before pools ({base})"))
+            children.append(_Child(url, Path(tmp) / "same" / "src", "now, another process"))
             runs: dict[str, dict[int, list[float]]] = {c.name: {} for c in children}
             for child in children:
                 child.batch(s.warmup)
             for r in range(s.chat_rounds):
-                for child in children if r % 2 == 0 else reversed(children):
+                for child in children[r % 3 :] + children[: r % 3]:  # each child goes first in turn
                     runs[child.name][r] = child.batch(s.chat_batch)
                 if time.perf_counter() - started > s.budget_s:
                     break
         finally:
             for child in children:
                 child.close()
-    now, before = (runs[c.name] for c in children)
+    now, before, same = (runs[c.name] for c in children)
     result = Overhead(
-        now=summarize("now (no pool configured)", [x for xs in now.values() for x in xs]),
-        before=summarize(f"before pools ({base})", [x for xs in before.values() for x in xs]),
+        now=summarize(children[0].name, [x for xs in now.values() for x in xs]),
+        before=summarize(children[1].name, [x for xs in before.values() for x in xs]),
+        same=summarize(children[2].name, [x for xs in same.values() for x in xs]),
         interval=ratio_interval(before, now),
+        same_interval=ratio_interval(now, same),
         base=base,
     )
     result.pools = await _pools_in_process(url, s)

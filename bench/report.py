@@ -196,7 +196,7 @@ def _pool_verdicts(p: PoolScenario | None) -> list[Verdict]:
             met=(moved is not None and moved <= 50) if learned else None,
         ),
         Verdict(
-            target="No pool configured: non-streaming Turnout now / before pools (two processes, alternating)",
+            target="No pool configured: non-streaming Turnout now / before pools (child processes, alternating)",
             measured=_ratio_text(cost.ratio, POOL_OVERHEAD_LIMIT) if cost else "–",
             limit=f"≤ {POOL_OVERHEAD_LIMIT:.2f} ×",
             met=cost.ratio <= POOL_OVERHEAD_LIMIT if cost else None,
@@ -430,17 +430,20 @@ def _pools_section(r: Results) -> list[str]:
     if cost is None:
         return [*out, f"Overhead not measured: {p.failures.get('overhead', 'skipped')}", ""]
     out += [
-        "*Overhead when no pool is configured*: the non-streaming call of the chat scenario in two child processes "
-        f"pinned to the client CPU, one with this tree's `turnout`, one with the tree before pools (`{cost.base}`, "
-        "exported with `git archive`), alternating batches (which child goes first alternates too). For "
+        "*Overhead when no pool is configured*: the non-streaming call of the chat scenario in three child processes "
+        f"pinned to the client CPU: this tree's `turnout`, the tree before pools (`{cost.base}`, exported with "
+        "`git archive`), and a copy of this tree, in alternating batches (each goes first in turn). The copy "
+        "shows how far two processes running the same code differ by themselves: read the ratio against it. For "
         "information, in one process: the same client, and clients whose default is a two-member pool (both "
         "members on the bench upstream).",
         "",
-        "| code | calls | median µs | p99 µs | × before (median) | 90 % interval |",
+        "| code | calls | median µs | p99 µs | ratio (median) | 90 % interval |",
         "|---|---:|---:|---:|---:|---:|",
-        f"| {cost.before.name} | {cost.before.n} | {_us(cost.before.median_us)} | {_us(cost.before.p99_us)} | 1.00 | |",
+        f"| {cost.before.name} | {cost.before.n} | {_us(cost.before.median_us)} | {_us(cost.before.p99_us)} | | |",
         f"| {cost.now.name} | {cost.now.n} | {_us(cost.now.median_us)} | {_us(cost.now.p99_us)} | "
-        f"{cost.ratio:.3f} | {_pair(cost.interval)} |",
+        f"{cost.ratio:.3f} × before | {_pair(cost.interval)} |",
+        f"| {cost.same.name} | {cost.same.n} | {_us(cost.same.median_us)} | {_us(cost.same.p99_us)} | "
+        f"{cost.noise:.3f} × now | {_pair(cost.same_interval)} |",
         "",
     ]
     if cost.pools:

@@ -95,8 +95,8 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
             results.gateway = _guard(results, "gateway", _async(lambda: gateway.measure(url, s)))
         if "pools" in only:
             results.commands.append(
-                "python -m bench.walkchild URL  (pools: two children pinned to CPU "
-                f"{procs.CLIENT_CPU}, this tree's turnout and the one before pools, alternating batches)"
+                "python -m bench.walkchild URL  (pools: three children pinned to CPU "
+                f"{procs.CLIENT_CPU}: this tree's turnout, the one before pools and a copy of this one, alternating)"
             )
             results.pools = _guard(results, "pools", _async(lambda: pools.measure(url, s)))
     results.seconds = time.perf_counter() - t0

@@ -42,7 +42,9 @@ def test_the_verdicts_and_rows_of_a_run() -> None:
     cost = Overhead(
         now=summarize("now (no pool configured)", [0.000300] * 10),
         before=summarize("before pools (abc1234)", [0.000300] * 10),
+        same=summarize("now, another process", [0.000303] * 10),
         interval=(0.99, 1.01),
+        same_interval=(1.00, 1.02),
         base="abc1234",
         pools=[summarize("turnout", [0.0002] * 4), summarize("turnout, latency pool of 2", [0.00021] * 4)],
     )
@@ -59,5 +61,6 @@ def test_the_verdicts_and_rows_of_a_run() -> None:
     text = "\n".join(_pools_section(results))
     assert "| 51–100 | 100% | 50 |" in text
     assert "moved after 4 call(s)" in text
-    assert "| now (no pool configured) | 10 | 300 | 300 | 1.000 | 0.99–1.01 |" in text
+    assert "| now (no pool configured) | 10 | 300 | 300 | 1.000 × before | 0.99–1.01 |" in text
+    assert "| now, another process | 10 | 303 | 303 | 1.010 × now | 1.00–1.02 |" in text
     assert "| turnout, latency pool of 2 | 4 | 210 | 210 | 1.05 |" in text

@@ -10,8 +10,8 @@ A profile becomes an ordered list of entries, depth first:
 A pool (``[pools.<name>]``) stands wherever a profile can: it becomes its members' entries (each member's own
 model and ``fallback_models``; its own ``fallback`` is not followed inside the pool), every member's first entry
 first, then every member's second, and so on, each marked with the pool's name; then the pool's ``fallback``
-targets like a profile's. An effective primary model given for a
-pool (``default_model``, a caller's model) becomes every member's primary model.
+targets like a profile's. An effective primary model given for a pool (``default_model``, a caller's model)
+becomes every member's primary model.
 
 Dangling references, cycles, links deeper than :data:`MAX_FALLBACK_DEPTH`, blank fallback models and
 fallback models equal to the primary are reported and pruned, never fatal. A profile reached twice
@@ -357,8 +357,8 @@ def _pool_warnings(config: Config) -> list[ConfigWarning]:
             ConfigWarning(
                 code="reliability_keys_unused",
                 path="reliability.api_keys",
-                message="these keys extend the default profile's pool, and the default is a pool of profiles: "
-                "set api_keys on its members instead",
+                message="these keys join the default profile's key rotation, and the default is a pool, not a "
+                "profile: they are not used; set api_keys on the pool's members instead",
             )
         )
     return out
