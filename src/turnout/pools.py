@@ -19,8 +19,8 @@ Strategies (all cheap: no I/O, a few comparisons per member):
   measured again.
 
 The load and speed a pool reads come from :class:`~turnout.stats.Stats`, by entry (``family.alias/model``): a
-member is judged by its first entry (its primary model); a member that forwards the caller's model by every
-model this process sent it.
+member is judged by its entry in the tier being arranged (its primary model in the first tier; see
+:mod:`turnout.config.graph`); a member that forwards the caller's model by every model this process sent it.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class Pool:
     Args:
         name: The pool's name.
         strategy: ``ordered``, ``weighted``, ``least_busy`` or ``latency``.
-        keys: Per member, the stats keys (``family.alias/model``) of its entries in this walk, first entry first;
-            None for a member whose entry forwards the caller's model.
+        keys: Per member, the stats keys (``family.alias/model``) of its entries this pool arranges (the factory
+            gives one pool per tier of the walk: one entry per member); None for a member whose entry forwards
+            the caller's model.
         weights: ``weighted``: each member's weight (1 when not given).
         explore: ``latency``: the share of calls that try a random other member first.
         chance: A uniform random number in [0, 1) (tests inject a fixed sequence).
