@@ -15,6 +15,7 @@ from bench.concurrency import Concurrency
 from bench.gateway import LITELLM as LITELLM_GATEWAY
 from bench.gateway import PASSTHROUGH, GatewayResult, GatewayScenario, RateLatency
 from bench.gateway import TURNOUT as TURNOUT_GATEWAY
+from bench.pools import AFTER_CALLS, FAST_MS, LEARN_CALLS, SLOW_MS, SLOWED_MS, WINDOW, WINDOW_MIN, PoolScenario
 from bench.procs import Machine
 from bench.settings import Settings
 from bench.startup import BARE, LITELLM, TURNOUT, Startup
@@ -39,6 +40,7 @@ class Results:
     imports: list[tuple[str, float]] = field(default_factory=list)
     gateway: GatewayScenario | None = None
     breaker: BreakerScenario | None = None
+    pools: PoolScenario | None = None
     failures: dict[str, str] = field(default_factory=dict)
 
 
@@ -159,6 +161,7 @@ def verdicts(r: Results) -> list[Verdict]:
         )
     )
     out += _breaker_verdicts(r.breaker)
+    out += _pool_verdicts(r.pools)
     return out
 
 
@@ -237,6 +240,40 @@ def _breaker_verdicts(b: BreakerScenario | None) -> list[Verdict]:
         )
     )
     return out
+
+
+#: No pool configured: this tree's median per call over the tree's before pools, at most.
+POOL_OVERHEAD_LIMIT = 1.03
+
+
+def _pool_verdicts(p: PoolScenario | None) -> list[Verdict]:
+    learned = p.learning if p else None
+    share = learned.fast_share(51, LEARN_CALLS) if learned else None
+    moved = learned.moved_after if learned else None
+    cost = p.overhead if p else None
+    return [
+        Verdict(
+            target=f"Latency pool ({FAST_MS} and {SLOW_MS} ms members): calls 51–{LEARN_CALLS} sent to the fast one",
+            measured=f"{share:.0%}" if share is not None else "–",
+            limit="≥ 90 %",
+            met=share >= 0.9 if share is not None else None,
+        ),
+        Verdict(
+            target=f"Latency pool: calls until it moves after the fast member slows to {SLOWED_MS} ms",
+            measured=(f"{moved}" if moved is not None else f"not within {AFTER_CALLS}") if learned else "–",
+            limit="≤ 50",
+            met=(moved is not None and moved <= 50) if learned else None,
+        ),
+        Verdict(
+            target="No pool configured: non-streaming Turnout now / before pools (child processes, alternating)",
+            measured=_ratio_text(cost.ratio, POOL_OVERHEAD_LIMIT) if cost else "–",
+            limit=f"≤ {POOL_OVERHEAD_LIMIT:.2f} ×",
+            met=cost.ratio <= POOL_OVERHEAD_LIMIT if cost else None,
+            interval=f"{cost.interval[0]:.2f}–{cost.interval[1]:.2f}"
+            if cost and not math.isnan(cost.interval[0])
+            else "",
+        ),
+    ]
 
 
 def paired_ratio(a: GatewayResult, b: GatewayResult) -> float | None:
@@ -474,6 +511,72 @@ def _breaker_section(r: Results) -> list[str]:
     return [*out, ""]
 
 
+def _pair(interval: tuple[float, float]) -> str:
+    return "–" if math.isnan(interval[0]) else f"{interval[0]:.2f}–{interval[1]:.2f}"
+
+
+def _pools_section(r: Results) -> list[str]:
+    p = r.pools
+    out = [
+        "## Pools",
+        "",
+        f"*Learning*: a `latency` pool of two OpenAI members on the simulator (in process, real delays): first "
+        f"token after {SLOW_MS} ms (listed first) and {FAST_MS} ms; {LEARN_CALLS} sequential streamed calls, then "
+        f"the fast member slows to {SLOWED_MS} ms and {AFTER_CALLS} more follow. The pool explores 5 % of calls "
+        f"(the default); the simulator and the pool's draws are seeded. *Moved* counts the calls after the "
+        f"slow-down before the first one the other member served from which on at least {WINDOW_MIN} of every "
+        f"{WINDOW} calls go to it.",
+        "",
+    ]
+    if p is None:
+        return [*out, f"Not measured: {r.failures.get('pools', 'skipped')}", ""]
+    learned = p.learning
+    if learned is None:
+        out += [f"Learning not measured: {p.failures.get('learning', 'skipped')}", ""]
+    else:
+        moved = learned.moved_after
+        out += [
+            "| calls | to the 50 ms member | median TTFT ms |",
+            "|---|---:|---:|",
+            f"| 1–50 | {learned.fast_share(1, 50):.0%} | {statistics.median(learned.ttft_ms[:50]):.0f} |",
+            f"| 51–{LEARN_CALLS} | {learned.fast_share(51, LEARN_CALLS):.0%} | "
+            f"{statistics.median(learned.ttft_ms[50:LEARN_CALLS]):.0f} |",
+            f"| after the slow-down: {AFTER_CALLS} | {learned.after.count('openai.fast') / len(learned.after):.0%} | "
+            f"{statistics.median(learned.ttft_ms[LEARN_CALLS:]):.0f} |",
+            "",
+            (f"After the slow-down the pool moved after {moved} call(s)" if moved is not None else "It did not move")
+            + f"; {learned.seconds:.1f} s in all.",
+            "",
+        ]
+    cost = p.overhead
+    if cost is None:
+        return [*out, f"Overhead not measured: {p.failures.get('overhead', 'skipped')}", ""]
+    out += [
+        "*Overhead when no pool is configured*: the non-streaming call of the chat scenario in three child processes "
+        f"pinned to the client CPU: this tree's `turnout`, the tree before pools (`{cost.base}`, exported with "
+        "`git archive`), and a copy of this tree, in alternating batches (each goes first in turn). The copy "
+        "shows how far two processes running the same code differ by themselves: read the ratio against it. For "
+        "information, in one process: the same client, and clients whose default is a two-member pool (both "
+        "members on the bench upstream).",
+        "",
+        "| code | calls | median µs | p99 µs | ratio (median) | 90 % interval |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| {cost.before.name} | {cost.before.n} | {_us(cost.before.median_us)} | {_us(cost.before.p99_us)} | | |",
+        f"| {cost.now.name} | {cost.now.n} | {_us(cost.now.median_us)} | {_us(cost.now.p99_us)} | "
+        f"{cost.ratio:.3f} × before | {_pair(cost.interval)} |",
+        f"| {cost.same.name} | {cost.same.n} | {_us(cost.same.median_us)} | {_us(cost.same.p99_us)} | "
+        f"{cost.noise:.3f} × now | {_pair(cost.same_interval)} |",
+        "",
+    ]
+    if cost.pools:
+        floor = cost.pools[0]
+        out += ["| in one process | calls | median µs | p99 µs | × no pool (median) |", "|---|---:|---:|---:|---:|"]
+        out += [
+            f"| {x.name} | {x.n} | {_us(x.median_us)} | {_us(x.p99_us)} | {x.ratio(floor):.2f} |" for x in cost.pools
+        ]
+    return [*out, "", f"{cost.seconds:.1f} s in all.", ""]
+
+
 def markdown(r: Results) -> str:
     """The whole ``results.md``."""
     m = r.machine
@@ -531,6 +634,7 @@ def markdown(r: Results) -> str:
     lines += _startup_section(r)
     lines += _gateway_section(r)
     lines += _breaker_section(r)
+    lines += _pools_section(r)
     lines += ["## Plot", "", "![per-call cost by contender](results.png)", ""]
     return "\n".join(lines)
 

@@ -1,9 +1,9 @@
 """Run every benchmark scenario in one run and write ``bench/results.md`` and ``bench/results.png``.
 
-Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker] [--out DIR]`` (``make bench`` runs the full
-set).
+Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,pools] [--out DIR]`` (``make bench`` runs
+the full set).
 
-The full run takes about 6 minutes on 2 cores; ``--quick`` about 1.5. Everything talks to 127.0.0.1 only,
+The full run takes about 6 minutes on 2 cores; ``--quick`` about 2. Everything talks to 127.0.0.1 only,
 and every loop is bounded in count and time.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bench import breaker, calls, concurrency, gateway, procs, report, startup
+from bench import breaker, calls, concurrency, gateway, pools, procs, report, startup
 from bench.settings import FULL, QUICK, Settings
 
-SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker")
+SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker", "pools")
 T = TypeVar("T")
 
 
@@ -100,6 +100,12 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
                 "bookkeeping, inside the breaker scenario)"
             )
             results.breaker = _guard(results, "breaker", _async(lambda: breaker.measure(url, s)))
+        if "pools" in only:
+            results.commands.append(
+                "python -m bench.walkchild URL  (pools: three children pinned to CPU "
+                f"{procs.CLIENT_CPU}: this tree's turnout, the one before pools and a copy of this one, alternating)"
+            )
+            results.pools = _guard(results, "pools", _async(lambda: pools.measure(url, s)))
     results.seconds = time.perf_counter() - t0
     report.write(results, out_dir)
     return results

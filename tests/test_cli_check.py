@@ -152,3 +152,71 @@ def test_check_reports_a_gateway_policy_error_with_its_path(tmp_path: Path) -> N
     error = json.loads(result.output)["error"]
     assert error["path"] == "gateway.keys.team.models[0]"
     assert error["code"] == "unknown_model"
+
+
+POOLED = """
+default_provider = "gpt"
+[providers.models.azure.east]
+uri = "https://east.example/openai/deployments/gpt"
+api_key = "sk-east"
+model = "gpt-4.1"
+fallback_models = ["gpt-4.1-mini"]
+[providers.models.azure.west]
+uri = "https://west.example/openai/deployments/gpt"
+api_key = "sk-west"
+model = "gpt-4.1"
+[providers.models.openai.backup]
+api_key = "sk-backup"
+model = "gpt-4o-mini"
+[pools.gpt]
+members = ["azure.east", "azure.west"]
+strategy = "weighted"
+weights = { "azure.east" = 3 }
+fallback = ["openai.backup"]
+"""
+
+
+def test_check_prints_each_pool_with_its_strategy_and_marks_its_entries(tmp_path: Path) -> None:
+    """A pool is printed with strategy, weights and fallback; the default order marks its members' entries."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, POOLED)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "pool gpt: weighted" in lines
+    assert "  members: azure.east (weight 3), azure.west (weight 1)" in lines
+    assert "  fallback: openai.backup" in lines
+    assert "default: gpt (pool, weighted)" in lines
+    assert "  1. azure.east/gpt-4.1  pinned  3 tries  [pool gpt]" in lines
+    assert "  2. azure.west/gpt-4.1  pinned  3 tries  [pool gpt]" in lines
+    assert "  3. azure.east/gpt-4.1-mini  pinned  3 tries  [pool gpt]" in lines
+    assert "  4. openai.backup/gpt-4o-mini  pinned  3 tries" in lines
+
+
+def test_check_json_lists_pools_and_each_entrys_pool(tmp_path: Path) -> None:
+    """--json has a pools list and a pool name (or null) on every entry."""
+    result = runner.invoke(app, ["check", "--json", "--config", write(tmp_path, POOLED.replace("weighted", "latency"))])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["pools"] == [
+        {
+            "name": "gpt",
+            "strategy": "latency",
+            "members": ["azure.east", "azure.west"],
+            "weights": {"azure.east": 3.0, "azure.west": 1.0},
+            "explore": 0.05,
+            "fallback": ["openai.backup"],
+        }
+    ]
+    assert [e["pool"] for e in body["default"]["entries"]] == ["gpt", "gpt", "gpt", None]
+    assert [w["code"] for w in body["warnings"]] == ["pool_setting_unused"]
+
+
+def test_check_reports_a_bad_pool_with_its_key_path(tmp_path: Path) -> None:
+    """A pool naming an unknown member fails `turnout check` with exit 1 and the member's key path."""
+    bad = POOLED.replace('members = ["azure.east", "azure.west"]', 'members = ["azure.east", "azure.north"]')
+    result = runner.invoke(app, ["check", "--json", "--config", write(tmp_path, bad)])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["error"] == {
+        "code": "unknown_pool_member",
+        "path": "pools.gpt.members[1]",
+        "message": "member 'azure.north' does not name a configured profile",
+    }

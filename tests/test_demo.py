@@ -1,4 +1,4 @@
-"""``turnout demo``'s outage tour: the circuit breaker learns an outage and forgets it, as the tour says."""
+"""``turnout demo``: the outage tour and the pool step, run against the in-process simulator as the tour runs them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rich.console import Console
 
 from fakes import FakeClock
 from turnout.client import Client
-from turnout.demo import DEMO_CONFIG, PRIMARY, TIMING, outage_script, outage_tour
+from turnout.demo import POOL_CALLS, PRIMARY, TIMING, Step, _run_step, _steps, demo_config, outage_script, outage_tour
 from turnout.sim import Simulator
 
 
@@ -20,12 +20,7 @@ async def tour(tmp_path: Path, *, breaker: bool = True) -> tuple[bool, str, list
     clock = FakeClock()
     console = Console(record=True, width=200, force_terminal=False)
     async with Simulator(clock=clock, sleep=clock.sleep) as sim:
-        config = DEMO_CONFIG.format(
-            anthropic=sim.base_url("anthropic"),
-            openai=sim.base_url("openai"),
-            ledger=tmp_path / "ledger.sqlite3",
-            open_secs=TIMING.open_secs,
-        )
+        config = demo_config(sim, tmp_path / "ledger.sqlite3")
         if not breaker:
             config += "\n[reliability.breaker]\nenabled = false\n"
         sim.set_script({"models": outage_script(TIMING)})
@@ -54,3 +49,22 @@ async def test_without_a_breaker_the_tour_says_it_did_not_go_as_told(tmp_path: P
     told, _, firsts, hits = await tour(tmp_path, breaker=False)
     assert not told
     assert "breaker_skip" not in firsts and hits >= 2 * (len(firsts) - 1)
+
+
+async def test_the_pool_step_sends_most_calls_to_the_faster_member_and_shows_the_pool(tmp_path: Path) -> None:
+    """The latency pool step measures both members, then the 30 ms one takes the calls; its table says so."""
+    step = next(s for s in _steps() if isinstance(s, Step) and "pool" in s.title)
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator() as sim:
+        sim.set_script({"models": step.script})
+        async with Client.from_toml(demo_config(sim, tmp_path / "ledger.sqlite3"), ledger=False) as client:
+            await _run_step(console, client, 10, step)
+            (pool,) = client.status()["pools"]
+    calls = {m["profile"]: m["calls"] for m in pool["members"]}
+    assert sum(calls.values()) == POOL_CALLS
+    # one call measures openai.east, exploration may add one; a loaded machine can slow a 30 ms answer, so only
+    # the majority is asserted (the strategy itself is tested with fake numbers in test_pools.py)
+    assert calls["azure.west"] > calls["openai.east"]
+    out = console.export_text()
+    assert "pool gpt-4o" in out and "moving TTFT ms" in out
+    assert "was unavailable" not in out

@@ -62,13 +62,25 @@ class Call:
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
         call_id: The call's id (default: a new one; the gateway passes its request id).
         caller: Who makes the call (the gateway's client key name), recorded in the ledger.
+        peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
 
     Attributes:
         call_id: The id of the call in the ledger.
         log: The attempts of the call, in order.
     """
 
-    __slots__ = ("call_id", "caller", "intra_family", "ledger", "log", "requested", "started", "stream", "surface")
+    __slots__ = (
+        "call_id",
+        "caller",
+        "intra_family",
+        "ledger",
+        "log",
+        "peers",
+        "requested",
+        "started",
+        "stream",
+        "surface",
+    )
 
     def __init__(
         self,
@@ -80,8 +92,10 @@ class Call:
         intra_family: bool = False,
         call_id: str | None = None,
         caller: str | None = None,
+        peers: frozenset[int] = frozenset(),
     ) -> None:
         self.requested = requested
+        self.peers = peers
         self.stream = stream
         self.ledger = ledger
         self.surface = surface
@@ -95,9 +109,12 @@ class Call:
         """The notice for an answer from ``served`` (entry ``entry`` of the walk), or None when it is no fallback.
 
         A fallback is an answer from a later entry or from another model than the requested one; a pure
-        retry of the first entry is not.
+        retry of the first entry is not, and neither is an answer from another member of the pool the call
+        asked for (:attr:`peers`: the members are interchangeable).
         """
         if entry == 0 and (served is self.requested or served == self.requested):
+            return None
+        if entry in self.peers:
             return None
         return fallback_notice(self.requested, served, intra_family=self.intra_family)
 

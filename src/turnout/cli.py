@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from turnout.config import (
     Config,
     ConfigWarning,
     Plan,
+    PoolSpec,
     Route,
     build_plan,
     collect_warnings,
@@ -104,22 +106,46 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         out.print(line, markup=False)
 
 
-def _route_title(route: Route) -> str:
+def _route_title(route: Route, pools: dict[str, PoolSpec]) -> str:
+    pool = pools.get(route.profile)
+    target = f"{route.profile} (pool, {pool.strategy})" if pool is not None else route.profile
     if route.hint is None:
-        return f"default: {route.profile}"
-    return f"hint:{route.hint} -> {route.profile} (route model {route.model})"
+        return f"default: {target}"
+    return f"hint:{route.hint} -> {target} (route model {route.model})"
+
+
+def pool_lines(pools: Iterable[PoolSpec]) -> list[str]:
+    """Each pool: its strategy, members (with weights when they matter) and fallbacks."""
+    lines: list[str] = []
+    for pool in pools:
+        how = pool.strategy + (f", explores {pool.explore:.0%} of calls" if pool.strategy == "latency" else "")
+        lines.append(f"pool {pool.name}: {how}")
+        if pool.strategy == "weighted":
+            members = ", ".join(f"{m} (weight {w:g})" for m, w in zip(pool.members, pool.weights, strict=True))
+        else:
+            members = ", ".join(pool.members)
+        lines.append(f"  members: {members}")
+        lines.append(f"  fallback: {', '.join(pool.fallback) if pool.fallback else '-'}")
+        lines.append("")
+    return lines
 
 
 def plan_lines(plan: Plan) -> list[str]:
-    """The attempt order of the default target and every route, as printed by ``turnout check``."""
-    lines: list[str] = []
+    """The pools, then the attempt order of the default target and every route, as printed by ``turnout check``.
+
+    Entries of a pool's members are marked ``[pool <name>]``: each call tries them in the order its strategy
+    chooses, before what follows the pool.
+    """
+    pools = {p.name: p for p in plan.pools}
+    lines = pool_lines(plan.pools)
     for route in (plan.default, *plan.routes):
-        lines.append(_route_title(route))
+        lines.append(_route_title(route, pools))
         for i, entry in enumerate(route.entries, 1):
             model = entry.model if entry.model is not None else "<requested model>"
             kind = "pinned" if entry.pinned else "unpinned"
             tries = plan.tries_per_entry
-            lines.append(f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}")
+            member = f"  [pool {entry.pool}]" if entry.pool is not None else ""
+            lines.append(f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}")
         lines.append("")
     return lines[:-1]
 
@@ -133,7 +159,13 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
             "profile": r.profile,
             "model": r.model,
             "entries": [
-                {"profile": e.profile, "model": e.model, "pinned": e.pinned, "tries": plan.tries_per_entry}
+                {
+                    "profile": e.profile,
+                    "model": e.model,
+                    "pinned": e.pinned,
+                    "tries": plan.tries_per_entry,
+                    "pool": e.pool,
+                }
                 for e in r.entries
             ],
         }
@@ -141,6 +173,17 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
     return {
         "ok": True,
         "warnings": [{"code": w.code, "path": w.path, "message": w.message} for w in warnings],
+        "pools": [
+            {
+                "name": p.name,
+                "strategy": p.strategy,
+                "members": list(p.members),
+                "weights": dict(zip(p.members, p.weights, strict=True)),
+                "explore": p.explore,
+                "fallback": list(p.fallback),
+            }
+            for p in plan.pools
+        ],
         "default": route(plan.default),
         "routes": [route(r) for r in plan.routes],
     }
@@ -460,12 +503,13 @@ def sim(
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Listen port (0: a free one).")] = 8900,
     script: Annotated[str | None, typer.Option(help="A TOML/JSON script mapping models to behaviours.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed the draws of heavy-tailed delays (tail, tail_p).")] = None,
 ) -> None:
     """Run the fault-injecting provider simulator until Ctrl-C."""
     from turnout.sim.cli import run
 
     try:
-        run(host, port, script)
+        run(host, port, script, seed)
     except ConfigError as exc:
         raise _fail(exc, False) from None
 

@@ -20,10 +20,11 @@ from typing import Any
 
 from turnout.attribution import RouteRef
 from turnout.call import Call
-from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
+from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
+from turnout.pools import leading_members, pools_status
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
@@ -64,6 +65,7 @@ class Client:
         catalogue: Prices and context windows (default: the ``genai-prices`` catalogue).
         adapter_builder: Replaces HTTP adapters (for tests).
         clock / sleep / jitter: Time and randomness of the walk (for tests).
+        chance: Randomness of the pools' choices (for tests).
         surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
     """
 
@@ -79,6 +81,7 @@ class Client:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        chance: Callable[[], float] = random.random,
         surface: str = "library",
     ) -> None:
         self.config = config
@@ -92,9 +95,10 @@ class Client:
             clock=clock,
             sleep=sleep,
             jitter=jitter,
+            chance=chance,
         )
         self.router = self.factory.router()
-        self._default: tuple[Target, RouteRef] | None = None
+        self._default: tuple[Target, RouteRef, frozenset[int]] | None = None
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -139,8 +143,8 @@ class Client:
     def route(self, *, model: str | None = None, provider: str | None = None, sender: str | None = None) -> Target:
         """Where a call with these options goes: the walk and the model to send.
 
-        ``sender`` applies ``[senders.<id>]`` (call arguments win); ``provider`` makes another profile the
-        active one; ``model`` is a hint (``hint:fast``) or a plain model pinned on the active profile.
+        ``sender`` applies ``[senders.<id>]`` (call arguments win); ``provider`` makes another profile (or a pool)
+        the active one; ``model`` is a hint (``hint:fast``) or a plain model pinned on the active profile.
 
         Raises:
             ConfigError: An unknown profile, or a profile without a model and no model given.
@@ -151,9 +155,11 @@ class Client:
             model = model if model is not None else override.model
         active: str | None = None
         if provider is not None:
-            active = resolve_profile_ref(self.config, provider)
+            active = resolve_target_ref(self.config, provider)
             if active is None:
-                raise ConfigError(f"provider {provider!r} does not name a configured profile", code="unknown_profile")
+                raise ConfigError(
+                    f"provider {provider!r} does not name a configured profile or pool", code="unknown_profile"
+                )
         if active is None and model is None:
             target = self.router.resolve(None)
         else:
@@ -242,13 +248,15 @@ class Client:
             default = self._default
             if default is None:
                 target = self.route()
-                default = self._default = (target, requested_route(target))
-            target, requested = default
+                default = self._default = (target, requested_route(target), leading_members(target.walk.entries))
+            target, requested, peers = default
         else:
             target = self.route(model=model, provider=provider, sender=sender)
             requested = requested_route(target)
+            peers = leading_members(target.walk.entries)
         call = Call(
             requested,
+            peers=peers,
             stream=stream,
             ledger=self.ledger,
             surface=self.surface,
@@ -345,11 +353,12 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Cooldowns (seconds left), dead keys (id, rest, probe), circuit breakers that are not closed and headroom.
+        """Cooldowns (seconds left), dead keys, circuit breakers that are not closed, headroom and pools.
 
         ``breakers`` has one row per open or half-open entry (see :meth:`turnout.health.Breakers.describe`);
         ``headroom`` one row per profile and key whose answers announced their rate limits in this process
-        (see :meth:`turnout.headroom.HeadroomBook.describe`).
+        (see :meth:`turnout.headroom.HeadroomBook.describe`); ``pools`` one row per pool with its members' load
+        (see :func:`turnout.pools.pools_status`).
         """
         now = self.factory.clock()
         store = self.factory.store
@@ -359,10 +368,15 @@ class Client:
             "breakers": self.factory.breakers.describe(now),
             "profiles": sorted(self.config.profiles()),
             "headroom": [row for _, book in sorted(self.factory.books.items()) for row in book.describe(now)],
+            "pools": pools_status(self.factory.pool_specs.values(), self.factory.stats),
         }
 
 
 def requested_route(target: Target) -> RouteRef:
-    """What a call to ``target`` asks for: the first entry of its walk, with the model it would send."""
+    """What a call to ``target`` asks for: the first entry of its walk, with the model it would send.
+
+    For a pool, that is its first member as configured; an answer from any member is no fallback (see
+    :func:`turnout.pools.leading_members`).
+    """
     first = target.walk.entries[0]
     return first.route(first.served_model(target.model))

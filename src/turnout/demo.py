@@ -59,10 +59,29 @@ model = "deepseek-reasoner"
 [providers.models.anthropic.main.breaker]
 open_secs = {open_secs}
 
+[providers.models.openai.east]
+uri = "{openai}"
+api_key = "sk-demo-east"
+model = "gpt-4o"
+
+[providers.models.azure.west]
+uri = "{azure_west}"
+api_key = "sk-demo-west"
+model = "gpt-4o"
+
+[pools.gpt-4o]
+members = ["openai.east", "azure.west"]
+strategy = "latency"
+
 [[model_routes]]
 hint = "reasoning"
 model_provider = "deepseek.reasoner"
 model = "deepseek-reasoner"
+
+[[model_routes]]
+hint = "pool"
+model_provider = "gpt-4o"
+model = "gpt-4o"
 
 [reliability]
 provider_retries = 1
@@ -99,12 +118,13 @@ TIMING = OutageTiming()
 
 @dataclass
 class Step:
-    """One stop of the tour: what it shows, the simulator script, and the call to make."""
+    """One stop of the tour: what it shows, the simulator script, the call to make, and what to show after it."""
 
     title: str
     explain: str
     script: dict[str, Any]
     run: Callable[[Client], Awaitable[Reply]]
+    after: Callable[[Client], Table] | None = None
 
 
 @dataclass
@@ -128,6 +148,12 @@ def _steps() -> list[Step | Tour]:
             if event.type == "text":
                 shown.append(event.text)
         return stream.response
+
+    async def pool_calls(c: Client) -> Reply:
+        reply = await chat(c, model="hint:pool")
+        for _ in range(POOL_CALLS - 1):
+            reply = await chat(c, model="hint:pool")
+        return reply
 
     return [
         Step("A clean answer", "The primary profile answers on the first try.", {}, chat),
@@ -191,7 +217,36 @@ def _steps() -> list[Step | Tour]:
             {"claude-sonnet-4-5": {"steps": ["429-ra30"]}},
             chat,
         ),
+        Step(
+            "A latency pool picks the faster of two equivalent deployments",
+            f"Pool gpt-4o holds openai.east (first token after 150 ms) and azure.west (30 ms). {POOL_CALLS} calls "
+            "to hint:pool: each member is measured once, then the faster one takes the calls (a few still explore "
+            "the other). No call is announced as a fallback: the members are interchangeable.",
+            {
+                "gpt-4o": {"steps": [{"do": "ok", "delay": 0.15}]},
+                "gpt-4o-west": {"steps": [{"do": "ok", "delay": 0.03}]},
+            },
+            pool_calls,
+            lambda c: pool_table(c, "gpt-4o"),
+        ),
     ]
+
+
+#: How many calls the pool step makes.
+POOL_CALLS = 12
+
+
+def pool_table(client: Client, name: str) -> Table:
+    """A pool's members with the calls each took and its moving time to first token."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=f"pool {name}")
+    for col, justify in [("member", "left"), ("calls", "right"), ("share", "right"), ("moving TTFT ms", "right")]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    pool = next(p for p in client.status()["pools"] if p["name"] == name)
+    for m in pool["members"]:
+        share = f"{m['share']:.0%}" if m["share"] is not None else "-"
+        ttft = f"{m['ttft_ms']:.0f}" if m["ttft_ms"] is not None else "-"
+        table.add_row(m["profile"], str(m["calls"]), share, ttft)
+    return table
 
 
 def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
@@ -239,12 +294,7 @@ async def run_demo(console: Console | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
         ledger_path = Path(tmp) / "ledger.sqlite3"
         async with Simulator() as sim:
-            config = DEMO_CONFIG.format(
-                anthropic=sim.base_url("anthropic"),
-                openai=sim.base_url("openai"),
-                ledger=ledger_path,
-                open_secs=TIMING.open_secs,
-            )
+            config = demo_config(sim, ledger_path)
             async with Client.from_toml(config) as client:
                 console.print(
                     Panel.fit(
@@ -279,6 +329,17 @@ async def run_demo(console: Console | None = None) -> int:
     return 0 if as_told else 1
 
 
+def demo_config(sim: Simulator, ledger: Path) -> str:
+    """The demo's configuration, pointed at ``sim``."""
+    return DEMO_CONFIG.format(
+        anthropic=sim.base_url("anthropic"),
+        openai=sim.base_url("openai"),
+        azure_west=sim.base_url("azure", deployment="gpt-4o-west"),
+        ledger=ledger,
+        open_secs=TIMING.open_secs,
+    )
+
+
 async def _run_step(console: Console, client: Client, n: int, step: Step) -> None:
     console.rule(f"[bold]{n}. {step.title}")
     console.print(step.explain, style="dim")
@@ -308,6 +369,8 @@ async def _run_step(console: Console, client: Client, n: int, step: Step) -> Non
     if reply.notice:
         console.print(reply.notice, style="yellow")
     console.print(_attempts_table(reply.attempts))
+    if step.after is not None:
+        console.print(step.after(client))
 
 
 def outage_script(timing: OutageTiming) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from turnout.breaker import BreakerSettings
-from turnout.config.graph import EntrySpec, Plan, Route, build_plan, profile_credentials
+from turnout.config.graph import EntrySpec, Plan, Route, build_plan, pool_specs, profile_credentials
 from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
@@ -22,6 +22,7 @@ from turnout.headroom import HeadroomBook
 from turnout.health import Breakers
 from turnout.hedge import HedgeSettings, Hedging
 from turnout.keys import KeyPool
+from turnout.pools import Pool
 from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
 from turnout.providers import HTTPAdapter, build_adapter
@@ -45,6 +46,7 @@ class Factory:
         catalogue: Prices and context windows.
         adapter_builder: Replaces the HTTP adapters (tests).
         clock / sleep / jitter: Passed to every walk (tests inject fakes).
+        chance: A uniform random number in [0, 1) for the pools' choices (tests inject a fixed sequence).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class Factory:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        chance: Callable[[], float] = random.random,
     ) -> None:
         self.config = config
         self.http = http if http is not None else HttpClient()
@@ -68,14 +71,17 @@ class Factory:
         self.sleep = sleep
         self.jitter = jitter
         self.breakers = breaker_registry(config, self.store)
+        self.chance = chance
         self.hedging = hedging_of(config)
-        #: Per-entry load and speed, kept when something needs them (hedging after "auto").
-        self.stats: Stats | None = Stats() if self.hedging.enabled else None
+        self.pool_specs = pool_specs(config)
+        #: Calls in flight and times to first token per entry, kept (by every walk) only when something needs
+        #: them: pools, or hedging (after "auto").
+        self.stats: Stats | None = Stats() if self.pool_specs or self.hedging.enabled else None
         self._adapters: dict[tuple[str, str | None], Provider] = {}
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
         #: The headroom last announced per profile and key (this process).
         self.books: dict[str, HeadroomBook] = {}
-        self._walks: dict[tuple[tuple[str, str | None], ...], ReliableProvider] = {}
+        self._walks: dict[tuple[tuple[str | None, ...], ...], ReliableProvider] = {}
         self._routers: dict[tuple[str | None, str | None], Router] = {}
 
     def adapter(self, profile: str, key: str | None) -> Provider:
@@ -112,34 +118,75 @@ class Factory:
         """
         out = []
         profiles = self.config.profiles()
-        for spec in specs:
+        pools = self.pool_orders(specs)
+        for spec, pool in zip(specs, pools, strict=True):
             profile = profiles[spec.profile]
             if root_key is not None and spec.profile == root:
                 keys = [root_key.reveal()]
             else:
                 keys = [k.reveal() for k in profile_credentials(self.config, spec.profile)]
-            pool = self.pool(spec.profile, keys)
+            key_pool = self.pool(spec.profile, keys)
             adapters = tuple(
-                self.watched(self.adapter(spec.profile, k), pool, kid) for k, kid in zip(keys, pool.ids, strict=True)
-            ) or (self.watched(self.adapter(spec.profile, None), pool, None),)
+                self.watched(self.adapter(spec.profile, k), key_pool, kid)
+                for k, kid in zip(keys, key_pool.ids, strict=True)
+            ) or (self.watched(self.adapter(spec.profile, None), key_pool, None),)
             out.append(
                 Entry(
                     profile=spec.profile,
                     model=spec.model,
                     providers=adapters,
-                    keys=pool,
+                    keys=key_pool,
                     refusal_fallback=profile.refusal_fallback,
                     context_window=profile.context_window,
                     rates=rates_from_pricing(profile.pricing) if profile.pricing is not None else None,
+                    pool=pool,
                 )
             )
         return out
+
+    def pool_orders(self, specs: Sequence[EntrySpec]) -> list[Pool | None]:
+        """The :class:`~turnout.pools.Pool` each entry stands in (None: it stands alone), aligned with ``specs``.
+
+        A pool's entries come in tiers (its members' first entries, then their second ones, ...): each tier gets
+        its own :class:`Pool`, so the walk arranges the members within a tier and tries the tiers in turn.
+        """
+        out: list[Pool | None] = []
+        tier: list[EntrySpec] = []
+
+        def close() -> None:
+            if tier:
+                out.extend([self._pool(tier)] * len(tier))
+                tier.clear()
+
+        for spec in specs:
+            if tier and (spec.pool != tier[0].pool or any(e.profile == spec.profile for e in tier)):
+                close()
+            if spec.pool is None:
+                out.append(None)
+            else:
+                tier.append(spec)
+        close()
+        return out
+
+    def _pool(self, tier: Sequence[EntrySpec]) -> Pool:
+        """The order of one tier of a pool: one entry per member."""
+        name = tier[0].pool
+        assert name is not None
+        spec = self.pool_specs[name]
+        return Pool(
+            name,
+            spec.strategy,
+            keys={e.profile: None if e.model is None else (f"{e.profile}/{e.model}",) for e in tier},
+            weights=dict(zip(spec.members, spec.weights, strict=True)),
+            explore=spec.explore,
+            chance=self.chance,
+        )
 
     def walk(self, route: Route) -> ReliableProvider:
         """The reliable walk over a route's entries (one per distinct entry list and credential)."""
         cache_key = (
             ("", route.credential.id if route.credential else None),
-            *((e.profile, e.model) for e in route.entries),
+            *((e.profile, e.model, e.pool) for e in route.entries),
         )
         walk = self._walks.get(cache_key)
         if walk is None:

@@ -5,21 +5,25 @@ from turnout.config.graph import (
     ConfigWarning,
     EntrySpec,
     Plan,
+    PoolSpec,
     Route,
     build_plan,
     collect_warnings,
     materialize,
+    pool_specs,
     profile_credentials,
 )
 from turnout.config.loader import (
     default_profile,
+    default_target,
     find_config_path,
     load_config_dict,
     load_config_file,
     load_config_toml,
     resolve_profile_ref,
+    resolve_target_ref,
 )
-from turnout.config.schema import Config, ModelRoute, Pricing, Profile
+from turnout.config.schema import Config, ModelRoute, Pool, Pricing, Profile
 from turnout.config.secrets import Secret, key_id
 
 __all__ = [
@@ -29,6 +33,8 @@ __all__ = [
     "EntrySpec",
     "ModelRoute",
     "Plan",
+    "Pool",
+    "PoolSpec",
     "Pricing",
     "Profile",
     "Route",
@@ -36,12 +42,15 @@ __all__ = [
     "build_plan",
     "collect_warnings",
     "default_profile",
+    "default_target",
     "find_config_path",
     "key_id",
     "load_config_dict",
     "load_config_file",
     "load_config_toml",
     "materialize",
+    "pool_specs",
     "profile_credentials",
     "resolve_profile_ref",
+    "resolve_target_ref",
 ]

@@ -7,6 +7,12 @@ A profile becomes an ordered list of entries, depth first:
    (and ``fallback_models`` are not materialised);
 2. then each ``fallback`` profile in order, recursively, each with its own model, endpoint and keys.
 
+A pool (``[pools.<name>]``) stands wherever a profile can: it becomes its members' entries (each member's own
+model and ``fallback_models``; its own ``fallback`` is not followed inside the pool), every member's first entry
+first, then every member's second, and so on, each marked with the pool's name; then the pool's ``fallback``
+targets like a profile's. An effective primary model given for a pool (``default_model``, a caller's model)
+becomes every member's primary model.
+
 Dangling references, cycles, links deeper than :data:`MAX_FALLBACK_DEPTH`, blank fallback models and
 fallback models equal to the primary are reported and pruned, never fatal. A profile reached twice
 (a diamond) is materialised once. A reachable profile without a credential is fatal.
@@ -16,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnout.config.loader import default_profile, resolve_profile_ref
-from turnout.config.schema import Config, Profile
+from turnout.config.loader import default_profile, default_target, resolve_profile_ref, resolve_target_ref
+from turnout.config.schema import Config, PoolStrategy, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.providers.registry import family_for
@@ -47,10 +53,12 @@ class EntrySpec:
     Attributes:
         profile: ``family.alias``.
         model: The pinned model, or None for an unpinned entry (it forwards the caller's model).
+        pool: The pool this entry's profile is a member of here (None: the entry stands alone).
     """
 
     profile: str
     model: str | None
+    pool: str | None = None
 
     @property
     def pinned(self) -> bool:
@@ -69,12 +77,33 @@ class EntrySpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSpec:
+    """One ``[pools.<name>]`` with its references resolved.
+
+    Attributes:
+        name: The pool's name.
+        strategy: ``ordered``, ``weighted``, ``least_busy`` or ``latency``.
+        members: The member profiles (``family.alias``), in configured order.
+        weights: Each member's weight, aligned with :attr:`members` (1 when not configured).
+        explore: ``latency``: the share of calls that try another member first.
+        fallback: The pool's ``fallback`` references as written.
+    """
+
+    name: str
+    strategy: PoolStrategy
+    members: tuple[str, ...]
+    weights: tuple[float, ...]
+    explore: float
+    fallback: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Route:
     """A target the router can select: the default one, or a ``hint:<name>`` route.
 
     Attributes:
         hint: The hint name (None for the default target).
-        profile: The target profile, ``family.alias``.
+        profile: The target profile, ``family.alias``, or the target pool's name.
         model: The model the route asks for (a pinned target ignores it).
         entries: The materialised order for this target.
         credential: The route's own ``api_key`` overriding the profile's key, when given.
@@ -89,11 +118,29 @@ class Route:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """Everything the factory builds: the default target and each route."""
+    """Everything the factory builds: the default target, each route, and every configured pool."""
 
     default: Route
     routes: tuple[Route, ...]
     tries_per_entry: int
+    pools: tuple[PoolSpec, ...] = ()
+
+
+def pool_specs(config: Config) -> dict[str, PoolSpec]:
+    """Every configured pool by name, its members resolved (the config was validated when it loaded)."""
+    out: dict[str, PoolSpec] = {}
+    for name, pool in config.pools.items():
+        members = tuple(resolve_profile_ref(config, m) or m for m in pool.members)
+        weights = {resolve_profile_ref(config, k) or k: w for k, w in pool.weights.items()}
+        out[name] = PoolSpec(
+            name=name,
+            strategy=pool.strategy,
+            members=members,
+            weights=tuple(weights.get(m, 1.0) for m in members),
+            explore=pool.explore,
+            fallback=tuple(pool.fallback),
+        )
+    return out
 
 
 def _path(name: str) -> str:
@@ -172,8 +219,9 @@ def collect_warnings(config: Config) -> list[ConfigWarning]:
                         )
                     )
     out += _unsupported(config.reliability, "reliability")
+    out += _pool_warnings(config)
     cycles: set[frozenset[str]] = set()
-    for name in profiles:
+    for name in [*profiles, *config.pools]:
         _walk_warnings(config, name, 1, [name], out, cycles)
     out += _route_credential_warnings(config)
     seen: set[tuple[str, str]] = set()
@@ -206,32 +254,32 @@ def _walk_warnings(
     out: list[ConfigWarning],
     cycles: set[frozenset[str]],
 ) -> None:
-    profile = config.profiles()[name]
-    refs = [r for r in profile.fallback if r.strip()]
+    fallback, base = _fallback_of(config, name)
+    refs = [r for r in fallback if r.strip()]
     if not refs:
         return
     if depth > MAX_FALLBACK_DEPTH:
         out.append(
             ConfigWarning(
                 code="max_fallback_depth_exceeded",
-                path=f"{_path(name)}.fallback",
+                path=f"{base}.fallback",
                 message=f"fallback chain from {stack[0]} exceeds the maximum depth of {MAX_FALLBACK_DEPTH} at {name}; "
                 "deeper links are pruned at runtime",
             )
         )
         return
-    for i, raw in enumerate(profile.fallback):
+    for i, raw in enumerate(fallback):
         if not raw.strip():
             continue
-        path = f"{_path(name)}.fallback[{i}]"
-        resolved = resolve_profile_ref(config, raw)
+        path = f"{base}.fallback[{i}]"
+        resolved = resolve_target_ref(config, raw)
         if resolved is None:
             out.append(
                 ConfigWarning(
                     code="dangling_fallback_ref",
                     path=path,
-                    message=f"fallback {raw!r} on {name} does not resolve to a configured providers.models entry; "
-                    "this fallback link is skipped at runtime",
+                    message=f"fallback {raw!r} on {name} does not resolve to a configured providers.models entry "
+                    "or pool; this fallback link is skipped at runtime",
                 )
             )
             continue
@@ -252,11 +300,75 @@ def _walk_warnings(
         _walk_warnings(config, resolved, depth + 1, [*stack, resolved], out, cycles)
 
 
+def _fallback_of(config: Config, name: str) -> tuple[list[str], str]:
+    """The ``fallback`` references of a profile or pool, and the key path of its table."""
+    pool = config.pools.get(name)
+    if pool is not None:
+        return pool.fallback, f"pools.{name}"
+    return config.profiles()[name].fallback, _path(name)
+
+
+def _pool_warnings(config: Config) -> list[ConfigWarning]:
+    """Pool settings that have no effect, and links a pool makes that are not followed."""
+    out: list[ConfigWarning] = []
+    profiles = config.profiles()
+    for name, pool in config.pools.items():
+        path = f"pools.{name}"
+        if pool.weights and pool.strategy != "weighted":
+            out.append(
+                ConfigWarning(
+                    code="pool_setting_unused",
+                    path=f"{path}.weights",
+                    message=f'weights apply to strategy "weighted"; pool {name} is "{pool.strategy}" and ignores them',
+                )
+            )
+        if "explore" in pool.model_fields_set and pool.strategy != "latency":
+            out.append(
+                ConfigWarning(
+                    code="pool_setting_unused",
+                    path=f"{path}.explore",
+                    message=f'explore applies to strategy "latency"; pool {name} is "{pool.strategy}" and ignores it',
+                )
+            )
+        members = {resolve_profile_ref(config, m): i for i, m in enumerate(pool.members)}
+        for member, i in members.items():
+            if member is not None and any(r.strip() for r in profiles[member].fallback):
+                out.append(
+                    ConfigWarning(
+                        code="pool_member_fallback_ignored",
+                        path=f"{path}.members[{i}]",
+                        message=f"{member} has its own fallback; inside pool {name} it is not followed "
+                        "(the members fail over to each other, then to the pool's fallback)",
+                    )
+                )
+        for i, raw in enumerate(pool.fallback):
+            resolved = resolve_profile_ref(config, raw) if raw.strip() else None
+            if resolved is not None and resolved in members:
+                out.append(
+                    ConfigWarning(
+                        code="pool_fallback_is_member",
+                        path=f"{path}.fallback[{i}]",
+                        message=f"{resolved} is a member of pool {name}; it is tried as a member, not again after "
+                        "the pool",
+                    )
+                )
+    if config.reliability.api_keys and config.default_provider and config.default_provider.strip() in config.pools:
+        out.append(
+            ConfigWarning(
+                code="reliability_keys_unused",
+                path="reliability.api_keys",
+                message="these keys join the default profile's key rotation, and the default is a pool, not a "
+                "profile: they are not used; set api_keys on the pool's members instead",
+            )
+        )
+    return out
+
+
 def _route_credential_warnings(config: Config) -> list[ConfigWarning]:
     out: list[ConfigWarning] = []
     first: dict[str, tuple[int, Secret | None]] = {}
     for i, route in enumerate(config.model_routes):
-        target = resolve_profile_ref(config, route.model_provider) or route.model_provider
+        target = resolve_target_ref(config, route.model_provider) or route.model_provider
         if target not in first:
             first[target] = (i, route.api_key)
             continue
@@ -283,13 +395,18 @@ def materialize(
 
     Args:
         config: The loaded configuration.
-        root: The profile to start from.
-        model_override: An effective primary model replacing the profile's ``model`` (the pin).
+        root: The profile (or pool) to start from.
+        model_override: An effective primary model replacing the profile's ``model`` (the pin); for a pool,
+            every member's.
         has_credential: Whether the root has a credential from elsewhere (a route key); None checks the profile.
 
     Raises:
-        ConfigError: The root, or a fallback profile it reaches, has no credential.
+        ConfigError: The root, or a fallback profile or pool member it reaches, has no credential.
     """
+    if root in config.pools:
+        entries: list[EntrySpec] = []
+        _push_pool(config, root, 1, [root], {root}, entries, model_override)
+        return tuple(entries)
     profiles = config.profiles()
     if root not in profiles:
         raise ConfigError(f"{root!r} does not name a configured profile", code="unknown_profile")
@@ -303,22 +420,58 @@ def materialize(
             path=f"{_path(root)}.api_key",
             code="missing_credential",
         )
-    entries: list[EntrySpec] = []
+    entries = []
     _push_entries(entries, root, profile, model_override)
     done = {root}
     _append_chain(config, root, 1, [root], done, entries)
     return tuple(entries)
 
 
-def _push_entries(out: list[EntrySpec], name: str, profile: Profile, override: str | None) -> None:
+def _push_entries(
+    out: list[EntrySpec], name: str, profile: Profile, override: str | None, pool: str | None = None
+) -> None:
     primary = override.strip() if override and override.strip() else profile.model
     if not primary:
-        out.append(EntrySpec(profile=name, model=None))
+        out.append(EntrySpec(profile=name, model=None, pool=pool))
         return
-    out.append(EntrySpec(profile=name, model=primary))
+    out.append(EntrySpec(profile=name, model=primary, pool=pool))
     for m in profile.fallback_models:
         if m.strip() and m != primary:
-            out.append(EntrySpec(profile=name, model=m))
+            out.append(EntrySpec(profile=name, model=m, pool=pool))
+
+
+def _push_pool(
+    config: Config,
+    name: str,
+    depth: int,
+    stack: list[str],
+    done: set[str],
+    out: list[EntrySpec],
+    override: str | None = None,
+) -> None:
+    """The entries of pool ``name``'s members, then its fallbacks.
+
+    The members' first entries come first, then their second ones (their first ``fallback_models``), and so on:
+    each such tier is one set of interchangeable entries the pool arranges per call, so a member's lesser model
+    is not tried before another member's primary one. A member reached earlier in the walk stays where it was.
+    """
+    tiers: list[list[EntrySpec]] = []
+    for i, raw in enumerate(config.pools[name].members):
+        member = resolve_profile_ref(config, raw)
+        if member is None or member in done:
+            continue
+        reference = f"pool member {raw.strip()!r} of {name}"
+        profile = _reachable(config, member, reference, f"pools.{name}.members[{i}]", "the pool")
+        done.add(member)
+        own: list[EntrySpec] = []
+        _push_entries(own, member, profile, override, pool=name)
+        for n, entry in enumerate(own):
+            if n == len(tiers):
+                tiers.append([])
+            tiers[n].append(entry)
+    for tier in tiers:
+        out.extend(tier)
+    _append_chain(config, name, depth, stack, done, out)
 
 
 def _append_chain(
@@ -326,25 +479,38 @@ def _append_chain(
 ) -> None:
     if depth > MAX_FALLBACK_DEPTH:
         return
-    profiles = config.profiles()
-    for i, raw in enumerate(profiles[name].fallback):
+    fallback, base = _fallback_of(config, name)
+    for i, raw in enumerate(fallback):
         if not raw.strip():
             continue
-        resolved = resolve_profile_ref(config, raw)
+        resolved = resolve_target_ref(config, raw)
         if resolved is None or resolved in stack or resolved in done:
             continue
-        target = profiles[resolved]
-        if needs_credential(resolved, target) and not profile_credentials(config, resolved):
-            raise ConfigError(
-                f"fallback provider {raw.strip()!r} resolved to {resolved} ([{_path(resolved)}]) but no "
-                f"profile-resolved credential exists{_missing_credential_detail(target)}. Set api_key on "
-                f"[{_path(resolved)}] or remove it from fallback.",
-                path=f"{_path(name)}.fallback[{i}]",
-                code="missing_credential",
-            )
+        if resolved in config.pools:
+            done.add(resolved)
+            _push_pool(config, resolved, depth + 1, [*stack, resolved], done, out)
+            continue
+        target = _reachable(config, resolved, f"fallback provider {raw.strip()!r}", f"{base}.fallback[{i}]", "fallback")
         done.add(resolved)
         _push_entries(out, resolved, target, None)
         _append_chain(config, resolved, depth + 1, [*stack, resolved], done, out)
+
+
+def _reachable(config: Config, name: str, reference: str, path: str, within: str) -> Profile:
+    """Profile ``name``, reached through ``reference`` (at key ``path``, in ``within``).
+
+    Raises:
+        ConfigError: It needs a key and has none.
+    """
+    profile = config.profiles()[name]
+    if needs_credential(name, profile) and not profile_credentials(config, name):
+        raise ConfigError(
+            f"{reference} resolved to {name} ([{_path(name)}]) but no profile-resolved credential exists"
+            f"{_missing_credential_detail(profile)}. Set api_key on [{_path(name)}] or remove it from {within}.",
+            path=path,
+            code="missing_credential",
+        )
+    return profile
 
 
 def route_credential(config: Config, target: str) -> Secret | None:
@@ -361,21 +527,22 @@ def build_plan(config: Config, *, profile: str | None = None, model: str | None 
     Raises:
         ConfigError: A reachable profile has no credential, or there is no default profile.
     """
-    primary = resolve_profile_ref(config, profile) if profile else default_profile(config)
+    primary = resolve_target_ref(config, profile) if profile else default_target(config)
     if primary is None:
-        raise ConfigError(f"{profile!r} does not name a configured profile", code="unknown_profile")
+        raise ConfigError(f"{profile!r} does not name a configured profile or pool", code="unknown_profile")
     pin = model if model is not None else (config.default_model if profile is None else None)
     primary_key = route_credential(config, primary)
+    entries = materialize(config, primary, model_override=pin, has_credential=True if primary_key else None)
     default = Route(
         hint=None,
         profile=primary,
-        model=pin or config.profiles()[primary].model,
-        entries=materialize(config, primary, model_override=pin, has_credential=True if primary_key else None),
+        model=pin or _own_model(config, primary),
+        entries=entries,
         credential=primary_key,
     )
     routes: list[Route] = []
     for r in config.model_routes:
-        target = resolve_profile_ref(config, r.model_provider)
+        target = resolve_target_ref(config, r.model_provider)
         assert target is not None  # checked when the config loaded
         key = route_credential(config, target)
         if target == primary:
@@ -383,4 +550,19 @@ def build_plan(config: Config, *, profile: str | None = None, model: str | None 
         else:
             entries = materialize(config, target, has_credential=True if key else None)
         routes.append(Route(hint=r.hint, profile=target, model=r.model, entries=entries, credential=key))
-    return Plan(default=default, routes=tuple(routes), tries_per_entry=config.reliability.provider_retries + 1)
+    return Plan(
+        default=default,
+        routes=tuple(routes),
+        tries_per_entry=config.reliability.provider_retries + 1,
+        pools=tuple(pool_specs(config).values()),
+    )
+
+
+def _own_model(config: Config, target: str) -> str | None:
+    """A profile's ``model``; for a pool, the first member's that has one (what its unpinned members receive)."""
+    profiles = config.profiles()
+    pool = config.pools.get(target)
+    if pool is None:
+        return profiles[target].model
+    models = (profiles[m].model for m in (resolve_profile_ref(config, r) for r in pool.members) if m is not None)
+    return next((m for m in models if m), None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 import types
 import typing
@@ -21,6 +22,9 @@ from turnout.config.schema import Config
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.providers.registry import family_for
+
+#: A pool's name: no dot (so ``family.alias`` always names a profile), and safe in paths, logs and labels.
+_POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
@@ -202,19 +206,52 @@ def resolve_profile_ref(config: Config, raw: str) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def default_profile(config: Config) -> str:
-    """The active profile when the caller names none.
+def resolve_target_ref(config: Config, raw: str) -> str | None:
+    """Resolve a reference that may name a pool too: the pool's name, else :func:`resolve_profile_ref`.
+
+    A pool's name has no dot and is no profile's alias (checked when the config loads), so the two never clash.
+    """
+    ref = raw.strip()
+    if ref in config.pools:
+        return ref
+    return resolve_profile_ref(config, ref)
+
+
+def default_target(config: Config) -> str:
+    """The active profile or pool when the caller names none.
 
     Raises:
-        ConfigError: ``default_provider`` is unset and there is not exactly one profile.
+        ConfigError: ``default_provider`` names nothing configured, or it is unset and there is not exactly
+            one profile.
+    """
+    if config.default_provider:
+        resolved = resolve_target_ref(config, config.default_provider)
+        if resolved is None:
+            raise ConfigError(
+                f"default_provider {config.default_provider!r} does not name a configured profile or pool",
+                path="default_provider",
+                code="unknown_profile",
+            )
+        return resolved
+    return default_profile(config)
+
+
+def default_profile(config: Config) -> str:
+    """The active profile when the caller names none (a default that is a pool is no profile).
+
+    Raises:
+        ConfigError: ``default_provider`` names no profile (code ``default_is_pool`` when it names a pool), or
+            it is unset and there is not exactly one profile.
     """
     if config.default_provider:
         resolved = resolve_profile_ref(config, config.default_provider)
         if resolved is None:
+            pool = config.default_provider.strip() in config.pools
             raise ConfigError(
-                f"default_provider {config.default_provider!r} does not name a configured profile",
+                f"default_provider {config.default_provider!r} "
+                + ("is a pool, not a profile" if pool else "does not name a configured profile"),
                 path="default_provider",
-                code="unknown_profile",
+                code="default_is_pool" if pool else "unknown_profile",
             )
         return resolved
     names = list(config.profiles())
@@ -273,13 +310,14 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
                 path=f"{path}.tls_ca_cert_path",
                 code="file_not_found",
             )
+    _check_pools(config)
     if config.profiles():
-        default_profile(config)
+        default_target(config)
     _check_routes(config)
     for sid, sender in config.senders.items():
-        if sender.provider is not None and resolve_profile_ref(config, sender.provider) is None:
+        if sender.provider is not None and resolve_target_ref(config, sender.provider) is None:
             raise ConfigError(
-                f"provider {sender.provider!r} does not name a configured profile",
+                f"provider {sender.provider!r} does not name a configured profile or pool",
                 path=f"senders.{sid}.provider",
                 code="unknown_profile",
             )
@@ -309,18 +347,81 @@ def _check_routes(config: Config) -> None:
         target = route.model_provider.strip()
         if not target:
             raise ConfigError("model_provider must not be blank", path=f"{path}.model_provider", code="invalid_route")
-        fam, dot, alias = target.partition(".")
-        if not dot or not fam or not alias:
-            raise ConfigError(
-                f"model_provider {target!r} must be written <family>.<alias>",
-                path=f"{path}.model_provider",
-                code="invalid_route",
-            )
-        if resolve_profile_ref(config, target) is None:
-            raise ConfigError(
-                f"model_provider {target!r} does not name a configured profile",
-                path=f"{path}.model_provider",
-                code="unknown_route_target",
-            )
+        if target in config.pools:
+            if route.api_key is not None:
+                raise ConfigError(
+                    f"model_provider {target!r} is a pool: set the keys on its member profiles, not on the route",
+                    path=f"{path}.api_key",
+                    code="route_key_on_pool",
+                )
+        else:
+            fam, dot, alias = target.partition(".")
+            if not dot or not fam or not alias:
+                raise ConfigError(
+                    f"model_provider {target!r} must be written <family>.<alias>, or name a pool",
+                    path=f"{path}.model_provider",
+                    code="invalid_route",
+                )
+            if resolve_profile_ref(config, target) is None:
+                raise ConfigError(
+                    f"model_provider {target!r} does not name a configured profile",
+                    path=f"{path}.model_provider",
+                    code="unknown_route_target",
+                )
         if not route.model.strip():
             raise ConfigError("model must not be blank", path=f"{path}.model", code="invalid_route")
+
+
+def _check_pools(config: Config) -> None:
+    """Every pool: a usable name, at least one member, members that are distinct profiles, weights of members."""
+    aliases = {name.partition(".")[2]: name for name in config.profiles()}
+    for name, pool in config.pools.items():
+        path = f"pools.{name}" if _POOL_NAME.fullmatch(name) else f"pools.{name!r}"
+        if not _POOL_NAME.fullmatch(name):
+            raise ConfigError(
+                f"pool name {name!r} must be 1 to 64 letters, digits, '-' or '_'", path=path, code="invalid_pool_name"
+            )
+        if name in aliases:
+            raise ConfigError(
+                f"pool {name!r} has the alias of profile {aliases[name]}: a reference to {name!r} would be ambiguous",
+                path=path,
+                code="pool_name_conflict",
+            )
+        if not pool.members:
+            raise ConfigError("a pool needs at least one member", path=f"{path}.members", code="empty_pool")
+        seen: dict[str, int] = {}
+        for i, raw in enumerate(pool.members):
+            where = f"{path}.members[{i}]"
+            ref = raw.strip()
+            if ref in config.pools:
+                nested = (
+                    "a pool cannot be a member of itself" if ref == name else f"{ref!r} is a pool; pools do not nest"
+                )
+                raise ConfigError(f"{nested} (name its profiles instead)", path=where, code="nested_pool")
+            member = resolve_profile_ref(config, ref)
+            if member is None:
+                raise ConfigError(
+                    f"member {raw!r} does not name a configured profile", path=where, code="unknown_pool_member"
+                )
+            if member in seen:
+                raise ConfigError(
+                    f"{member} is already members[{seen[member]}]", path=where, code="duplicate_pool_member"
+                )
+            seen[member] = i
+        weighted: dict[str, str] = {}
+        for key in pool.weights:
+            where = f"{path}.weights." + (f'"{key}"' if "." in key else key)
+            member = resolve_profile_ref(config, key)
+            if member is None or member not in seen:
+                raise ConfigError(f"{key!r} is not a member of pool {name}", path=where, code="unknown_pool_weight")
+            if member in weighted:
+                raise ConfigError(
+                    f"{member} already has a weight (as {weighted[member]!r})", path=where, code="duplicate_pool_weight"
+                )
+            weighted[member] = key
+        if len(weighted) == len(seen) and not any(pool.weights.values()):
+            raise ConfigError(
+                "every member has weight 0: at least one needs a positive weight",
+                path=f"{path}.weights",
+                code="invalid_pool_weights",
+            )

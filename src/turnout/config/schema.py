@@ -295,6 +295,23 @@ class State(_Section):
     key_prefix: str = "turnout:"
 
 
+PoolStrategy = Literal["ordered", "weighted", "least_busy", "latency"]
+
+
+class Pool(_Section):
+    """``[pools.<name>]``: interchangeable profiles, standing wherever a profile can (see :mod:`turnout.pools`).
+
+    Whether the members, weights and fallbacks name what is configured is checked when the config loads
+    (:func:`turnout.config.loader.load_config_dict`), with the key path.
+    """
+
+    members: list[str]
+    strategy: PoolStrategy = "weighted"
+    weights: dict[str, Annotated[float, Field(ge=0, le=1_000_000)]] = Field(default_factory=dict)
+    explore: float = Field(default=0.05, ge=0, le=0.5)
+    fallback: list[str] = Field(default_factory=list)
+
+
 class Config(_Section):
     """The whole ``turnout.toml``."""
 
@@ -308,6 +325,7 @@ class Config(_Section):
     ledger: Ledger = Field(default_factory=Ledger)
     gateway: Gateway = Field(default_factory=Gateway)
     state: State = Field(default_factory=State)
+    pools: dict[str, Pool] = Field(default_factory=dict)
 
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""

@@ -46,6 +46,7 @@ from turnout.gateway.wire import (
     failure_for,
     header_value,
 )
+from turnout.pools import pool_loads
 from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
@@ -267,8 +268,10 @@ class Gateway:
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        active = len(self.client.factory.store.cooldowns(self.client.factory.clock()))
-        body = self.metrics.render(self.in_flight, active, self.client.status()["headroom"])
+        factory = self.client.factory
+        active = len(factory.store.cooldowns(factory.clock()))
+        pools = pool_loads(factory.pool_specs.values(), factory.stats)
+        body = self.metrics.render(self.in_flight, active, self.client.status()["headroom"], pools)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def _health(self, request: web.Request) -> web.StreamResponse:

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from turnout.attribution import SKIPS, Attempt
 from turnout.breaker import Gate, entry_key, gate, split_entry_key
 from turnout.health import Breakers
+from turnout.pools import MemberLoad
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -98,7 +99,10 @@ class Metrics:
     ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``,
     ``turnout_headroom_requests{profile,key_id}`` / ``turnout_headroom_tokens{profile,key_id}`` (what each
     configured profile and key last announced it has left; labelled with configuration only),
-    ``turnout_breaker_state{entry}`` and ``turnout_breaker_transitions_total{entry,transition}``.
+    ``turnout_breaker_state{entry}`` and ``turnout_breaker_transitions_total{entry,transition}``, and per pool
+    member (read when scraped) ``turnout_pool_member_in_flight{pool,member}``,
+    ``turnout_pool_member_calls_total{pool,member}`` and ``turnout_pool_member_ttft_seconds{pool,member}`` (the
+    moving average the ``latency`` strategy reads).
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
@@ -160,6 +164,7 @@ class Metrics:
         self._statuses: dict[int, str] = {}
         self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
         self._headroom: list[Mapping[str, Any]] = []  # the rows of Client.status()["headroom"], at scrape time
+        self._pools: tuple[tuple[str, MemberLoad], ...] = ()  # (pool, member's load): set at scrape time
         self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
@@ -236,14 +241,21 @@ class Metrics:
         profile, model = split_entry_key(key)
         return key if (profile, model) in self._labelled else entry_key(profile, "other")
 
-    def render(self, in_flight: int, cooldowns_active: int, headroom: Iterable[Mapping[str, Any]] = ()) -> bytes:
+    def render(
+        self,
+        in_flight: int,
+        cooldowns_active: int,
+        headroom: Iterable[Mapping[str, Any]] = (),
+        pools: Iterable[tuple[str, MemberLoad]] = (),
+    ) -> bytes:
         """The exposition text, with the gauges as they are now.
 
         ``headroom``: the rows of ``Client.status()["headroom"]``; a key's gauge appears once it announced
-        that budget.
+        that budget. ``pools``: each pool member's load.
         """
         self._gauges = (in_flight, cooldowns_active)
         self._headroom = list(headroom)
+        self._pools = tuple(pools)
         return bytes(generate_latest(self.registry))
 
     def headroom_families(self) -> Iterator[Metric]:
@@ -281,3 +293,25 @@ class _Collector:
         yield m.overhead.family()
         yield from m.headroom_families()
         yield from m.breaker_families()
+        yield from _pool_families(m._pools)
+
+
+def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:
+    """The pool members' gauges and counter (labels: pool and member names, both from the configuration)."""
+    labels = ("pool", "member")
+    busy = GaugeMetricFamily("turnout_pool_member_in_flight", "Tries in flight on a pool member.", labels=labels)
+    calls = CounterMetricFamily("turnout_pool_member_calls", "Tries started on a pool member.", labels=labels)
+    ttft = GaugeMetricFamily(
+        "turnout_pool_member_ttft_seconds",
+        "Moving average time to first token of a pool member (its most used model).",
+        labels=labels,
+    )
+    for pool, load in pools:
+        key = (pool, load.member)
+        busy.add_metric(key, load.in_flight)
+        calls.add_metric(key, load.calls)
+        if load.ttft_ms is not None:
+            ttft.add_metric(key, load.ttft_ms / 1000.0)
+    yield busy
+    yield calls
+    yield ttft

@@ -3,9 +3,9 @@
 The operator decides (SPEC 10). A request's ``model`` must be a name its key may use:
 
 - by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]``,
-  every profile that is not only another profile's fallback, and the default profile's models. A pinned
-  profile serves its pin: ``family.alias/<model>`` reaches only a profile without a ``model``, and a plain
-  model reaches the default profile only when it is unpinned;
+  every profile that is not only another profile's fallback or a pool's member, and the default profile's
+  models. A pinned profile serves its pin: ``family.alias/<model>`` reaches only a profile without a
+  ``model``, and a plain model reaches the default profile only when it is unpinned;
 - with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
 - with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from turnout.config import Config, Profile, default_profile, key_id, materialize, resolve_profile_ref
+from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
 from turnout.gateway.spend import SpendBook, seconds_to_midnight
@@ -66,6 +66,9 @@ class Caller:
         open_profiles: Profiles without a pinned model whose model it may choose (``family.alias/<model>``).
         sender: The bound ``[senders.<id>]`` tier, if any.
         daily_limit_usd: Its daily spend limit, if any.
+        default_route: Whether an empty ``model`` (the default route) is open to it: with the default policy, or
+            when its names reach the default target (the default profile or one of its models; a hint to a
+            default pool).
         models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
     """
 
@@ -74,6 +77,7 @@ class Caller:
     open_profiles: frozenset[str]
     sender: str | None = None
     daily_limit_usd: float | None = None
+    default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
 
 
@@ -107,6 +111,10 @@ class Policy:
             self._default: str | None = default_profile(config)
         except ConfigError:
             self._default = None
+        try:
+            self._target: str | None = default_target(config)
+        except ConfigError:
+            self._target = None
         self._primary = (self.config.default_model or self._profiles[self._default].model) if self._default else None
         self.universe = self._universe()
         self._receivers: dict[str, tuple[tuple[str, Profile], ...]] = {
@@ -169,10 +177,10 @@ class Policy:
         return PublicName(id=alias, kind="alias", choice=named.choice, provider=profile, model=named.model)
 
     def _fallback_only(self) -> set[str]:
-        """Profiles named in another profile's ``fallback`` that are neither the default nor a route target."""
-        named = {
-            resolve_profile_ref(self.config, ref) for p in self._profiles.values() for ref in p.fallback if ref.strip()
-        }
+        """Profiles named in a ``fallback`` or as a pool member that are neither the default nor a route target."""
+        refs = [ref for p in self._profiles.values() for ref in p.fallback]
+        refs += [ref for pool in self.config.pools.values() for ref in (*pool.members, *pool.fallback)]
+        named = {resolve_profile_ref(self.config, ref) for ref in refs if ref.strip()}
         targets = {n.provider for n in self.universe.values() if n.kind in ("hint", "alias")}
         return {p for p in named if p is not None and p != self._default and p not in targets}
 
@@ -207,6 +215,7 @@ class Policy:
         if entry is None or entry.models is None:
             names = self.default_names
             open_profiles = frozenset(p for p in self._profiles if self._unpinned(p) and p in names)
+            default_route = True
         else:
             chosen: dict[str, PublicName] = {}
             opened: set[str] = set()
@@ -223,6 +232,7 @@ class Policy:
                     code="unknown_model",
                 )
             names, open_profiles = chosen, frozenset(opened)
+            default_route = self._reaches_default(chosen)
         sender = entry.sender if entry is not None else None
         if sender is not None and sender not in self.config.senders:
             raise ConfigError(f"{sender!r} is not a [senders.<id>] table", path=f"{path}.sender", code="unknown_sender")
@@ -240,8 +250,18 @@ class Policy:
             open_profiles=open_profiles,
             sender=sender,
             daily_limit_usd=limit,
+            default_route=default_route,
             models_json=(openai_models(items), anthropic_models(items)),
         )
+
+    def _reaches_default(self, names: Mapping[str, PublicName]) -> bool:
+        """Whether ``names`` reach the default target: its profile or models, or for a pool a hint to it."""
+        target = self._target
+        if target is None:
+            return True
+        if target in self.config.pools:
+            return any(n.provider == target for n in names.values())
+        return target in names or self._primary in names
 
     def check(self) -> None:
         """Validate every ``[gateway.keys.<name>]`` policy without resolving any key (``turnout check``).
@@ -296,8 +316,8 @@ class Policy:
     def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
         """The empty model, a model of an unpinned profile, or anything under ``allow_any_model``."""
         default = self._default
-        if not model:  # the default route: for a key that may use the default profile, or is bound to a sender
-            if caller.sender is not None or default is None or default in caller.names or self._primary in caller.names:
+        if not model:  # the default route: for a key that may use the default target, or is bound to a sender
+            if caller.sender is not None or caller.default_route:
                 return RouteChoice(None, None)
             raise not_available(model)
         if self.allow_any_model:
@@ -339,6 +359,7 @@ def _renamed(caller: Caller, name: str) -> Caller:
         open_profiles=caller.open_profiles,
         sender=caller.sender,
         daily_limit_usd=caller.daily_limit_usd,
+        default_route=caller.default_route,
         models_json=caller.models_json,
     )
 

@@ -2,9 +2,10 @@
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
 id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
-until a time, or half-open), and attempt counts per outcome over a recent window. ``/v1/models`` lists what
-the caller's key may put in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision);
-each key's list is encoded once, since the configuration does not change while the gateway runs.
+until a time, or half-open), attempt counts per outcome over a recent window, and each pool's members with their
+load (calls in flight, moving time to first token, share of the pool's calls). ``/v1/models`` lists what the
+caller's key may put in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision); each key's
+list is encoded once, since the configuration does not change while the gateway runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 
 from turnout.attribution import Attempt
 from turnout.client import Client
-from turnout.config import Config, default_profile
+from turnout.config import Config, default_target
 from turnout.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
             "dead_keys": state["dead_keys"],
             "headroom": state["headroom"],
             "breakers": state["breakers"],
+            "pools": state["pools"],
             "recent_attempts": recent.snapshot(),
         }
     )
@@ -111,7 +113,7 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
 
 def _default(config: Config) -> str | None:
     try:
-        return default_profile(config)
+        return default_target(config)
     except ConfigError:
         return None
 

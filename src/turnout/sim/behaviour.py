@@ -211,6 +211,8 @@ class Behaviour:
         down: For ``flapping``: how long the outage lasts, in seconds.
         down_from: For ``flapping``: seconds after start or reset before the outage begins.
         silent: For ``flapping``: during the outage, accept requests and never answer instead of sending the error.
+        tail: A heavy tail's delay: with probability :attr:`tail_p` an attempt waits this instead of :attr:`delay`.
+        tail_p: The probability of the tail (0: always :attr:`delay`).
     """
 
     kind: Kind
@@ -223,6 +225,8 @@ class Behaviour:
     down: float = 0.0
     down_from: float = 0.0
     silent: bool = False
+    tail: float = 0.0
+    tail_p: float = 0.0
 
     def is_down(self, elapsed: float) -> bool:
         """Whether a ``flapping`` step's outage is on ``elapsed`` seconds after start or reset."""

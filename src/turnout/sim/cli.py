@@ -9,23 +9,25 @@ import signal
 from turnout.sim.simulator import Simulator
 
 
-def run(host: str, port: int, script: str | None) -> None:
+def run(host: str, port: int, script: str | None, seed: int | None = None) -> None:
     """Serve on ``host:port`` with an optional script file, print the base URLs, run until Ctrl-C.
+
+    ``seed`` seeds the draws of heavy-tailed delays (a script's own ``seed`` wins).
 
     Raises:
         ConfigError: The script is invalid.
     """
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(host, port, script))
+        asyncio.run(_serve(host, port, script, seed))
 
 
-async def _serve(host: str, port: int, script: str | None) -> None:
+async def _serve(host: str, port: int, script: str | None, seed: int | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with Simulator(script, host=host, port=port) as sim:
+    async with Simulator(script, host=host, port=port, seed=seed) as sim:
         print(f"turnout sim listening on {sim.url}" + (f" (script: {script})" if script else ""))
         print(f"  openai / openai-compatible  {sim.base_url('openai')}")
         print(f"  anthropic                   {sim.base_url('anthropic')}")

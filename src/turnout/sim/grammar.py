@@ -12,12 +12,13 @@
 Keys: ``t`` tokens (answer words; for context errors the prompt size), ``r`` reasoning words,
 ``tc`` tool calls, ``tps`` stream pacing, ``a`` units before a stream fault (``flap``: seconds healthy
 before the outage), ``d`` delay in seconds (``flap``: seconds down), ``ra`` Retry-After seconds, ``ms``
-retry-after-ms, ``s`` status, ``lim`` context limit. Flags: ``len`` (finish by length), ``hard`` (cut drops
-the connection), ``or`` (OpenRouter-style in-band error), ``prompt`` (Gemini blocks the prompt), ``silent``
-(a ``flap`` outage accepts requests and never answers), and an error name (``inband-a2-overloaded``).
-Error names: ``ratelimit quota billing auth forbidden notfound context policy server badgateway
-unavailable overloaded``. An outage that starts and ends: ``flap-a10-d30`` answers for 10 s, 503 for 30 s,
-then answers again; ``flap-a10-d30-silent`` goes silent instead of answering 503.
+retry-after-ms, ``s`` status, ``lim`` context limit, ``tail`` a heavy tail's delay in seconds and ``tp`` its
+probability (``ok-d0.05-tail2-tp0.04``: 50 ms, or 2 s in 4 % of attempts). Flags: ``len`` (finish by length),
+``hard`` (cut drops the connection), ``or`` (OpenRouter-style in-band error), ``prompt`` (Gemini blocks the
+prompt), ``silent`` (a ``flap`` outage accepts requests and never answers), and an error name
+(``inband-a2-overloaded``). Error names: ``ratelimit quota billing auth forbidden notfound context policy server
+badgateway unavailable overloaded``. An outage that starts and ends: ``flap-a10-d30`` answers for 10 s, 503 for
+30 s, then answers again; ``flap-a10-d30-silent`` goes silent instead of answering 503.
 
 The same text without ``sim-`` is the short form of a script step: ``steps = ["429-ra2", "ok"]``.
 Parsing splits on ``-`` and reads characters; no regular expressions run per request, and parsed
@@ -71,7 +72,7 @@ ERROR_NAMES = {
 }
 
 _INT_KEYS = {"t": "tokens", "r": "reasoning_tokens", "a": "after", "ms": "retry_after_ms", "s": "status"}
-_FLOAT_KEYS = {"tps": "tps", "d": "delay", "ra": "retry_after"}
+_FLOAT_KEYS = {"tps": "tps", "d": "delay", "ra": "retry_after", "tail": "tail", "tp": "tail_p"}
 _FLAGS = {
     "len": ("finish", "length"),
     "hard": ("hard", True),

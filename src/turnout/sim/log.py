@@ -39,6 +39,8 @@ class SimLogEntry:
         prefill: Whether the last message was an assistant message (a prefill).
         usage: The final usage reported to the client, or None when none was sent.
         duration: Seconds from arrival until the answer was over (None while pending).
+        delay: Seconds the step waited before the headers (or the first chunk of a stream): its ``delay``, or
+            its ``tail`` when the draw said so.
     """
 
     seq: int
@@ -54,6 +56,7 @@ class SimLogEntry:
     prefill: bool
     usage: SimUsage | None
     duration: float | None
+    delay: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``GET /_sim/log`` returns a list of these)."""
@@ -79,6 +82,7 @@ class SimLogEntry:
                 "reasoning": usage.reasoning,
             },
             "duration": self.duration,
+            "delay": self.delay,
         }
 
 
@@ -88,6 +92,7 @@ class Record:
     __slots__ = (
         "attempt",
         "behaviour",
+        "delay",
         "duration",
         "key_id",
         "model",
@@ -131,6 +136,7 @@ class Record:
         self.outcome = PENDING
         self.usage: SimUsage | None = None
         self.duration: float | None = None
+        self.delay = 0.0
 
     def entry(self) -> SimLogEntry:
         """A frozen snapshot."""
@@ -148,6 +154,7 @@ class Record:
             prefill=self.prefill,
             usage=self.usage,
             duration=self.duration,
+            delay=self.delay,
         )
 
 

@@ -2,11 +2,14 @@
 
 Lookup order for a model name: the script's ``models`` table, then the ``sim-`` grammar, then "ok".
 Attempts are counted per model (or per model and API key id when the script says
-``attempts_per = "model_key"``), for every model, scripted or not.
+``attempts_per = "model_key"``), for every model, scripted or not. A heavy-tailed delay is drawn from a
+generator seeded by the script's ``seed``, else the simulator's, and seeded again on every restart, so a
+seeded run draws the same delays each time.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from turnout.errors import ConfigError
@@ -21,11 +24,13 @@ _MAX_CACHED_NAMES = 4096
 class Scenarios:
     """The script in force, the attempt counters and the start of timed scenarios (flapping)."""
 
-    def __init__(self, script: Script, clock: Callable[[], float]) -> None:
+    def __init__(self, script: Script, clock: Callable[[], float], seed: int | None = None) -> None:
         self._clock = clock
         self._script = script
+        self._seed = seed
         self._counts: dict[object, int] = {}
         self._names: dict[str, Plan] = {}
+        self._draws = random.Random(self._seed_now())
         self.epoch = clock()
         #: The rate-limit windows of scripted models with budgets (counted like attempts).
         self.windows = RateWindows(clock)
@@ -36,10 +41,20 @@ class Scenarios:
         return self._script
 
     def restart(self) -> None:
-        """Zero the attempt counters, refill every budget and restart timed scenarios."""
+        """Zero the attempt counters, refill every budget, restart timed scenarios and seed the delay draws again."""
         self._counts.clear()
         self.windows.clear()
+        self._draws.seed(self._seed_now())
         self.epoch = self._clock()
+
+    def _seed_now(self) -> int | None:
+        return self._script.seed if self._script.seed is not None else self._seed
+
+    def delay(self, behaviour: Behaviour) -> float:
+        """The delay of one attempt: the step's ``delay``, or its ``tail`` with probability ``tail_p``."""
+        if behaviour.tail_p and self._draws.random() < behaviour.tail_p:
+            return behaviour.tail
+        return behaviour.delay
 
     def replace(self, script: Script) -> None:
         """Put ``script`` in force; counters and timed scenarios restart."""

@@ -3,6 +3,7 @@
 A script maps model names to a sequence of per-attempt steps::
 
     attempts_per = "model"             # or "model_key": count attempts per (model, API key)
+    seed = 7                           # optional: seeds the draws of heavy-tailed delays (tail, tail_p)
 
     [models."flaky"]
     steps = [{ do = "status", status = 429, retry_after = 2 }, { do = "ok", text = "hi" }]
@@ -64,10 +65,12 @@ class Script:
     Attributes:
         models: The plan for each scripted model name.
         attempts_per: ``"model"`` or ``"model_key"``: what an attempt counter counts.
+        seed: Seeds the draws of heavy-tailed delays (None: the simulator's seed).
     """
 
     models: Mapping[str, Plan] = field(default_factory=dict)
     attempts_per: str = "model"
+    seed: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Script:
@@ -90,6 +93,7 @@ class Script:
                 for name, ms in model.models.items()
             },
             attempts_per=model.attempts_per,
+            seed=model.seed,
         )
 
     @classmethod

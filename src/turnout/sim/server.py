@@ -287,8 +287,9 @@ class SimServer:
             return web.Response()
         failing = kind is Kind.STATUS or kind is Kind.INVALID or down
         # A delay comes before the headers, except for streamed answers: there it precedes the first chunk.
-        if b.delay and (failing or b.content is None or not req.stream):
-            await self._sleep(b.delay)
+        delay = rec.delay = self.scenarios.delay(b) if b.tail_p else b.delay
+        if delay and (failing or b.content is None or not req.stream):
+            await self._sleep(delay)
         if failing:
             assert b.error is not None
             return self._error(codec, req, b.error, rec)
@@ -384,8 +385,8 @@ class SimServer:
         rec: Record,
     ) -> None:
         kind = b.kind
-        if b.delay:
-            await self._sleep(b.delay)
+        if rec.delay:
+            await self._sleep(rec.delay)
         enc = codec.encoder(req, content, usage)
         n = len(enc.units)
         upto = n if kind in _WHOLE else min(b.after, n)

@@ -41,6 +41,7 @@ class Simulator:
         clock: Monotonic seconds; flapping windows and durations are measured with it.
         sleep: Awaitable sleep used for delays and stream pacing (tests pass one that returns at once).
         max_log: The log keeps this many most recent requests.
+        seed: Seeds the draws of heavy-tailed delays (a script's own ``seed`` wins; None: unseeded).
 
     Raises:
         ConfigError: The script is invalid.
@@ -55,12 +56,13 @@ class Simulator:
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         max_log: int = DEFAULT_MAX_ENTRIES,
+        seed: int | None = None,
     ) -> None:
         self._host = host
         self._requested_port = port
         self._port: int | None = None
         self._log = SimLog(max_log)
-        self._scenarios = Scenarios(load_script(script), clock)
+        self._scenarios = Scenarios(load_script(script), clock, seed)
         self._server = SimServer(self._scenarios, self._log, clock=clock, sleep=sleep)
         self._runner: web.AppRunner | None = None
 

@@ -8,6 +8,7 @@ errors. :func:`to_behaviour` turns a validated step into the frozen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -54,6 +55,15 @@ class UsageSpec(_Strict):
 
 class _Timed(_Strict):
     delay: float = Field(default=0.0, ge=0)
+    #: A heavy tail: with probability ``tail_p`` the delay is ``tail`` seconds instead (the simulator's seeded draw).
+    tail: float | None = Field(default=None, ge=0)
+    tail_p: float = Field(default=0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _tail_pair(self) -> _Timed:
+        if (self.tail is None) != (self.tail_p == 0):
+            raise ValueError("give tail (seconds) and tail_p (its probability, above 0) together")
+        return self
 
 
 class _Answer(_Timed):
@@ -247,6 +257,7 @@ class ScriptModel(_Strict):
     """The whole script file."""
 
     attempts_per: Literal["model", "model_key"] = "model"
+    seed: int | None = None
     models: dict[str, ModelScript] = Field(default_factory=dict)
 
 
@@ -289,6 +300,14 @@ def _answer_content(step: _Answer) -> Content:
 
 def to_behaviour(step: Any) -> Behaviour:
     """The runtime :class:`Behaviour` of a validated step."""
+    behaviour = _behaviour(step)
+    tail = getattr(step, "tail", None)
+    if tail is not None:
+        return replace(behaviour, tail=tail, tail_p=step.tail_p)
+    return behaviour
+
+
+def _behaviour(step: Any) -> Behaviour:
     kind = Kind(step.do)
     delay = getattr(step, "delay", 0.0)
     if isinstance(step, StatusStep):
