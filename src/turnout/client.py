@@ -16,10 +16,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnout.attribution import RouteRef
-from turnout.call import Call
+from turnout.call import Call, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_profile_ref
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
@@ -31,6 +31,11 @@ from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
 from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from turnout.tracing import Tracing
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -49,6 +54,19 @@ def _state_store(config: Config) -> StateStore:
     return MemoryStore()
 
 
+def _tracing(config: Config, provider: TracerProvider | None) -> Tracing | None:
+    """The client's tracing, or None when it is off (then nothing of OpenTelemetry is imported)."""
+    if provider is None and not config.telemetry.enabled:
+        return None
+    try:
+        from turnout.telemetry import build_tracing
+    except ImportError as exc:
+        raise ConfigError(
+            '[telemetry] needs the otel extra: pip install "turnout[otel]"', path="telemetry.enabled"
+        ) from exc
+    return build_tracing(config.telemetry, provider)
+
+
 class Client:
     """One reliable front over the providers of a configuration.
 
@@ -65,6 +83,8 @@ class Client:
         adapter_builder: Replaces HTTP adapters (for tests).
         clock / sleep / jitter: Time and randomness of the walk (for tests).
         surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
+        tracer_provider: An OpenTelemetry tracer provider for the spans of every call (turns tracing on;
+            default: ``[telemetry]``, see docs/observability.md). Needs the ``otel`` extra.
     """
 
     def __init__(
@@ -80,9 +100,12 @@ class Client:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         surface: str = "library",
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.config = config
         self.surface = surface
+        #: Records every finished call as spans (None: tracing is off).
+        self.tracing = _tracing(config, tracer_provider)
         self.factory = Factory(
             config,
             http=http,
@@ -129,10 +152,12 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close connections and flush the ledger."""
+        """Close connections, flush the ledger and export the spans still pending."""
         await self.factory.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
+        if self.tracing is not None:
+            await self.tracing.aclose()
 
     # --- routing -----------------------------------------------------------------------------
 
@@ -219,7 +244,9 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=False, call_id=call_id, caller=caller)
+        target, call = self._call(
+            model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
+        )
         try:
             served = await target.walk.run(request, target.model, temperature, call.log)
         except BaseException as exc:
@@ -236,6 +263,8 @@ class Client:
         stream: bool,
         call_id: str | None = None,
         caller: str | None = None,
+        request: ChatRequest | None = None,
+        operation: Operation | None = None,
     ) -> tuple[Target, Call]:
         """The target these options select, and a new call to it (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
@@ -255,6 +284,9 @@ class Client:
             intra_family=self.config.notices.intra_family,
             call_id=call_id,
             caller=caller,
+            operation=operation,
+            request=request,
+            tracer=self.tracing,
         )
         return target, call
 
@@ -291,7 +323,7 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller)
+        target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller, request=request)
         return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
 
     async def turn(
@@ -327,7 +359,7 @@ class Client:
             tool_choice: As for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target, call = self._call(model, provider, sender, stream=True)
+        target, call = self._call(model, provider, sender, stream=True, request=request, operation="turn")
         turn = Turn(
             target.walk,
             target.model,
