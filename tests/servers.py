@@ -7,8 +7,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from aiohttp import web
 
 
 def free_port() -> int:
@@ -16,6 +19,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def loopback_app(app: web.Application, **runner_options: Any) -> AsyncIterator[str]:
+    """Serve ``app`` on a free loopback port for the block; yields its base URL (``http://127.0.0.1:<port>``)."""
+    runner = web.AppRunner(app, **runner_options)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 class RedisServer:

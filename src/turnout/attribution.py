@@ -10,7 +10,7 @@ No record here holds prompt, response or provider error text, or a key: keys are
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -89,6 +89,12 @@ class Attempt:
 
 #: ``Attempt(...)`` without the class call (one per attempt; see :mod:`turnout._fast`).
 new_attempt = fast_new(Attempt)
+
+
+def total_cost(attempts: Iterable[Attempt]) -> float | None:
+    """What a call's attempts cost together: the sum of every known price (None when none is known)."""
+    costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
+    return sum(costs) if costs else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

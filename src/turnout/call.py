@@ -4,7 +4,8 @@ The client opens a :class:`Call` for every request; the walk records the call's 
 :attr:`Call.log`, and returns the route that answered. Only when the caller accepts that answer does
 :meth:`Call.accept` commit the served route, decide the fallback notice (SPEC 8, the one place that rule
 lives) and write the ledger record; a failure is recorded by :meth:`Call.fail` with the outcome names the
-ledger uses.
+ledger uses. With tracing on, both also hand the finished call to its :class:`CallTracer`, which makes its
+spans from the records after the fact, so nothing is traced while the call is in flight.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import itertools
 import os
 import time
+from typing import Literal, Protocol, TypeAlias
 
 from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
 from turnout.errors import (
@@ -25,7 +27,10 @@ from turnout.errors import (
 from turnout.ledger import CallRecord, Ledger
 from turnout.reply import Reply, new_reply
 from turnout.streams import without_think
-from turnout.types import ChatResponse
+from turnout.types import ChatRequest, ChatResponse
+
+#: What kind of call it is: ``Client.chat``, ``Client.stream`` or ``Client.turn``.
+Operation: TypeAlias = Literal["chat", "stream", "turn"]
 
 _CALL_PREFIX = os.urandom(6).hex()
 _call_numbers = itertools.count(1)
@@ -51,6 +56,16 @@ def call_outcome(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+class CallTracer(Protocol):
+    """What records a finished call as trace spans (:class:`turnout.tracing.Tracing`)."""
+
+    def accepted(self, call: Call, response: ChatResponse, served: RouteRef, notice: FallbackNotice | None) -> None:
+        """``call`` ended with ``response`` from ``served`` as its answer."""
+
+    def failed(self, call: Call, exc: BaseException) -> None:
+        """``call`` ended without an answer, with ``exc``."""
+
+
 class Call:
     """One logical call in flight.
 
@@ -63,6 +78,9 @@ class Call:
         call_id: The call's id (default: a new one; the gateway passes its request id).
         caller: Who makes the call (the gateway's client key name), recorded in the ledger.
         peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
+        operation: What kind of call it is (default: ``stream`` for a stream, else ``chat``).
+        request: The request (kept for a tracer that records content).
+        tracer: Records the finished call as trace spans (None: tracing is off).
 
     Attributes:
         call_id: The id of the call in the ledger.
@@ -75,11 +93,14 @@ class Call:
         "intra_family",
         "ledger",
         "log",
+        "operation",
         "peers",
+        "request",
         "requested",
         "started",
         "stream",
         "surface",
+        "tracer",
     )
 
     def __init__(
@@ -93,6 +114,9 @@ class Call:
         call_id: str | None = None,
         caller: str | None = None,
         peers: frozenset[int] = frozenset(),
+        operation: Operation | None = None,
+        request: ChatRequest | None = None,
+        tracer: CallTracer | None = None,
     ) -> None:
         self.requested = requested
         self.peers = peers
@@ -101,6 +125,9 @@ class Call:
         self.surface = surface
         self.intra_family = intra_family
         self.caller = caller
+        self.operation: Operation = operation or ("stream" if stream else "chat")
+        self.request = request
+        self.tracer = tracer
         self.call_id = call_id if call_id is not None else new_call_id()
         self.log = DispatchScope(call_id=self.call_id)
         self.started = time.time()
@@ -141,6 +168,8 @@ class Call:
             )
         if "<think>" in response.text:
             response = without_think(response)
+        if self.tracer is not None:
+            self.tracer.accepted(self, response, served, notice)
         return new_reply(
             text=response.text,
             tool_calls=response.tool_calls,
@@ -157,6 +186,8 @@ class Call:
 
     def fail(self, exc: BaseException) -> None:
         """Record the call as failed with ``exc`` (its attempts stay in the ledger; nothing is served)."""
+        if self.tracer is not None:
+            self.tracer.failed(self, exc)
         if self.ledger is None:
             return
         self.ledger.record(

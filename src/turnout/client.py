@@ -16,10 +16,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnout.attribution import RouteRef
-from turnout.call import Call
+from turnout.call import Call, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
@@ -32,6 +32,11 @@ from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
 from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from turnout.tracing import Tracing
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -48,6 +53,19 @@ def _state_store(config: Config) -> StateStore:
         assert config.state.url is not None  # checked when the config loaded
         return RedisStore(config.state.url, prefix=config.state.key_prefix)
     return MemoryStore()
+
+
+def _tracing(config: Config, provider: TracerProvider | None) -> Tracing | None:
+    """The client's tracing, or None when it is off (then nothing of OpenTelemetry is imported)."""
+    if provider is None and not config.telemetry.enabled:
+        return None
+    try:
+        from turnout.telemetry import build_tracing
+    except ImportError as exc:
+        raise ConfigError(
+            '[telemetry] needs the otel extra: pip install "turnout[otel]"', path="telemetry.enabled"
+        ) from exc
+    return build_tracing(config.telemetry, provider)
 
 
 class Client:
@@ -67,6 +85,8 @@ class Client:
         clock / sleep / jitter: Time and randomness of the walk (for tests).
         chance: Randomness of the pools' choices (for tests).
         surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
+        tracer_provider: An OpenTelemetry tracer provider for the spans of every call (turns tracing on;
+            default: ``[telemetry]``, see docs/observability.md). Needs the ``otel`` extra.
     """
 
     def __init__(
@@ -83,9 +103,12 @@ class Client:
         jitter: Callable[[], float] = random.random,
         chance: Callable[[], float] = random.random,
         surface: str = "library",
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.config = config
         self.surface = surface
+        #: Records every finished call as spans (None: tracing is off).
+        self.tracing = _tracing(config, tracer_provider)
         self.factory = Factory(
             config,
             http=http,
@@ -133,10 +156,12 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close connections and flush the ledger."""
+        """Close connections, flush the ledger and export the spans still pending."""
         await self.factory.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
+        if self.tracing is not None:
+            await self.tracing.aclose()
 
     # --- routing -----------------------------------------------------------------------------
 
@@ -225,7 +250,9 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=False, call_id=call_id, caller=caller)
+        target, call = self._call(
+            model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
+        )
         try:
             served = await target.walk.run(request, target.model, temperature, call.log)
         except BaseException as exc:
@@ -242,6 +269,8 @@ class Client:
         stream: bool,
         call_id: str | None = None,
         caller: str | None = None,
+        request: ChatRequest | None = None,
+        operation: Operation | None = None,
     ) -> tuple[Target, Call]:
         """The target these options select, and a new call to it (the default route's is resolved once)."""
         if model is None and provider is None and sender is None:
@@ -263,6 +292,9 @@ class Client:
             intra_family=self.config.notices.intra_family,
             call_id=call_id,
             caller=caller,
+            operation=operation,
+            request=request,
+            tracer=self.tracing,
         )
         return target, call
 
@@ -299,7 +331,7 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller)
+        target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller, request=request)
         return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
 
     async def turn(
@@ -335,7 +367,7 @@ class Client:
             tool_choice: As for :meth:`chat`.
         """
         request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
-        target, call = self._call(model, provider, sender, stream=True)
+        target, call = self._call(model, provider, sender, stream=True, request=request, operation="turn")
         turn = Turn(
             target.walk,
             target.model,

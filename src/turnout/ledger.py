@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnout.attribution import SKIPS, Attempt, RouteRef
+from turnout.attribution import SKIPS, Attempt, RouteRef, total_cost
 from turnout.errors import ConfigError
 
 SCHEMA = """
@@ -226,7 +226,7 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
     call_rows = []
     attempt_rows = []
     for c in calls:
-        cost = _sum_cost(c.attempts)
+        cost = total_cost(c.attempts)
         call_rows.append(
             (
                 c.call_id,
@@ -284,11 +284,6 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
             "entry, try_number, stream, detail, accepted) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             attempt_rows,
         )
-
-
-def _sum_cost(attempts: Sequence[Attempt]) -> float | None:
-    costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
-    return sum(costs) if costs else None
 
 
 # --- summaries (``turnout ledger``) ------------------------------------------------------------
@@ -390,14 +385,14 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         )
         for (prov, model), r in routes.items()
     ]
-    total_cost = [s.cost_usd for s in summaries if s.cost_usd is not None]
+    known_costs = [s.cost_usd for s in summaries if s.cost_usd is not None]
     return LedgerSummary(
         calls=calls,
         failed_calls=failed,
         fallbacks=fallbacks,
         attempts=sum(s.attempts for s in summaries),
         failure_classes={k: n for k, n in classes.items() if k not in SKIPS},
-        cost_usd=sum(total_cost) if total_cost else None,
+        cost_usd=sum(known_costs) if known_costs else None,
         routes=summaries,
         skips={k: n for k, n in classes.items() if k in SKIPS},
     )

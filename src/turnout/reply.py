@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout._fast import fast_init, fast_new
-from turnout.attribution import Attempt, FallbackNotice, RouteRef
+from turnout.attribution import Attempt, FallbackNotice, RouteRef, total_cost
 from turnout.types import ToolCall, Usage
 
 
@@ -51,8 +51,7 @@ class Reply:
     @property
     def cost_usd(self) -> float | None:
         """What the whole call cost: the sum over every attempt with a known price (None if none is known)."""
-        costs = [a.cost_usd for a in self.attempts if a.cost_usd is not None]
-        return sum(costs) if costs else None
+        return total_cost(self.attempts)
 
     @property
     def model(self) -> str:

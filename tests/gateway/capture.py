@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from servers import loopback_app
+
 CAPTURED_TEXT = "captured answer"
 
 
@@ -82,13 +84,5 @@ async def capture_upstream() -> AsyncIterator[Capture]:
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    cap.url = f"http://127.0.0.1:{port}"
-    try:
+    async with loopback_app(app) as cap.url:
         yield cap
-    finally:
-        await runner.cleanup()

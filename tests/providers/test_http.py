@@ -15,6 +15,7 @@ from aiohttp import web
 from provider_kit import RecordingServer, make_adapter
 from provider_kit import Reply as Answer
 
+from servers import loopback_app
 from turnout.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.types import ChatRequest
@@ -148,17 +149,11 @@ async def lab() -> AsyncIterator[Lab]:
         ("/cut", lab.cut),
     ):
         app.router.add_post(path, handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    lab.url = f"http://127.0.0.1:{port}"
-    yield lab
-    lab.release.set()
-    for w in lab.raw_writers:
-        w.close()
-    await runner.cleanup()
+    async with loopback_app(app, access_log=None) as lab.url:
+        yield lab
+        lab.release.set()
+        for w in lab.raw_writers:
+            w.close()
 
 
 @pytest.fixture

@@ -312,6 +312,31 @@ class Pool(_Section):
     fallback: list[str] = Field(default_factory=list)
 
 
+class Telemetry(_Section):
+    """``[telemetry]``: OpenTelemetry spans for every call and attempt (needs the ``otel`` extra).
+
+    A key left out falls back to the standard ``OTEL_*`` variable that the OpenTelemetry SDK reads (see
+    docs/observability.md); a key set here wins over it.
+    """
+
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset({"endpoint"})
+
+    enabled: bool = False
+    exporter: Literal["otlp", "console", "none"] | None = None
+    endpoint: str | None = None
+    headers: dict[str, SecretValue] = Field(default_factory=dict)
+    service_name: str | None = Field(default=None, min_length=1, max_length=256)
+    capture_content: bool = False
+    max_content_chars: int = Field(default=4096, ge=16, le=1_000_000)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL of an OTLP/HTTP collector")
+        return value
+
+
 class Config(_Section):
     """The whole ``turnout.toml``."""
 
@@ -326,6 +351,7 @@ class Config(_Section):
     gateway: Gateway = Field(default_factory=Gateway)
     state: State = Field(default_factory=State)
     pools: dict[str, Pool] = Field(default_factory=dict)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
 
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""

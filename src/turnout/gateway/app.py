@@ -4,7 +4,8 @@ Every endpoint but ``/health`` runs behind one guard (a plain wrapper, cheaper t
 it answers 503 while the gateway drains, 401 without a valid key (before the body is read, so nothing is
 forwarded), counts requests in flight, and when the request ends records its metrics and writes one
 structured access-log line: method, path, status, duration, served provider and model, attempts, the
-fallback flag and the caller's key id; never a prompt, a response or a key.
+fallback flag and the caller's key id; never a prompt, a response or a key. With tracing on, a request's
+calls continue the trace its ``traceparent`` header names.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -48,6 +49,9 @@ from turnout.gateway.wire import (
 )
 from turnout.pools import pool_loads
 from turnout.reply import Reply
+
+if TYPE_CHECKING:
+    from turnout.tracing import Tracing
 
 log = logging.getLogger("turnout.gateway")
 
@@ -193,6 +197,10 @@ class Gateway:
         return self.error_response(self._surface_for(request), failure)
 
     def _guard(self, name: str, handler: Handler, surface: Surface | None = None) -> Callable[..., Any]:
+        tracing = self.client.tracing
+        if tracing is not None:  # calls continue the caller's trace (W3C traceparent)
+            handler = _continuing(tracing, handler)
+
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
             ex = Exchange(name, request_id(request))
@@ -378,6 +386,16 @@ class Gateway:
         except TimeoutError:
             return False
         return True
+
+
+def _continuing(tracing: Tracing, handler: Handler) -> Handler:
+    """``handler`` inside the trace the request's headers name: its calls' spans are children of it."""
+
+    async def traced(request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        with tracing.continued(request.headers):
+            return await handler(request, ex, surface)
+
+    return traced
 
 
 def create_app(client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> web.Application:
