@@ -211,13 +211,15 @@ async def test_logout_clears_the_cookie() -> None:
 
 
 async def test_login_and_logout_from_another_sites_page_are_refused() -> None:
-    """A form posted from another origin (login CSRF) gets 403 and no cookie."""
+    """A form posted from another origin (login CSRF) gets 403 and no cookie; the gateway's own page is accepted."""
     async with served(Fleet()) as server:
-        evil = {"Origin": "https://evil.example"}
-        raw = await fetch(server, "POST", "/login", form={"key": GATEWAY_KEY}, headers=evil)
-        out = await fetch(server, "POST", "/logout", headers=evil)
-        same = await fetch(server, "POST", "/login", form={"key": GATEWAY_KEY}, headers={"Origin": server.url})
-    assert raw.status == 403 and "Set-Cookie" not in raw.headers
+        foreign = [{"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}]
+        refused = [await fetch(server, "POST", "/login", form={"key": GATEWAY_KEY}, headers=h) for h in foreign]
+        out = await fetch(server, "POST", "/logout", headers=foreign[0])
+        own = {"Origin": server.url, "Sec-Fetch-Site": "same-origin"}
+        same = await fetch(server, "POST", "/login", form={"key": GATEWAY_KEY}, headers=own)
+    assert [r.status for r in refused] == [403, 403, 403]
+    assert all("Set-Cookie" not in r.headers for r in refused)
     assert out.status == 403
     assert same.status == 303
 
@@ -291,7 +293,6 @@ async def test_the_page_shows_todays_calls_fallbacks_and_cost_from_the_ledger(tm
             assert (await _chat(server)).status == 200
         page = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
     today = page[page.index('id="today"') :]
-
     assert '<tr><td><code>anthropic.prod</code></td><td class="n">3</td><td class="n">3</td>' in today
     assert (
         '<tr><td><code>openai.backup</code></td><td class="n">0</td><td class="n">0</td><td class="n">3</td>' in today

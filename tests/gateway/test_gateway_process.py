@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,17 +17,13 @@ import orjson
 import pytest
 from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, profile, sample
 
+from servers import turnout_command
 from turnout.gateway.workers import decode
 from turnout.sim import Simulator
 
 pytestmark = pytest.mark.slow
 
 _LISTENING = re.compile(r"listening on (http://\S+) \(pid (\d+)\)")
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).with_name("turnout")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "turnout"]
 
 
 class Gateway:
@@ -66,7 +61,7 @@ async def serve(tmp_path: Path, toml: str, *args: str) -> AsyncIterator[Gateway]
     path.write_text(toml)
     (tmp_path / "run").mkdir()
     proc = await asyncio.create_subprocess_exec(
-        *_command(),
+        *turnout_command(),
         "serve",
         "--config",
         str(path),

@@ -5,7 +5,8 @@ The page takes the same credentials as ``/status`` (a gateway client key, as ``A
 (:mod:`turnout.gateway.session`); an open gateway (no client key configured) shows it to anyone, as it does
 ``/status``. The key is checked by the gateway's :class:`~turnout.gateway.auth.Authenticator` (constant time,
 every key compared), so a wrong key in the form fails exactly as a wrong bearer key does, and gets the form
-again. Logins and logouts from another site's page are refused (their ``Origin`` is not the gateway's).
+again. Logins and logouts posted from another site's page are refused (``Sec-Fetch-Site`` or ``Origin`` says
+where the form was).
 
 Every answer carries a strict Content-Security-Policy (nothing but inline styles and ``data:`` images: the page
 has no script), refuses to be framed, and is not cached.
@@ -36,7 +37,7 @@ PAGE_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # a browser then sends the page's own Origin with the login form
     "Cache-Control": "no-store",
 }
 WRONG_KEY = "That key is not accepted."
@@ -152,8 +153,12 @@ class StatusPage:
 
 
 def _same_origin(request: web.Request) -> bool:
-    """False for a browser's form post from another origin (a request without ``Origin`` is not a cross-site one)."""
+    """False for a browser's form post from another site: its ``Sec-Fetch-Site`` or ``Origin`` says so.
+
+    A request with neither header (not a browser's) passes; an ``Origin`` of ``null`` does not.
+    """
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
     origin = request.headers.get("Origin")
-    if origin is None:
-        return True
-    return urlsplit(origin).netloc == request.host
+    return origin is None or urlsplit(origin).netloc == request.host

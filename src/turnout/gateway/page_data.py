@@ -19,6 +19,7 @@ from typing import Any
 from turnout.attribution import Attempt
 from turnout.breaker import BreakerRecord, entry_key, gate
 from turnout.client import Client
+from turnout.errors import ConfigError
 from turnout.gateway.spend import day_start
 from turnout.gateway.workers import Totals
 from turnout.ledger import DaySummary, Ledger, day_summary
@@ -83,7 +84,7 @@ class RouteView:
     """A route and its entries in the order a call walks them.
 
     Attributes:
-        name: ``default`` or ``hint:<name>``.
+        name: ``default``, ``hint:<name>``, or a profile that no route reaches.
         entries: Its entries.
     """
 
@@ -125,9 +126,21 @@ class PageData:
 
 
 def route_views(client: Client, totals: Totals, now: float) -> tuple[RouteView, ...]:
-    """Each route of the client's router, with the state of each entry in ``totals`` at ``now``."""
+    """Each route with the state of each entry in ``totals`` at ``now``.
+
+    The default route and each hint route, then each profile no route reaches (a client may still name it).
+    """
     router = client.factory.router()
     walks = [("default", router.default), *((f"hint:{hint}", walk) for hint, (walk, _) in router.routes.items())]
+    listed = {e.profile for _, walk in walks for e in walk.entries}
+    for name in client.config.profiles():
+        if name not in listed:
+            try:
+                walk = client.factory.router(profile=name).default
+            except ConfigError:  # a profile that cannot be a call's first entry (no model to send)
+                continue
+            walks.append((name, walk))
+            listed.update(e.profile for e in walk.entries)
     dead = {h.key_id: h for h in totals.keys.values() if h.state(now) in DEAD_STATES}
     routes = []
     for name, walk in walks:

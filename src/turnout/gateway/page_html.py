@@ -40,13 +40,14 @@ main{max-width:72rem;margin:0 auto;padding:0 1rem 2rem}
 table{border-collapse:collapse;width:100%;font-size:.85rem}
 th,td{text-align:left;padding:.3rem .4rem;border-bottom:1px solid var(--line);vertical-align:top}
 th{color:var(--dim);font-weight:600}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-code{font-size:.85em;overflow-wrap:anywhere}
+code{font-size:.85em;white-space:nowrap}
 .badge{display:inline-block;border-radius:1rem;padding:0 .5rem;margin:0 .2rem .2rem 0;font-size:.8rem;
 border:1px solid currentColor}
 .ok{color:var(--ok)}.warn{color:var(--warn)}.bad{color:var(--bad)}.skip{color:var(--skip)}
-svg{display:block;width:100%;height:auto;margin:.3rem 0}
+svg{display:block;width:100%;height:7rem;margin:.3rem 0 0;border-bottom:1px solid var(--line)}
 svg .ok{fill:var(--ok)}svg .bad{fill:var(--bad)}svg .skip{fill:var(--skip)}svg .bar{fill:var(--bar)}
-svg .now{fill:var(--warn)}svg text{fill:var(--dim);font-size:11px}svg line{stroke:var(--line)}
+svg .now{fill:var(--warn)}
+.ticks{display:grid;grid-template-columns:repeat(8,1fr);color:var(--dim);font-size:.75rem;margin-bottom:.4rem}
 form.inline{margin:0}
 button{font:inherit;padding:.3rem .8rem;border-radius:6px;border:1px solid var(--line);background:var(--card);
 color:var(--ink);cursor:pointer}
@@ -245,25 +246,24 @@ def _attempts(last: Sequence[Attempt], recent: Mapping[str, int]) -> str:
 
 
 def latency_chart(attempts: Sequence[Attempt], width: int = 600, height: int = 120) -> str:
-    """An SVG bar per attempt (oldest first): its latency, coloured by outcome (skips as a stub)."""
+    """An SVG bar per attempt (oldest first): its latency, coloured by outcome (skips as a stub), with its caption."""
     if not attempts:
         return ""
     peak = max((a.duration_ms for a in attempts if a.outcome not in SKIPS), default=0.0) or 1.0
     slot = width / max(len(attempts), 20)
-    room = height - 16
     bars = []
     for i, a in enumerate(attempts):
         skip = a.outcome in SKIPS
-        h = 2.0 if skip else max(2.0, a.duration_ms / peak * room)
+        h = 2.0 if skip else max(2.0, a.duration_ms / peak * height)
         label = f"{a.provider} {a.model}: {a.outcome}" + ("" if skip else f", {a.duration_ms:.0f} ms")
         bars.append(
             f'<rect class="{_kind(a.outcome)}" x="{i * slot + 1:.1f}" y="{height - h:.1f}" '
             f'width="{max(slot - 2, 1):.1f}" height="{h:.1f}"><title>{esc(label, 200)}</title></rect>'
         )
     return (
-        f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="Latency of the last attempts">'
-        f'<line x1="0" y1="{height - 0.5}" x2="{width}" y2="{height - 0.5}"/>'
-        f'<text x="2" y="11">{peak:.0f} ms</text>{"".join(bars)}</svg>'
+        f'<p class="note">Latency of each attempt, oldest first (highest: {peak:.0f} ms; grey: skipped).</p>'
+        f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="Latency of the last attempts">{"".join(bars)}</svg>'
     )
 
 
@@ -304,22 +304,22 @@ def _day_table(day: DaySummary) -> str:
     )
 
 
-def cost_chart(by_hour: Iterable[float], hour_now: int, width: int = 600, height: int = 110) -> str:
-    """An SVG bar per UTC hour of today: what its attempts cost (the current hour highlighted)."""
+def cost_chart(by_hour: Iterable[float], hour_now: int, width: int = 600, height: int = 100) -> str:
+    """An SVG bar per UTC hour of today: what its attempts cost (the current hour highlighted), with its caption."""
     hours = list(by_hour)[:24]
     peak = max(hours, default=0.0)
     slot = width / 24
-    room = height - 30
     bars = []
     for h, usd in enumerate(hours):
-        tall = usd / peak * room if peak > 0 and usd > 0 else 0.0
+        tall = max(usd / peak * height if peak > 0 else 0.0, 1.0)
         bar_class = "now" if h == hour_now else "bar"
         bars.append(
-            f'<rect class="{bar_class}" x="{h * slot + 1:.1f}" y="{height - 14 - max(tall, 1):.1f}" '
-            f'width="{slot - 2:.1f}" height="{max(tall, 1):.1f}"><title>{h:02d}:00 UTC: {_cost(usd)}</title></rect>'
+            f'<rect class="{bar_class}" x="{h * slot + 1:.1f}" y="{height - tall:.1f}" '
+            f'width="{slot - 2:.1f}" height="{tall:.1f}"><title>{h:02d}:00 UTC: {_cost(usd)}</title></rect>'
         )
-    ticks = "".join(f'<text x="{h * slot + 1:.1f}" y="{height - 2}">{h:02d}</text>' for h in range(0, 24, 3))
+    ticks = "".join(f"<span>{h:02d}</span>" for h in range(0, 24, 3))
     return (
-        f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="Cost per hour today">'
-        f'<text x="2" y="11">cost per hour, peak {_cost(peak) if peak > 0 else "$0"}</text>{"".join(bars)}{ticks}</svg>'
+        f'<p class="note">Cost per hour today (UTC; highest: {_cost(peak) if peak > 0 else "$0"}).</p>'
+        f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="Cost per hour today">{"".join(bars)}</svg><div class="ticks">{ticks}</div>'
     )
