@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -160,12 +161,22 @@ class Browser:
 
     async def wait_for(self, method: str, after: int = 0) -> dict[str, Any]:
         """The first event named ``method`` among the events from index ``after`` on (waits for it, bounded)."""
+        found: list[dict[str, Any]] = []
+
+        def seen() -> bool:
+            found.extend(e for e in self.events[after:] if e["method"] == method)
+            return bool(found)
+
+        await self.until(seen)
+        return found[0]
+
+    async def until(self, check: Callable[[], bool]) -> None:
+        """Wait until ``check()`` holds, checking again at each event the page reports (bounded)."""
         async with asyncio.timeout(COMMAND_TIMEOUT_S):
             while True:
-                for event in self.events[after:]:
-                    if event["method"] == method:
-                        return event
                 self._changed.clear()
+                if check():
+                    return
                 await self._changed.wait()
 
     async def navigate(self, url: str) -> None:

@@ -113,3 +113,27 @@ async def test_the_page_fits_a_phone_and_signs_out(tmp_path: Path) -> None:
     assert width == 390 and overflow <= 0
     assert after == "Turnout gateway: sign in"
     assert problems == []
+
+
+async def test_the_pages_policy_blocks_scripts_and_outside_images_and_the_browser_reports_it(tmp_path: Path) -> None:
+    """A script or an image from elsewhere put into the page is refused by its CSP, and the refusal is reported."""
+    async with demo_gateway(tmp_path) as (server, _), Browser(chromium() or "") as browser:
+        await sign_in(browser, server.url)
+        assert browser.problems() == []
+        ran = await browser.evaluate(
+            "const s = document.createElement('script'); s.textContent = 'window.injected = 1';"
+            "document.body.appendChild(s);"
+            "const i = document.createElement('img'); i.src = 'http://127.0.0.1:9/pixel.png';"
+            "document.body.appendChild(i); window.injected === 1"
+        )
+        refused = ("script-src", "img-src")  # the directives the two refusals name (script-src falls to default-src)
+
+        def reported() -> bool:
+            csp = [p for p in browser.problems() if "Content Security Policy" in p]
+            return all(any(d in p or (d == "script-src" and "script" in p) for p in csp) for d in refused)
+
+        await browser.until(reported)
+        problems = browser.problems()
+    assert ran is False
+    assert any("Content Security Policy" in p and "script" in p for p in problems), problems
+    assert any("Content Security Policy" in p and "img-src" in p for p in problems), problems

@@ -9,52 +9,27 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from gateway_support import GATEWAY_KEY, Raw
+from gateway_support import GATEWAY_KEY, TWO_PROFILES, Raw, fake_gateway
 
 from fakes import FakeClock, Fleet, err
-from turnout import Client
 from turnout.attribution import Attempt
-from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway import GatewayServer
 from turnout.gateway.page_data import EntryView, KeyView, PageData, RouteView
 from turnout.gateway.page_html import render_page
 from turnout.gateway.session import COOKIE, MAX_FORM_BYTES, TTL_S, Sessions
 from turnout.ledger import DaySummary, ProfileDay
 
-BASE = f"""
-default_provider = "anthropic.prod"
-[ledger]
-enabled = false
-[gateway]
-api_keys = ["{GATEWAY_KEY}"]
-[reliability]
-provider_retries = 1
-[providers.models.anthropic.prod]
-api_keys = ["sk-ant-POOL-1", "sk-ant-POOL-2"]
-model = "claude-sonnet-4-5"
-fallback = ["openai.backup"]
-[providers.models.openai.backup]
-api_key = "sk-openai-PLANTED"
-model = "gpt-4.1"
-[[model_routes]]
-hint = "cheap"
-model_provider = "openai.backup"
-model = "gpt-4.1"
-"""
+BASE = TWO_PROFILES
 CHAT = {"model": "", "messages": [{"role": "user", "content": "hello"}]}
 HOSTILE = '<img src=x onerror="alert(1)">'
 
 
 @asynccontextmanager
-async def served(
-    fleet: Fleet, text: str = BASE, *, clock: FakeClock | None = None, **options: Any
-) -> AsyncIterator[GatewayServer]:
-    clock = clock if clock is not None else FakeClock()
-    options.setdefault("ledger", False)
-    client = Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, **options)
-    gateway = Gateway(client, owns_client=True)
-    gateway.page.sessions.clock = clock
-    async with GatewayServer(gateway) as server:
-        yield server
+async def served(fleet: Fleet, text: str = BASE, **options: Any) -> AsyncIterator[tuple[GatewayServer, FakeClock]]:
+    """A gateway over fake adapters whose clock (sessions' expiry included) is the fake clock."""
+    async with fake_gateway(text, fleet, **options) as (server, clock):
+        server.gateway.page.sessions.clock = clock
+        yield server, clock
 
 
 async def fetch(
@@ -99,7 +74,7 @@ async def login(server: GatewayServer, key: str = GATEWAY_KEY) -> str:
 
 async def test_without_credentials_the_page_is_the_login_form() -> None:
     """GET / without a key or a session shows the form (no state), with the page's security headers."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         raw = await fetch(server, "GET", "/")
     text = raw.body.decode()
     assert raw.status == 200
@@ -114,7 +89,7 @@ async def test_without_credentials_the_page_is_the_login_form() -> None:
 
 async def test_a_client_key_opens_the_page_as_it_opens_status() -> None:
     """GET / with the same bearer key /status takes shows every route and its entries."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         raw = await fetch(server, "GET", "/", key=GATEWAY_KEY)
     text = raw.body.decode()
     assert raw.status == 200
@@ -126,7 +101,7 @@ async def test_a_client_key_opens_the_page_as_it_opens_status() -> None:
 
 async def test_login_sets_a_signed_httponly_strict_cookie_that_opens_the_page() -> None:
     """A right key in the form: 303 to / and a cookie holding a signed token (not the key) that opens the page."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         raw = await fetch(server, "POST", "/login", form={"key": f"  {GATEWAY_KEY} "})
         jar = session_cookie(raw)
         page = await fetch(server, "GET", "/", cookie=jar[COOKIE].value)
@@ -141,7 +116,7 @@ async def test_login_sets_a_signed_httponly_strict_cookie_that_opens_the_page() 
 
 async def test_a_wrong_key_gets_the_form_again_and_no_cookie() -> None:
     """A wrong key: 401, the form with a message, no cookie; the key is not echoed."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         raw = await fetch(server, "POST", "/login", form={"key": "wrong-key-VALUE"})
         empty = await fetch(server, "POST", "/login", form={"key": ""})
     text = raw.body.decode()
@@ -153,7 +128,7 @@ async def test_a_wrong_key_gets_the_form_again_and_no_cookie() -> None:
 
 async def test_the_session_cookie_does_not_authorise_the_api_status_or_metrics() -> None:
     """A signed-in browser's cookie opens the page only: /v1/*, /status and /metrics still want a key."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         token = await login(server)
         chat = await fetch(
             server,
@@ -171,8 +146,7 @@ async def test_the_session_cookie_does_not_authorise_the_api_status_or_metrics()
 
 async def test_an_expired_or_tampered_token_gets_the_form() -> None:
     """A token past its expiry, or with a changed name, expiry or signature, is refused."""
-    clock = FakeClock()
-    async with served(Fleet(), clock=clock) as server:
+    async with served(Fleet()) as (server, clock):
         token = await login(server)
         assert "Sign out" in (await fetch(server, "GET", "/", cookie=token)).body.decode()
         name, expiry, mac = token.split(".")
@@ -194,7 +168,7 @@ async def test_an_expired_or_tampered_token_gets_the_form() -> None:
 
 async def test_a_token_of_another_server_or_an_unconfigured_caller_is_refused() -> None:
     """Only this server's secret signs; a validly signed token for a caller that has no key here is refused too."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         other = Sessions().issue("d0d0d0d0")
         mine_unknown = server.gateway.page.sessions.issue("not-a-configured-caller")
         answers = [await fetch(server, "GET", "/", cookie=t) for t in (other, mine_unknown)]
@@ -203,7 +177,7 @@ async def test_a_token_of_another_server_or_an_unconfigured_caller_is_refused() 
 
 async def test_logout_clears_the_cookie() -> None:
     """POST /logout expires the cookie and goes back to /."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         raw = await fetch(server, "POST", "/logout", cookie=await login(server))
     morsel = session_cookie(raw)[COOKIE]
     assert raw.status == 303 and raw.headers["Location"] == "/"
@@ -212,7 +186,7 @@ async def test_logout_clears_the_cookie() -> None:
 
 async def test_login_and_logout_from_another_sites_page_are_refused() -> None:
     """A form posted from another origin (login CSRF) gets 403 and no cookie; the gateway's own page is accepted."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         foreign = [{"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}]
         refused = [await fetch(server, "POST", "/login", form={"key": GATEWAY_KEY}, headers=h) for h in foreign]
         out = await fetch(server, "POST", "/logout", headers=foreign[0])
@@ -226,7 +200,7 @@ async def test_login_and_logout_from_another_sites_page_are_refused() -> None:
 
 async def test_an_oversized_or_foreign_login_body_is_refused() -> None:
     """The login body is bounded and must be a form."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         big = await fetch(server, "POST", "/login", form=b"key=" + b"x" * MAX_FORM_BYTES)
         json = await fetch(server, "POST", "/login", form=b'{"key": "k"}', headers={"Content-Type": "application/json"})
     assert big.status == 400 and json.status == 400
@@ -235,7 +209,7 @@ async def test_an_oversized_or_foreign_login_body_is_refused() -> None:
 async def test_an_open_gateway_shows_the_page_without_login() -> None:
     """Without any client key configured, the page is as open as /status."""
     open_config = BASE.replace(f'[gateway]\napi_keys = ["{GATEWAY_KEY}"]\n', "")
-    async with served(Fleet(), open_config) as server:
+    async with served(Fleet(), open_config) as (server, _):
         raw = await fetch(server, "GET", "/")
     assert raw.status == 200 and "<h3>default</h3>" in raw.body.decode()
 
@@ -243,8 +217,7 @@ async def test_an_open_gateway_shows_the_page_without_login() -> None:
 async def test_the_page_shows_cooldowns_dead_keys_and_the_last_attempts() -> None:
     """A profile cooling down and a profile's dead keys show with their ends; the last attempts are listed."""
     fleet = Fleet(anthropic__prod=[err(401, "bad key")], openai__backup=[err(429, headers={"retry-after": "30"})])
-    clock = FakeClock()  # 1_000_000 s: 13:46:40 UTC
-    async with served(fleet, clock=clock) as server:
+    async with served(fleet) as (server, clock):  # the fake clock starts at 1_000_000 s: 13:46:40 UTC
         await _chat(server)  # both keys rejected (suspected); the fallback is rate-limited: 30 s cooldown
         clock.now += 1
         await _chat(server)  # another call confirms the keys dead (60 s); the fallback is skipped
@@ -262,8 +235,7 @@ async def test_the_page_shows_cooldowns_dead_keys_and_the_last_attempts() -> Non
 async def test_the_page_shows_an_open_breaker() -> None:
     """An entry whose breaker opened shows until when; the other entries stay healthy."""
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["ok"])
-    clock = FakeClock()
-    async with served(fleet, clock=clock) as server:
+    async with served(fleet) as (server, _):
         for _ in range(2):
             await _chat(server)  # two calls of two tries: the third failure opens the breaker (5 s)
         text = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
@@ -288,7 +260,7 @@ async def test_the_page_shows_todays_calls_fallbacks_and_cost_from_the_ledger(tm
     ledger = f'[ledger]\npath = "{tmp_path / "ledger.sqlite3"}"\n'
     text = BASE.replace("[ledger]\nenabled = false\n", ledger)
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["from backup"])
-    async with served(fleet, text, ledger=True) as server:
+    async with served(fleet, text, ledger=True) as (server, _):
         for _ in range(3):
             assert (await _chat(server)).status == 200
         page = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
@@ -302,7 +274,7 @@ async def test_the_page_shows_todays_calls_fallbacks_and_cost_from_the_ledger(tm
 
 async def test_with_the_ledger_off_the_page_says_so() -> None:
     """The page works without a ledger and says there are no daily totals."""
-    async with served(Fleet()) as server:
+    async with served(Fleet()) as (server, _):
         text = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
     assert "The ledger is off" in text
 

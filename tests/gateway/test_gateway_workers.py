@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import orjson
-from gateway_support import GATEWAY_KEY, get, post, sample
+from gateway_support import TWO_PROFILES, get, post, sample
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
@@ -17,24 +17,9 @@ from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.workers import LAST_ATTEMPTS, MAX_AGE_S, Peers, Totals, decode, encode, merge
 from turnout.state.dead_keys import KeyHealth
 
-BASE = f"""
-default_provider = "anthropic.prod"
-[ledger]
-enabled = false
-[gateway]
-api_keys = ["{GATEWAY_KEY}"]
-[reliability]
-provider_retries = 1
-[reliability.breaker]
-enabled = false
-[providers.models.anthropic.prod]
-api_key = "sk-ant-PLANTED"
-model = "claude-sonnet-4-5"
-fallback = ["openai.backup"]
-[providers.models.openai.backup]
-api_key = "sk-openai-PLANTED"
-model = "gpt-4.1"
-"""
+BASE = TWO_PROFILES.replace('api_keys = ["sk-ant-POOL-1", "sk-ant-POOL-2"]', 'api_key = "sk-ant-PLANTED"').replace(
+    "[reliability]\n", "[reliability.breaker]\nenabled = false\n[reliability]\n"
+)
 CHAT = {"model": "", "messages": [{"role": "user", "content": "hello"}]}
 
 
