@@ -9,7 +9,7 @@ VENV_MIN := .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 MIN_STAMP := $(VENV_MIN)/.min-installed
 
-.PHONY: demo test test-latest test-min lint bench e2e-clients clean
+.PHONY: demo test test-latest test-min lint bench e2e-clients status-page-screenshot clean
 
 $(DEV_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
@@ -38,10 +38,12 @@ test: test-latest test-min
 
 test-latest: $(DEV_STAMP)
 	@scripts/ensure-redis
+	@scripts/ensure-chromium || true
 	$(PY) -m pytest -q
 
 test-min: $(MIN_STAMP)
 	@scripts/ensure-redis
+	@scripts/ensure-chromium || true
 	$(PY_MIN) -m pytest -q -p no:cacheprovider
 
 lint: $(DEV_STAMP)
@@ -55,6 +57,11 @@ bench: $(BENCH_STAMP)
 # Claude Code and Codex CLI from the npm registry, through the gateway and the simulator (needs npm; not in `test`)
 e2e-clients: $(DEV_STAMP)
 	$(PY) scripts/e2e_clients.py
+
+# docs/images/status-page.png, from a scripted demo state in headless Chromium (loopback only)
+status-page-screenshot: $(DEV_STAMP)
+	@scripts/ensure-chromium
+	$(PY) scripts/status_page_screenshot.py
 
 clean:
 	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .mypy_cache .ruff_cache .e2e-clients

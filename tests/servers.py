@@ -1,4 +1,4 @@
-"""Real servers for tests: a free loopback port, and a redis-server that tests may stop and start."""
+"""Real servers for tests: a free loopback port, the turnout command, and a redis-server tests may stop and start."""
 
 from __future__ import annotations
 
@@ -6,12 +6,20 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+
+def turnout_command() -> list[str]:
+    """The ``turnout`` command of the interpreter running the tests."""
+    script = Path(sys.executable).with_name("turnout")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "turnout"]
 
 
 def free_port() -> int:

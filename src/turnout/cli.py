@@ -531,11 +531,20 @@ def serve(
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Then serve a gateway over the demo on 127.0.0.1 until Ctrl-C.")
+    ] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The --serve gateway's port (0: a free one).")] = 0,
+) -> None:
     """A guided tour against the in-process simulator (writes nothing outside a temp dir)."""
     from turnout.demo import main as demo_main
 
-    raise typer.Exit(demo_main())
+    try:
+        code = demo_main(serve=serve, port=port)
+    except ConfigError as exc:
+        raise _fail(exc, False) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from turnout.config import Config, load_config_dict, load_config_file, load_conf
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
-from turnout.pools import leading_members, pools_status
+from turnout.pools import leading_members, pool_loads, pools_status
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
@@ -394,13 +394,14 @@ class Client:
         """
         now = self.factory.clock()
         store = self.factory.store
+        specs = self.factory.pool_specs.values()
         return {
             "cooldowns": {k: round(v - now, 3) for k, v in sorted(store.cooldowns(now).items())},
             "dead_keys": store.dead_keys(now),
             "breakers": self.factory.breakers.describe(now),
             "profiles": sorted(self.config.profiles()),
             "headroom": [row for _, book in sorted(self.factory.books.items()) for row in book.describe(now)],
-            "pools": pools_status(self.factory.pool_specs.values(), self.factory.stats),
+            "pools": pools_status(specs, pool_loads(specs, self.factory.stats)),
         }
 
 

@@ -4,12 +4,18 @@ The simulator runs in process; the ledger lives in a temporary directory that is
 Each step scripts the simulator, makes one call through a real :class:`~turnout.Client` over HTTP, and
 prints the attempts, the served route and the cost. One step (:class:`Tour`) makes a series of calls: an
 outage that the circuit breaker learns and forgets.
+
+``turnout demo --serve`` then starts a gateway on 127.0.0.1 over the same client and simulator (so its status
+page shows the tour's cooldowns, breakers and ledger), with a client key made for the run, prints the page's
+address and the key to sign in with, and serves until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,7 +31,8 @@ from rich.text import Text
 
 from turnout.attribution import SKIPS, Attempt
 from turnout.client import Client
-from turnout.errors import ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.errors import ConfigError, ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.gateway import Gateway, GatewayServer
 from turnout.ledger import summarize
 from turnout.reply import Reply
 from turnout.sim import Simulator
@@ -283,8 +290,18 @@ def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
     return table
 
 
-async def run_demo(console: Console | None = None) -> int:
-    """Run the tour; return 0 when every step behaved as described."""
+#: How long ``turnout demo --serve`` waits for requests in flight when it is stopped.
+SERVE_GRACE_S = 5.0
+
+
+async def run_demo(console: Console | None = None, *, serve: bool = False, port: int = 0) -> int:
+    """Run the tour; return 0 when every step behaved as described.
+
+    Args:
+        console: Where the tour is printed (default: the terminal).
+        serve: Then serve a gateway over the tour's client until SIGINT or SIGTERM (:func:`serve_demo`).
+        port: The gateway's port on 127.0.0.1 (0: a free one).
+    """
     if console is None:
         console = Console(highlight=False)
         if not console.is_terminal:
@@ -311,33 +328,109 @@ async def run_demo(console: Console | None = None) -> int:
                         as_told = as_told and await step.play(console, client, sim)
                     else:
                         await _run_step(console, client, n, step)
-        summary = summarize(ledger_path)
-        table = Table(title="Ledger summary", box=None, header_style="bold")
-        for col in ("profile", "model", "attempts", "outcomes", "cost"):
-            table.add_column(col)
-        for r in summary.routes:
-            outcomes = ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
-            cost = f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-"
-            table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
-        console.print(table)
-        total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
-        skips = ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items())) or "none"
-        console.print(
-            f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts (skipped without a "
-            f"call: {skips}), total cost {total}; tour took {time.perf_counter() - started:.1f}s"
-        )
+                if client.ledger is not None:
+                    await client.ledger.flush()
+                _print_summary(console, ledger_path, started)
+                if serve:
+                    sim.set_script({})  # the upstreams answer again; the tour's cooldowns and breakers remain
+                    await serve_demo(console, client, port)
+                else:
+                    console.print(
+                        "See it on a status page: [bold]turnout demo --serve[/bold] runs the tour, then starts a "
+                        "gateway over this simulator and prints its address and a key to sign in with."
+                    )
     return 0 if as_told else 1
 
 
-def demo_config(sim: Simulator, ledger: Path) -> str:
-    """The demo's configuration, pointed at ``sim``."""
+def demo_config(sim: Simulator, ledger: Path, open_secs: float = TIMING.open_secs) -> str:
+    """The demo's configuration, pointed at ``sim`` (``open_secs``: the primary's breaker's open interval)."""
     return DEMO_CONFIG.format(
         anthropic=sim.base_url("anthropic"),
         openai=sim.base_url("openai"),
         azure_west=sim.base_url("azure", deployment="gpt-4o-west"),
         ledger=ledger,
-        open_secs=TIMING.open_secs,
+        open_secs=open_secs,
     )
+
+
+def _print_summary(console: Console, ledger_path: Path, started: float) -> None:
+    """The ledger's totals of the tour."""
+    summary = summarize(ledger_path)
+    table = Table(title="Ledger summary", box=None, header_style="bold")
+    for col in ("profile", "model", "attempts", "outcomes", "cost"):
+        table.add_column(col)
+    for r in summary.routes:
+        outcomes = ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
+        cost = f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-"
+        table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
+    console.print(table)
+    total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
+    skips = ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items())) or "none"
+    console.print(
+        f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts (skipped without a "
+        f"call: {skips}), total cost {total}; tour took {time.perf_counter() - started:.1f}s"
+    )
+
+
+async def serve_demo(
+    console: Console,
+    client: Client,
+    port: int = 0,
+    *,
+    stop: asyncio.Event | None = None,
+    key: str | None = None,
+    listening: asyncio.Event | None = None,
+) -> None:
+    """Serve a gateway over ``client`` on 127.0.0.1 until ``stop`` is set (default: SIGINT or SIGTERM).
+
+    The gateway's only client key is ``key`` (default: a new random one), printed with the status page's
+    address; then ``listening`` is set. Stopping waits at most :data:`SERVE_GRACE_S` for requests in flight.
+    """
+    key = key if key is not None else demo_key()
+    server = GatewayServer(Gateway(client, keys=[key]), "127.0.0.1", port)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", code="listen_failed") from None
+    on_signals = stop is None
+    stop = _stop_on_signals() if stop is None else stop
+    try:
+        console.print(
+            Panel.fit(
+                f"Status page: {server.url}/\n"
+                f"Client key:  {key}\n"
+                f"API:         {server.url}/v1 (OpenAI) and {server.url}/v1/messages (Anthropic), with the same key\n"
+                "Ctrl-C stops the gateway.",
+                title="turnout demo --serve",
+            ),
+            markup=False,
+        )
+        if listening is not None:
+            listening.set()
+        await stop.wait()
+    finally:
+        await server.stop(SERVE_GRACE_S)
+        if on_signals:
+            _restore_signals()
+
+
+def demo_key() -> str:
+    """A client key for one run of ``turnout demo --serve``."""
+    return f"demo-{secrets.token_urlsafe(18)}"
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(s, stop.set)
+    return stop
+
+
+def _restore_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(s)
 
 
 async def _run_step(console: Console, client: Client, n: int, step: Step) -> None:
@@ -479,6 +572,6 @@ def _primary_breaker(client: Client) -> str:
     return "half-open: the next call probes it"
 
 
-def main() -> int:
-    """Run the demo in a fresh event loop."""
-    return asyncio.run(run_demo())
+def main(*, serve: bool = False, port: int = 0) -> int:
+    """Run the demo in a fresh event loop (then serve its gateway, with ``serve``)."""
+    return asyncio.run(run_demo(serve=serve, port=port))

@@ -418,3 +418,117 @@ def spend_by_caller(path: str | Path, since: float) -> dict[str, float]:
 def now() -> float:
     """Wall-clock seconds (the ledger's time base)."""
     return time.time()
+
+
+# --- the day so far (the gateway's status page) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileDay:
+    """One profile's day.
+
+    Attributes:
+        profile: ``family.alias``.
+        calls: Calls that asked for it first.
+        fallbacks: Of those, the calls another entry served.
+        attempts: Attempts on it (skips included), whoever asked.
+        cost_usd: The cost of its attempts (None when none was priced).
+    """
+
+    profile: str
+    calls: int
+    fallbacks: int
+    attempts: int
+    cost_usd: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaySummary:
+    """Calls, fallbacks and cost since a time (the start of the UTC day), per profile and per hour.
+
+    Attributes:
+        since: The start of the period (Unix seconds).
+        profiles: Per profile, most calls first.
+        cost_by_hour: The cost of each hour since ``since`` (24 values; 0 for an hour without priced attempts).
+    """
+
+    since: float
+    profiles: tuple[ProfileDay, ...]
+    cost_by_hour: tuple[float, ...]
+
+    @property
+    def calls(self) -> int:
+        """Every call of the period."""
+        return sum(p.calls for p in self.profiles)
+
+    @property
+    def fallbacks(self) -> int:
+        """Every call of the period that a fallback served."""
+        return sum(p.fallbacks for p in self.profiles)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The period's cost (None when no attempt was priced)."""
+        costs = [p.cost_usd for p in self.profiles if p.cost_usd is not None]
+        return sum(costs) if costs else None
+
+
+#: The most profiles a day summary lists (the configuration names them; a bound all the same).
+MAX_DAY_PROFILES = 200
+
+
+def day_summary(path: str | Path, since: float, *, timeout: float = 5.0) -> DaySummary:
+    """Calls, fallbacks and cost per profile, and cost per hour, since ``since`` (blocking: run it in a thread).
+
+    Reads the file read-only; a missing file (or one without tables yet) is an empty day.
+
+    Args:
+        path: The ledger file.
+        since: The start of the period (Unix seconds), e.g. 00:00 UTC today.
+        timeout: How long to wait for a writer's lock.
+    """
+    empty = DaySummary(since=since, profiles=(), cost_by_hour=(0.0,) * 24)
+    p = Path(path)
+    if not p.exists():
+        return empty
+    db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True, timeout=timeout)
+    try:
+        calls = db.execute(
+            "SELECT COALESCE(requested_provider, '-'), COUNT(*), COALESCE(SUM(fallback), 0) FROM calls "
+            "WHERE ts >= ? GROUP BY 1 ORDER BY 2 DESC LIMIT ?",
+            (since, MAX_DAY_PROFILES),
+        ).fetchall()
+        attempts = db.execute(
+            "SELECT provider, COUNT(*), SUM(cost_usd) FROM attempts WHERE ts >= ? GROUP BY provider LIMIT ?",
+            (since, MAX_DAY_PROFILES),
+        ).fetchall()
+        hours = db.execute(
+            "SELECT CAST((ts - ?) / 3600 AS INTEGER), SUM(cost_usd) FROM attempts WHERE ts >= ? GROUP BY 1",
+            (since, since),
+        ).fetchall()
+    except sqlite3.OperationalError:  # no tables yet
+        return empty
+    finally:
+        db.close()
+    spent = {provider: (n, cost) for provider, n, cost in attempts}
+    rows = [
+        ProfileDay(
+            profile=profile,
+            calls=n,
+            fallbacks=fallbacks,
+            attempts=spent.get(profile, (0, None))[0],
+            cost_usd=spent.get(profile, (0, None))[1],
+        )
+        for profile, n, fallbacks in calls
+    ]
+    asked = {r.profile for r in rows}
+    rows += [  # profiles that only served others' calls
+        ProfileDay(profile=provider, calls=0, fallbacks=0, attempts=n, cost_usd=cost)
+        for provider, (n, cost) in sorted(spent.items())
+        if provider not in asked
+    ][: max(0, MAX_DAY_PROFILES - len(rows))]
+    by_hour = [0.0] * 24
+    for hour, cost in hours:
+        if cost is not None and 0 <= hour < 24:
+            by_hour[hour] += cost
+    return DaySummary(since=since, profiles=tuple(rows), cost_by_hour=tuple(by_hour))

@@ -218,14 +218,51 @@ def pool_loads(specs: Iterable[PoolSpec], stats: Stats | None) -> list[tuple[str
     return [(spec.name, load) for spec in specs for load in member_loads(spec.members, stats)]
 
 
-def pools_status(specs: Iterable[PoolSpec], stats: Stats | None) -> list[dict[str, object]]:
-    """Each pool with its strategy, fallbacks and members' load: ``/status`` and ``turnout status``."""
+def merge_loads(rows: Iterable[tuple[str, MemberLoad]]) -> list[tuple[str, MemberLoad]]:
+    """Several processes' ``(pool, member's load)`` rows as one server's, in first-seen order.
+
+    Calls and calls in flight sum; the time to first token is the average of the processes' averages weighted by
+    their calls; each member's share is taken again of its pool's summed calls.
+    """
+    summed: dict[tuple[str, str], tuple[int, int, float, int]] = {}
+    for pool, load in rows:
+        busy, calls, weighted, timed = summed.get((pool, load.member), (0, 0, 0.0, 0))
+        if load.ttft_ms is not None:
+            weight = max(load.calls, 1)
+            weighted, timed = weighted + load.ttft_ms * weight, timed + weight
+        summed[(pool, load.member)] = (busy + load.in_flight, calls + load.calls, weighted, timed)
+    totals: dict[str, int] = {}
+    for (pool, _), (_, calls, _, _) in summed.items():
+        totals[pool] = totals.get(pool, 0) + calls
     return [
-        {
-            "name": spec.name,
-            "strategy": spec.strategy,
-            "fallback": list(spec.fallback),
-            "members": [
+        (
+            pool,
+            MemberLoad(
+                member=member,
+                in_flight=busy,
+                calls=calls,
+                share=calls / totals[pool] if totals[pool] else None,
+                ttft_ms=weighted / timed if timed else None,
+            ),
+        )
+        for (pool, member), (busy, calls, weighted, timed) in summed.items()
+    ]
+
+
+def pools_status(specs: Iterable[PoolSpec], loads: Iterable[tuple[str, MemberLoad]]) -> list[dict[str, object]]:
+    """Each pool with its strategy, fallbacks and members' load: ``/status`` and ``turnout status``.
+
+    ``loads``: the rows of :func:`pool_loads` (of this process, or merged by :func:`merge_loads`).
+    """
+    found = {(pool, load.member): load for pool, load in loads}
+    out: list[dict[str, object]] = []
+    for spec in specs:
+        members = []
+        for member, weight in zip(spec.members, spec.weights, strict=True):
+            load = found.get((spec.name, member)) or MemberLoad(
+                member=member, in_flight=0, calls=0, share=None, ttft_ms=None
+            )
+            members.append(
                 {
                     "profile": load.member,
                     "weight": weight,
@@ -234,8 +271,6 @@ def pools_status(specs: Iterable[PoolSpec], stats: Stats | None) -> list[dict[st
                     "share": round(load.share, 4) if load.share is not None else None,
                     "ttft_ms": round(load.ttft_ms, 1) if load.ttft_ms is not None else None,
                 }
-                for load, weight in zip(member_loads(spec.members, stats), spec.weights, strict=True)
-            ],
-        }
-        for spec in specs
-    ]
+            )
+        out.append({"name": spec.name, "strategy": spec.strategy, "fallback": list(spec.fallback), "members": members})
+    return out

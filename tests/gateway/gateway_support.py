@@ -35,6 +35,29 @@ ANTHROPIC_TOOL = {
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 
+#: Two profiles over fake adapters: anthropic.prod (a pool of two keys) falls back to openai.backup, which
+#: ``hint:cheap`` also reaches; no ledger, one retry.
+TWO_PROFILES = f"""
+default_provider = "anthropic.prod"
+[ledger]
+enabled = false
+[gateway]
+api_keys = ["{GATEWAY_KEY}"]
+[reliability]
+provider_retries = 1
+[providers.models.anthropic.prod]
+api_keys = ["sk-ant-POOL-1", "sk-ant-POOL-2"]
+model = "claude-sonnet-4-5"
+fallback = ["openai.backup"]
+[providers.models.openai.backup]
+api_key = "sk-openai-PLANTED"
+model = "gpt-4.1"
+[[model_routes]]
+hint = "cheap"
+model_provider = "openai.backup"
+model = "gpt-4.1"
+"""
+
 #: How each upstream protocol is configured: (family, sim base url protocol, extra profile lines).
 PROTOCOLS: dict[str, tuple[str, str, str]] = {
     "openai": ("openai", "openai", ""),

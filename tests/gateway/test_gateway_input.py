@@ -160,7 +160,7 @@ def test_histogram_buckets_count_a_value_at_a_bound_in_that_bucket() -> None:
     m = Metrics()
     for seconds in (0.005, 0.0050001, 1000.0):
         m.request("openai", 200, seconds)
-    text = m.render(0, 0).decode()
+    text = m.render().decode()
     assert 'turnout_gateway_request_duration_seconds_bucket{le="0.005",surface="openai"} 1.0' in text
     assert 'turnout_gateway_request_duration_seconds_bucket{le="0.01",surface="openai"} 2.0' in text
     assert 'turnout_gateway_request_duration_seconds_bucket{le="120.0",surface="openai"} 2.0' in text

@@ -8,33 +8,14 @@ from contextlib import asynccontextmanager
 
 import orjson
 import pytest
-from gateway_support import GATEWAY_KEY, get, post, sample
+from gateway_support import GATEWAY_KEY, TWO_PROFILES, get, post, sample
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
 from turnout.config import key_id
 from turnout.gateway import Gateway, GatewayServer
 
-BASE = f"""
-default_provider = "anthropic.prod"
-[ledger]
-enabled = false
-[gateway]
-api_keys = ["{GATEWAY_KEY}"]
-[reliability]
-provider_retries = 1
-[providers.models.anthropic.prod]
-api_keys = ["sk-ant-POOL-1", "sk-ant-POOL-2"]
-model = "claude-sonnet-4-5"
-fallback = ["openai.backup"]
-[providers.models.openai.backup]
-api_key = "sk-openai-PLANTED"
-model = "gpt-4.1"
-[[model_routes]]
-hint = "cheap"
-model_provider = "openai.backup"
-model = "gpt-4.1"
-"""
+BASE = TWO_PROFILES
 PROMPT = "PROMPT-SENTINEL what is the weather"
 CHAT = {"model": "", "messages": [{"role": "user", "content": PROMPT}]}
 

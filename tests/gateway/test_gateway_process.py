@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,18 +15,15 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, profile
+from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, profile, sample
 
+from servers import turnout_command
+from turnout.gateway.workers import decode
 from turnout.sim import Simulator
 
 pytestmark = pytest.mark.slow
 
 _LISTENING = re.compile(r"listening on (http://\S+) \(pid (\d+)\)")
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).with_name("turnout")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "turnout"]
 
 
 class Gateway:
@@ -59,10 +56,12 @@ class Gateway:
 
 @asynccontextmanager
 async def serve(tmp_path: Path, toml: str, *args: str) -> AsyncIterator[Gateway]:
+    """`turnout serve` with the config ``toml``; its temporary files go to ``tmp_path / "run"``."""
     path = tmp_path / "turnout.toml"
     path.write_text(toml)
+    (tmp_path / "run").mkdir()
     proc = await asyncio.create_subprocess_exec(
-        *_command(),
+        *turnout_command(),
         "serve",
         "--config",
         str(path),
@@ -70,14 +69,15 @@ async def serve(tmp_path: Path, toml: str, *args: str) -> AsyncIterator[Gateway]
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_path / "run")},
+        start_new_session=True,  # its own process group: a failing test stops the workers too, not only the parent
     )
     try:
         yield Gateway(proc)
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
 
 
 async def chat(session: aiohttp.ClientSession, url: str, model: str) -> tuple[int, bytes]:
@@ -116,6 +116,7 @@ async def test_serve_drains_gracefully_on_sigterm(tmp_path: Path) -> None:
     assert _answer((status, body)) == SIM_TEXT
     assert "turnout gateway stopped" in output
     assert [e.outcome for e in sim.log] == ["ok", "ok"]  # the refused request never reached it
+    assert list((tmp_path / "run").iterdir()) == []  # one process: no workers directory
 
 
 def _answer(reply: tuple[int, bytes]) -> str:
@@ -146,3 +147,57 @@ async def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
     assert first.group(2) != second.group(2)
     assert all(_answer(r) == SIM_TEXT for r in replies)
     assert output.count("turnout gateway stopped") == 2
+
+
+async def _fresh(url: str, path: str, *, key: str = GATEWAY_KEY) -> bytes:
+    """GET on a new connection (SO_REUSEPORT hands each new connection to one of the workers)."""
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+        session.get(url + path, headers={"Authorization": f"Bearer {key}"}) as resp,
+    ):
+        assert resp.status == 200
+        return await resp.read()
+
+
+def _published(run: Path) -> dict[str, float]:
+    """The chat requests each worker last published (from the files in the server's workers directory)."""
+    out = {}
+    for file in run.glob("turnout-gateway-*/*.json"):
+        totals = decode(file.read_bytes())
+        if totals is not None:
+            out[totals.worker] = totals.counters.get("turnout_gateway_requests", {}).get(("openai", "200"), 0.0)
+    return out
+
+
+async def test_two_workers_describe_the_whole_server(tmp_path: Path) -> None:
+    """--workers 2: whichever worker answers, /metrics and /status count every request both workers served."""
+    sent = 40
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        async with serve(tmp_path, toml, "--port", str(_free_port()), "--workers", "2") as gateway:
+            first, second = await gateway.line(_LISTENING), await gateway.line(_LISTENING)
+            url, pids = first.group(1), {first.group(2), second.group(2)}
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+                for _ in range(sent):  # one connection per request, so the kernel spreads them
+                    assert _answer(await chat(session, url, "")) == SIM_TEXT
+            async with asyncio.timeout(20):  # each worker publishes every second
+                while True:
+                    published = _published(tmp_path / "run")
+                    if len(published) == 2 and sum(published.values()) == sent:
+                        break
+                    await asyncio.sleep(0.05)
+            answered: set[str] = set()
+            async with asyncio.timeout(30):
+                while len(answered) < 2:  # scrape until both workers have answered (each is the first it lists)
+                    metrics = (await _fresh(url, "/metrics")).decode()
+                    status = orjson.loads(await _fresh(url, "/status"))
+                    assert sample(metrics, "turnout_gateway_requests_total", surface="openai", status="200") == sent
+                    assert sample(metrics, "turnout_upstream_attempts_total", outcome="ok") == sent
+                    assert status["recent_attempts"]["by_outcome"] == {"ok": sent}
+                    assert len(status["workers"]) == 2
+                    answered.add(status["workers"][0]["worker"])
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert await gateway.proc.wait() == 0
+    assert all(n > 0 for n in published.values()), published  # both workers served some of the requests
+    assert answered == set(published) == pids
+    assert list((tmp_path / "run").iterdir()) == []  # the workers directory is removed at shutdown

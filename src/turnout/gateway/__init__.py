@@ -7,9 +7,11 @@ bounds of client input), ``surface`` (the contract of a wire surface), ``openai_
 ``responses_surface`` (with ``responses_stream``) and ``anthropic_surface`` (the wire formats), ``passthrough``
 (what only a surface's own protocol carries), ``counting`` (``count_tokens`` and the token estimate),
 ``edges`` (request ids, CORS, unknown routes), ``status`` (``/status`` and the shape of ``/v1/models``),
-``metrics`` (Prometheus), ``accesslog`` (the access lines), ``connections`` (timeouts and the cap) and
-``serve`` (the command, workers, graceful shutdown). ``docs/gateway.md`` is the user guide,
-``docs/security.md`` the threat model and limits.
+``metrics`` (Prometheus), ``workers`` (the whole server's totals across worker processes), ``page``,
+``page_data`` and ``page_html`` (the status page), ``session`` (its login cookie), ``accesslog`` (the access
+lines), ``connections`` (timeouts and the cap) and ``serve`` (the command, workers, graceful shutdown).
+``docs/gateway.md`` is the user guide, ``docs/security.md`` the threat model and limits,
+``docs/observability.md`` the metrics across workers and the status page.
 """
 
 from turnout.gateway.app import Gateway, create_app

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -31,8 +32,10 @@ from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges, request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
+from turnout.gateway.session import Sessions
 from turnout.gateway.spend import SpendBook
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
@@ -47,6 +50,7 @@ from turnout.gateway.wire import (
     failure_for,
     header_value,
 )
+from turnout.gateway.workers import Peers, Totals, merge
 from turnout.pools import pool_loads
 from turnout.reply import Reply
 
@@ -103,6 +107,11 @@ class Gateway:
         keys: Plain client keys with the default policy (default: ``[gateway] api_keys`` and
             ``api_keys_env``); ``[gateway.keys.<name>]`` keys are added. No key at all: no auth.
         owns_client: Close the client when the application is cleaned up.
+        peers: The workers of the server this gateway is one of (``turnout serve --workers N``): it publishes
+            its totals to them, and ``/metrics``, ``/status`` and the status page merge every worker's. None: this
+            process is the whole server.
+        session_secret: The secret that signs the status page's session cookies (every worker of a server needs
+            the same one; default: a new one for this process).
 
     Attributes:
         app: The aiohttp application.
@@ -115,7 +124,15 @@ class Gateway:
         ConfigError: A client key resolves to nothing, or the ``[gateway]`` policy names nothing configured.
     """
 
-    def __init__(self, client: Client, *, keys: list[str] | None = None, owns_client: bool = False) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        keys: list[str] | None = None,
+        owns_client: bool = False,
+        peers: Peers | None = None,
+        session_secret: bytes | None = None,
+    ) -> None:
         config = client.config
         self.client = client
         self.owns_client = owns_client
@@ -137,6 +154,8 @@ class Gateway:
             labelled=self.policy.served_models(), breakers=client.factory.breakers, clock=client.factory.clock
         )
         self.recent = RecentAttempts()
+        self.peers = peers
+        self.worker = peers.worker if peers is not None else str(os.getpid())
         self.draining = False
         self.in_flight = 0
         self.started = time.time()
@@ -146,6 +165,9 @@ class Gateway:
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
         self.edges = Edges(config.gateway.cors_origins, self._edge_error)
+        self.page = StatusPage(
+            client, self.auth, self.view, self.recent, sessions=Sessions(session_secret), started=self.started
+        )
         self.app = self._application()
 
     # --- the application ------------------------------------------------------------------------
@@ -161,6 +183,9 @@ class Gateway:
         app.router.add_get("/status", self._guard("status", self._status))
         app.router.add_get("/metrics", self._guard("metrics", self._metrics))
         app.router.add_get("/health", self._health)
+        app.router.add_get("/", self._page_guard(self.page.show))
+        app.router.add_post("/login", self._page_guard(self.page.login))
+        app.router.add_post("/logout", self._page_guard(self.page.logout))
         app.router.add_route("*", "/{tail:.*}", self.edges.fallback)  # last: what no route above serves
         app.on_response_prepare.append(self.edges.on_prepare)
         app.on_startup.append(self._on_startup)
@@ -173,6 +198,8 @@ class Gateway:
         if self.spend is not None and any(c.daily_limit_usd is not None for c in self.auth.callers()):
             await self.spend.refresh()  # today's spend so far, before the first request is admitted
         self._warm_up()
+        if self.peers is not None:
+            self.peers.start(self.totals)
 
     def _warm_up(self) -> None:
         """Load the price and context-window catalogue now, so the first request does not pay for it."""
@@ -185,6 +212,8 @@ class Gateway:
                     catalogue.context_window(family, model)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        if self.peers is not None:
+            await self.peers.aclose()
         if self.spend is not None:
             await self.spend.aclose()
         if self.owns_client:
@@ -237,6 +266,30 @@ class Gateway:
 
         return endpoint
 
+    def _page_guard(self, handler: Callable[[web.Request], Awaitable[Answer]]) -> Callable[..., Any]:
+        """The status page's routes: 503 while draining; the handler authenticates (a key or a session cookie)."""
+
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            t0 = time.perf_counter()
+            ex = Exchange("page", request_id(request))
+            response: web.StreamResponse
+            if self.draining:
+                response = self.error_response(self.openai, SHUTTING_DOWN)
+                response.force_close()
+            else:
+                try:
+                    response, ex.caller = await handler(request)
+                except ConnectionError:
+                    raise
+                except Exception:
+                    log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
+                    response = self.error_response(self.openai, INTERNAL)
+            ex.status = response.status
+            self._finish(request, ex, t0)
+            return response
+
+        return endpoint
+
     # --- endpoints ------------------------------------------------------------------------------
 
     def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> Awaitable[web.StreamResponse]:
@@ -271,16 +324,49 @@ class Gateway:
 
     async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         body = status_payload(
-            self.client, self.recent, draining=self.draining, in_flight=self.in_flight, started=self.started
+            self.client.config,
+            await self.view(),
+            self.recent,
+            draining=self.draining,
+            started=self.started,
+            now=self.client.factory.clock(),
         )
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        factory = self.client.factory
-        active = len(factory.store.cooldowns(factory.clock()))
-        pools = pool_loads(factory.pool_specs.values(), factory.stats)
-        body = self.metrics.render(self.in_flight, active, self.client.status()["headroom"], pools)
+        body = self.metrics.render(await self.view())
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    # --- what the gateway knows -----------------------------------------------------------------
+
+    def totals(self) -> Totals:
+        """This process's totals now: its metrics, recent attempts, requests in flight and upstream state."""
+        factory = self.client.factory
+        now = factory.clock()
+        store = factory.store
+        counters, histograms = self.metrics.export()
+        return Totals(
+            worker=self.worker,
+            at=now,
+            in_flight=self.in_flight,
+            requests=self.metrics.requests_finished(),
+            counters=counters,
+            histograms=histograms,
+            recent=self.recent.buckets(),
+            last=tuple(self.recent.last),
+            cooldowns=store.cooldowns(now),
+            keys={h.key_id: h for h in store.key_records()},
+            breakers=store.breakers(),
+            transitions={key: n for key, n in factory.breakers.transitions.items()},
+            headroom=tuple(self.client.status()["headroom"]),
+            pools=tuple(pool_loads(factory.pool_specs.values(), factory.stats)),
+        )
+
+    async def view(self) -> Totals:
+        """What the whole server counted and knows: this process's totals, merged with the other workers'."""
+        own = self.totals()
+        peers = await self.peers.read_peers() if self.peers is not None else []
+        return merge(own, peers, self.client.factory.clock())
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:

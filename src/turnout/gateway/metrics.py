@@ -12,7 +12,8 @@ the process's counts. An entry whose model the configuration does not name is la
 
 Counting is on every request's path, so it is a dict update per counter and a bucket update per histogram
 (the event loop is the only writer, so no lock); ``prometheus_client`` only formats the totals, when
-``/metrics`` is scraped.
+``/metrics`` is scraped. What is formatted is a :class:`~turnout.gateway.workers.Totals`: this process's own
+(:meth:`Metrics.export`), or with several workers the whole server's (:func:`turnout.gateway.workers.merge`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -28,7 +29,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.attribution import SKIPS, Attempt
-from turnout.breaker import Gate, entry_key, gate, split_entry_key
+from turnout.breaker import BreakerRecord, Gate, entry_key, gate, split_entry_key
+from turnout.gateway.workers import Totals
 from turnout.health import Breakers
 from turnout.pools import MemberLoad
 
@@ -56,9 +58,9 @@ class _Counter:
         totals = self.totals
         totals[key] = totals.get(key, 0.0) + 1.0
 
-    def family(self) -> Metric:
+    def family(self, totals: Mapping[Labels, float]) -> Metric:
         out = CounterMetricFamily(self.name, self.doc, labels=self.labels)
-        for key, value in self.totals.items():
+        for key, value in totals.items():
             out.add_metric(key, value)
         return out
 
@@ -79,10 +81,10 @@ class _Histogram:
         row[bisect_left(self.bounds, value)] += 1.0  # the first bucket whose bound is >= value (le)
         row[-1] += value
 
-    def family(self) -> Metric:
+    def family(self, rows: Mapping[Labels, Sequence[float]]) -> Metric:
         out = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
         edges = [*(repr(b) for b in self.bounds), "+Inf"]
-        for key, row in self.rows.items():
+        for key, row in rows.items():
             cumulative = list(accumulate(row[:-1]))
             out.add_metric(key, list(zip(edges, cumulative, strict=True)), row[-1])
         return out
@@ -162,9 +164,9 @@ class Metrics:
         self._breakers = breakers
         self._clock = clock
         self._statuses: dict[int, str] = {}
-        self._gauges: tuple[int, int] = (0, 0)  # in flight, cooldowns: set at scrape time
-        self._headroom: list[Mapping[str, Any]] = []  # the rows of Client.status()["headroom"], at scrape time
-        self._pools: tuple[tuple[str, MemberLoad], ...] = ()  # (pool, member's load): set at scrape time
+        self.counters = (self.requests, self.attempts, self.fallbacks, self.retries)
+        self.histograms = (self.duration, self.latency, self.ttft, self.overhead)
+        self._view = Totals(worker="", at=0.0)  # what the next scrape formats: set by render
         self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
@@ -210,8 +212,26 @@ class Metrics:
         if seconds is not None:
             self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
 
-    def breaker_families(self) -> list[Metric]:
-        """The breaker gauge and transition counter as they are now (labelled with configured entries only)."""
+    def export(self) -> tuple[dict[str, dict[Labels, float]], dict[str, dict[Labels, list[float]]]]:
+        """Copies of the counters' and histograms' totals, by metric name (what a worker's totals carry)."""
+        return (
+            {c.name: dict(c.totals) for c in self.counters},
+            {h.name: {k: list(row) for k, row in h.rows.items()} for h in self.histograms},
+        )
+
+    def requests_finished(self) -> int:
+        """Requests counted so far."""
+        return int(sum(self.requests.totals.values()))
+
+    def breaker_families(
+        self, records: Mapping[str, BreakerRecord], moves_seen: Mapping[tuple[str, str], int]
+    ) -> list[Metric]:
+        """The breaker gauge and transition counter (labelled with configured entries only).
+
+        Args:
+            records: The open breakers (entry key → record).
+            moves_seen: Transition counts per (entry key, transition).
+        """
         state = GaugeMetricFamily(
             "turnout_breaker_state", "Circuit breaker per entry: 0 closed, 1 open, 2 half-open.", labels=("entry",)
         )
@@ -220,17 +240,16 @@ class Metrics:
             "Circuit breaker transitions per entry: opened, probe, closed, reopened.",
             labels=("entry", "transition"),
         )
-        breakers = self._breakers
-        if breakers is not None:
+        if self._breakers is not None:
             now = self._clock()
             codes = {entry_key(p, m): 0 for p, m in sorted(self._labelled)}
-            for key, record in breakers.store.breakers().items():
+            for key, record in records.items():
                 label = self._entry(key)
                 codes[label] = max(codes.get(label, 0), BREAKER_STATES[gate(record, now)])
             for label, code in codes.items():
                 state.add_metric((label,), code)
             counts: Counter[tuple[str, str]] = Counter()
-            for (key, transition), n in breakers.transitions.items():
+            for (key, transition), n in moves_seen.items():
                 counts[(self._entry(key), transition)] += n
             for labels, n in sorted(counts.items()):
                 moves.add_metric(labels, n)
@@ -241,31 +260,26 @@ class Metrics:
         profile, model = split_entry_key(key)
         return key if (profile, model) in self._labelled else entry_key(profile, "other")
 
-    def render(
-        self,
-        in_flight: int,
-        cooldowns_active: int,
-        headroom: Iterable[Mapping[str, Any]] = (),
-        pools: Iterable[tuple[str, MemberLoad]] = (),
-    ) -> bytes:
-        """The exposition text, with the gauges as they are now.
+    def render(self, totals: Totals | None = None) -> bytes:
+        """The exposition text of ``totals``: this process's, or the merged ones of every worker.
 
-        ``headroom``: the rows of ``Client.status()["headroom"]``; a key's gauge appears once it announced
-        that budget. ``pools``: each pool member's load.
+        The gauges are read from it too: requests in flight, active cooldowns, open breakers and the headroom rows
+        (a key's gauge appears once it announced that budget). None: this object's counts, with empty gauges.
         """
-        self._gauges = (in_flight, cooldowns_active)
-        self._headroom = list(headroom)
-        self._pools = tuple(pools)
+        if totals is None:
+            counters, histograms = self.export()
+            totals = Totals(worker="", at=0.0, counters=counters, histograms=histograms)
+        self._view = totals
         return bytes(generate_latest(self.registry))
 
-    def headroom_families(self) -> Iterator[Metric]:
-        """The headroom gauges, from the rows given to the last :meth:`render`."""
+    def headroom_families(self, rows: Iterable[Mapping[str, Any]]) -> Iterator[Metric]:
+        """The headroom gauges of the rows of ``Client.status()["headroom"]``."""
         for name, field, doc in (
             ("turnout_headroom_requests", "requests", "Requests the upstream last said are left, per profile and key."),
             ("turnout_headroom_tokens", "tokens", "Tokens the upstream last said are left, per profile and key."),
         ):
             family = GaugeMetricFamily(name, doc, labels=("profile", "key_id"))
-            for row in self._headroom:
+            for row in rows:
                 if row[field] is not None:
                     family.add_metric((row["profile"], row["key_id"] or ""), float(row[field]))
             yield family
@@ -280,20 +294,23 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         m = self._metrics
-        yield m.requests.family()
-        yield m.duration.family()
-        in_flight, cooldowns = m._gauges
-        yield GaugeMetricFamily("turnout_gateway_in_flight_requests", "Requests being served now.", value=in_flight)
-        yield m.attempts.family()
-        yield m.fallbacks.family()
-        yield m.retries.family()
-        yield GaugeMetricFamily("turnout_cooldowns_active", "Profiles and keys cooling down now.", value=cooldowns)
-        yield m.latency.family()
-        yield m.ttft.family()
-        yield m.overhead.family()
-        yield from m.headroom_families()
-        yield from m.breaker_families()
-        yield from _pool_families(m._pools)
+        view = m._view
+        counters, histograms = view.counters, view.histograms
+        yield m.requests.family(counters.get(m.requests.name, {}))
+        yield m.duration.family(histograms.get(m.duration.name, {}))
+        yield GaugeMetricFamily(
+            "turnout_gateway_in_flight_requests", "Requests being served now.", value=view.in_flight
+        )
+        for counter in (m.attempts, m.fallbacks, m.retries):
+            yield counter.family(counters.get(counter.name, {}))
+        yield GaugeMetricFamily(
+            "turnout_cooldowns_active", "Profiles and keys cooling down now.", value=len(view.cooldowns)
+        )
+        for histogram in (m.latency, m.ttft, m.overhead):
+            yield histogram.family(histograms.get(histogram.name, {}))
+        yield from m.headroom_families(view.headroom)
+        yield from m.breaker_families(view.breakers, view.transitions)
+        yield from _pool_families(view.pools)
 
 
 def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:

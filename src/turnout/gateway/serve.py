@@ -6,7 +6,11 @@ for the requests in flight to finish, then closes. A second signal stops at once
 
 With ``workers > 1`` the parent process starts that many worker processes on one port with
 ``SO_REUSEPORT``; the kernel spreads connections between them. Cooldowns and dead keys are shared
-through Redis when ``[state] backend = "redis"``; metrics and ``/status`` counts are per worker.
+through Redis when ``[state] backend = "redis"``. The parent makes a private directory where each worker
+publishes its totals every second, so ``/metrics``, ``/status`` and the status page describe the whole server
+whichever worker answers (:mod:`turnout.gateway.workers`), and one secret that signs the status page's session
+cookies, handed to each worker over the pipe that starts it (:mod:`turnout.gateway.session`). The directory is
+removed when the workers have stopped.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import gc
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from types import FrameType, TracebackType
@@ -33,6 +39,8 @@ from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys
 from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
 from turnout.gateway.policy import Policy
+from turnout.gateway.session import new_secret
+from turnout.gateway.workers import Peers
 from turnout.state import MemoryStore
 
 log = logging.getLogger("turnout.gateway")
@@ -224,9 +232,19 @@ def _run_loop(main: Any) -> None:
         runner.run(main)
 
 
-async def _serve(config: Config, host: str, port: int, *, reuse_port: bool, worker: bool) -> None:
+async def _serve(
+    config: Config,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool,
+    worker: bool,
+    peers: Peers | None = None,
+    session_secret: bytes | None = None,
+) -> None:
     client = Client(config, surface="gateway")
-    server = GatewayServer(Gateway(client, owns_client=True), host, port, reuse_port=reuse_port)
+    gateway = Gateway(client, owns_client=True, peers=peers, session_secret=session_secret)
+    server = GatewayServer(gateway, host, port, reuse_port=reuse_port)
     try:
         await server.start()
     except OSError as exc:
@@ -263,10 +281,14 @@ async def _serve(config: Config, host: str, port: int, *, reuse_port: bool, work
     log.info("turnout gateway stopped")
 
 
-def _worker(path: str, host: str, port: int) -> None:
+def _worker(path: str, host: str, port: int, directory: str, secret: bytes) -> None:
     _configure_logging()
     try:
-        _run_loop(_serve(load_config_file(path), host, port, reuse_port=True, worker=True))
+        config = load_config_file(path)
+        serving = _serve(
+            config, host, port, reuse_port=True, worker=True, peers=Peers(directory), session_secret=secret
+        )
+        _run_loop(serving)
     except ConfigError as exc:
         log.error("turnout gateway worker: %s", exc)
         raise SystemExit(1) from None
@@ -274,7 +296,12 @@ def _worker(path: str, host: str, port: int) -> None:
 
 def _supervise(path: str, host: str, port: int, workers: int) -> None:
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(path, host, port), name=f"turnout-gateway-{i}") for i in range(workers)]
+    directory = tempfile.mkdtemp(prefix="turnout-gateway-")  # mode 0700: this user's processes only
+    secret = new_secret()  # pickled to each worker over its start pipe: not in argv, the environment or a file
+    procs = [
+        ctx.Process(target=_worker, args=(path, host, port, directory, secret), name=f"turnout-gateway-{i}")
+        for i in range(workers)
+    ]
     stopping = False
 
     def relay(signum: int, frame: FrameType | None) -> None:
@@ -302,5 +329,6 @@ def _supervise(path: str, host: str, port: int, workers: int) -> None:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        shutil.rmtree(directory, ignore_errors=True)
     if failed:
         raise SystemExit(1)

@@ -2,25 +2,31 @@
 
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
 id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
-until a time, or half-open), attempt counts per outcome over a recent window, and each pool's members with their
-load (calls in flight, moving time to first token, share of the pool's calls). ``/v1/models`` lists what the
-caller's key may put in ``model`` (which names those are is :mod:`turnout.gateway.policy`'s decision); each key's
-list is encoded once, since the configuration does not change while the gateway runs.
+until a time, or half-open), attempt counts per outcome over a recent window, each pool's members with their
+load (calls in flight, moving time to first token, share of the pool's calls), and the workers whose totals it
+merges (:mod:`turnout.gateway.workers`: with ``turnout serve --workers N``, it describes the whole server).
+``/v1/models`` lists what the caller's key may put in ``model`` (which names those are is
+:mod:`turnout.gateway.policy`'s decision); each key's list is encoded once, since the configuration does not
+change while the gateway runs.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from turnout.attribution import Attempt
-from turnout.client import Client
 from turnout.config import Config, default_target
+from turnout.config.graph import pool_specs
 from turnout.errors import ConfigError
+from turnout.gateway.workers import LAST_ATTEMPTS, Totals
+from turnout.health import describe_breakers
+from turnout.pools import pools_status
+from turnout.state.dead_keys import describe_dead_keys
 
 if TYPE_CHECKING:
     from turnout.gateway.policy import PublicName
@@ -31,13 +37,18 @@ BUCKET_S = 60
 
 
 class RecentAttempts:
-    """Attempt counts per (profile, outcome) over the last :data:`RECENT_WINDOW_S` seconds, in minute buckets."""
+    """Attempt counts per (profile, outcome) over the last :data:`RECENT_WINDOW_S` seconds, in minute buckets.
 
-    __slots__ = ("_buckets", "_clock")
+    Attributes:
+        last: The last :data:`~turnout.gateway.workers.LAST_ATTEMPTS` attempts (the status page lists them).
+    """
+
+    __slots__ = ("_buckets", "_clock", "last")
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._buckets: dict[int, Counter[tuple[str, str]]] = {}
+        self.last: deque[Attempt] = deque(maxlen=LAST_ATTEMPTS)
 
     def add(self, attempts: Iterable[Attempt], now: float | None = None) -> None:
         """Count the attempts of one call (that ended at ``now``, default: the clock's time)."""
@@ -51,12 +62,21 @@ class RecentAttempts:
         for a in attempts:
             key = (a.provider, a.outcome)
             counts[key] = counts.get(key, 0) + 1
+        self.last.extend(attempts)
 
-    def snapshot(self) -> dict[str, Any]:
-        """``{"window_seconds", "by_outcome": {outcome: n}, "by_provider": {profile: {outcome: n}}}``."""
+    def buckets(self) -> dict[int, dict[tuple[str, str], int]]:
+        """A copy of the counts per minute bucket (what :class:`~turnout.gateway.workers.Totals` carries)."""
+        return {b: dict(counts) for b, counts in self._buckets.items()}
+
+    def snapshot(self, buckets: Mapping[int, Mapping[tuple[str, str], int]] | None = None) -> dict[str, Any]:
+        """``{"window_seconds", "by_outcome": {outcome: n}, "by_provider": {profile: {outcome: n}}}``.
+
+        Args:
+            buckets: The counts to summarise (default: this process's; the server's merged ones with workers).
+        """
         oldest = int(self._clock() // BUCKET_S) - RECENT_WINDOW_S // BUCKET_S
         total: Counter[tuple[str, str]] = Counter()
-        for b, counts in self._buckets.items():
+        for b, counts in (self._buckets if buckets is None else buckets).items():
             if b > oldest:
                 total.update(counts)
         by_outcome: Counter[str] = Counter()
@@ -71,14 +91,25 @@ class RecentAttempts:
         }
 
 
-def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in_flight: int, started: float) -> bytes:
-    """The ``/status`` body."""
-    config = client.config
-    state = client.status()
+def status_payload(
+    config: Config, totals: Totals, recent: RecentAttempts, *, draining: bool, started: float, now: float
+) -> bytes:
+    """The ``/status`` body, from the totals of this process or of every worker (``totals.workers``).
+
+    Args:
+        config: The gateway's configuration.
+        totals: What the gateway counted and knows (:meth:`turnout.gateway.app.Gateway.view`).
+        recent: The gateway's recent-attempt counter (its window's clock).
+        draining: Whether the answering process drains.
+        started: When the answering process started (wall-clock seconds).
+        now: The state store's time (cooldowns and breakers are relative to it).
+    """
     cooldowns = []
-    for key, remaining in state["cooldowns"].items():
+    for key, until in sorted(totals.cooldowns.items()):
         profile, _, kid = key.partition("#")
-        cooldowns.append({"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": remaining})
+        cooldowns.append(
+            {"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": round(until - now, 3)}
+        )
     cooling = {c["profile"] for c in cooldowns if c["key_id"] is None}
     profiles = [
         {
@@ -94,7 +125,11 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
         {
             "status": "draining" if draining else "ok",
             "uptime_seconds": round(time.time() - started, 3),
-            "in_flight": in_flight,
+            "in_flight": totals.in_flight,
+            "workers": [
+                {"worker": w.name, "age_seconds": w.age, "in_flight": w.in_flight, "requests": w.requests}
+                for w in totals.workers
+            ],
             "default_provider": _default(config),
             "state_backend": config.state.backend,
             "profiles": profiles,
@@ -102,11 +137,11 @@ def status_payload(client: Client, recent: RecentAttempts, *, draining: bool, in
                 {"hint": f"hint:{r.hint}", "provider": r.model_provider, "model": r.model} for r in config.model_routes
             ],
             "cooldowns": cooldowns,
-            "dead_keys": state["dead_keys"],
-            "headroom": state["headroom"],
-            "breakers": state["breakers"],
-            "pools": state["pools"],
-            "recent_attempts": recent.snapshot(),
+            "dead_keys": describe_dead_keys(totals.keys.values(), now),
+            "headroom": list(totals.headroom),
+            "breakers": describe_breakers(totals.breakers, now),
+            "pools": pools_status(pool_specs(config).values(), totals.pools),
+            "recent_attempts": recent.snapshot(totals.recent),
         }
     )
 

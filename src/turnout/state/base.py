@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from turnout.breaker import BreakerRecord
-from turnout.state.dead_keys import DEAD_STATES, KeyHealth
+from turnout.state.dead_keys import KeyHealth, describe_dead_keys
 
 
 class StateStore(ABC):
@@ -81,9 +81,7 @@ class StateStore(ABC):
 
     def dead_keys(self, now: float) -> list[dict[str, Any]]:
         """The dead keys at ``now``, by id, with their rest and probe (for ``/status`` and ``turnout status``)."""
-        return [
-            h.describe(now) for h in sorted(self.key_records(), key=lambda h: h.key_id) if h.state(now) in DEAD_STATES
-        ]
+        return describe_dead_keys(self.key_records(), now)
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Load the shared state before the first call (a store kept in this process has none to load).

@@ -15,6 +15,7 @@ Keys are known by their ids only (the first 8 hex digits of their SHA-256), neve
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -121,6 +122,11 @@ def decode(raw: bytes | str | None) -> KeyHealth | None:
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+
+
+def describe_dead_keys(records: Iterable[KeyHealth], now: float) -> list[dict[str, Any]]:
+    """The dead keys among ``records`` at ``now``, by id (``/status`` and ``turnout status``)."""
+    return [h.describe(now) for h in sorted(records, key=lambda h: h.key_id) if h.state(now) in DEAD_STATES]
 
 
 def rest_seconds(strikes: int) -> float:
