@@ -11,7 +11,7 @@ from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout.attribution import DispatchScope
 from turnout.breaker import BreakerSettings
 from turnout.errors import AllProvidersFailed, ContextWindowExceeded, ProviderTimeout
-from turnout.health import Breakers
+from turnout.health import MAX_STREAKS, Breakers
 from turnout.reliable import ReliableProvider
 from turnout.state import MemoryStore
 
@@ -239,3 +239,14 @@ async def test_streams_skip_an_open_entry_and_probe_a_half_open_one() -> None:
     events = [e async for batch in probe.batches() for e in batch]
     assert [e.text for e in events if e.type == "text"] == ["streamed"]
     assert store.breaker("openai.a/m") is None
+
+
+async def test_streaks_are_bounded_when_callers_name_many_models() -> None:
+    """Entries named by callers cannot grow the streaks without bound: past the cap the oldest is forgotten."""
+    store = MemoryStore()
+    breakers = Breakers(store, BreakerSettings())
+    for i in range(MAX_STREAKS + 10):
+        await breakers.failed("openai.a", f"openai.a/model-{i}", 0.0, probing=False)
+    assert len(breakers.streaks) == MAX_STREAKS
+    assert "openai.a/model-0" not in breakers.streaks and f"openai.a/model-{MAX_STREAKS + 9}" in breakers.streaks
+    assert store.breakers() == {}  # one failure each opens nothing

@@ -24,6 +24,9 @@ Transition = Literal["opened", "probe", "closed", "reopened"]
 
 #: How long one probe may hold an entry before another call may probe it (a probe that never reports).
 PROBE_HOLD_S = 30.0
+#: The most entries with a streak kept at once: past it, the oldest streak is forgotten (an entry is a profile and
+#: a model, and an unpinned profile sends the model a caller names, so the entries are not bounded by the config).
+MAX_STREAKS = 4096
 
 
 class Breakers:
@@ -97,6 +100,8 @@ class Breakers:
             return  # already open (another call's failure arrived first)
         streak = self.streaks.get(key)
         if streak is None:
+            if len(self.streaks) >= MAX_STREAKS:
+                del self.streaks[next(iter(self.streaks))]
             streak = self.streaks[key] = Streak(settings)
         if streak.failure(now):
             del self.streaks[key]  # the open breaker takes over; a new streak starts after it closes
