@@ -39,7 +39,10 @@ SCRIPT = {
     }
 }
 #: The requests sent through the gateway, in order: the ``model`` of each.
-REQUESTS = ["", "hint:reasoning", "", "hint:reasoning", "openai.solo", "hint:reasoning", "", "openai.solo", ""]
+REQUESTS = [
+    *["", "hint:reasoning", "", "hint:reasoning", "openai.solo", "hint:reasoning", "", "openai.solo", ""],
+    *["hint:pool"] * 4,
+]
 
 
 async def instant(seconds: float) -> None:
