@@ -215,7 +215,7 @@ def extra(runs: list[Run]) -> float:
 def targets(h: HedgeScenario | None) -> list[tuple[str, str, str, bool | None]]:
     """``(target, measured, limit, met)`` of the hedging targets (met None: not measured)."""
     on = h.of(hedging=True) if h is not None else []
-    scenario = f"first token after {PRIMARY_MS} ms, {TAIL_S:g} s in {TAIL_P:.0%}; fallback {FALLBACK_MS} ms"
+    scenario = f"first token after {PRIMARY_MS} ms, {TAIL_S:g} s in {TAIL_P * 100:g} %; fallback {FALLBACK_MS} ms"
     ratio_target = (
         f'Hedging ("auto", default budget; {scenario}): p99 / p50 time to first token, {len(on) or "the"} seeded '
         f"runs of {CALLS} streamed calls pooled"
@@ -242,7 +242,7 @@ def section(h: HedgeScenario | None, failure: str | None, measured: str) -> list
     out = [
         "## Hedging",
         "",
-        f"A primary whose first token comes after {PRIMARY_MS} ms, or after {TAIL_S:g} s in {TAIL_P:.0%} of its "
+        f"A primary whose first token comes after {PRIMARY_MS} ms, or after {TAIL_S:g} s in {TAIL_P * 100:g} % of its "
         f"attempts (the simulator's seeded draw), and a fallback at {FALLBACK_MS} ms (`bench/hedge.py`, the simulator "
         f"in process, real delays). {CALLS} sequential streamed calls per run with `[reliability.hedge] enabled = "
         'true, after_ms = "auto"` and the default budget (5 % of calls, bursts of 2), and without hedging. "auto" '
@@ -280,9 +280,9 @@ def section(h: HedgeScenario | None, failure: str | None, measured: str) -> list
             "",
             "A call after 2 s is a tail no hedge cut short: its call found the budget spent. The draws are random, so "
             "the tail is 4 % only on average; a run with more, or with three tails within a few calls of each "
-            "other, spends the burst and then earns one hedge per 20 calls. A single such call is the p99 of a "
-            "run of 100 (nearest rank: the second slowest), two make it about 2 s: the pooled p99 reads the same "
-            "runs as one longer sample.",
+            "other, spends the burst and then earns one hedge per 20 calls. One such call leaves the p99 of a run "
+            "of 100 alone (nearest rank: the second slowest call), two make it about 2 s; the pooled p99 reads the "
+            "same runs as one longer sample.",
             "",
         ]
     if "tail" in h.failures:
