@@ -263,3 +263,39 @@ after_ms = 20
     assert texts == ["fast answer"] and reply.served.provider == "anthropic.backup"
     assert reply.notice is not None and "anthropic.backup" in reply.notice
     assert sorted(a.outcome for a in reply.attempts) == ["hedge_lost", "ok"]
+
+
+async def test_a_hedged_chat_through_the_client_is_counted_in_its_status() -> None:
+    """Through Client.chat: the backup's answer is served, and client.status()["hedging"] counts the hedge it won."""
+    slow, fast = Slow("slow"), Slow("fast answer", delay=0)
+    fleet = {"openai.primary": slow, "openai.backup": fast}
+    toml = """
+default_provider = "openai.primary"
+[providers.models.openai.primary]
+api_key = "sk-p"
+model = "gpt-4.1"
+fallback = ["openai.backup"]
+[providers.models.openai.backup]
+api_key = "sk-b"
+model = "gpt-4.1-mini"
+[reliability.hedge]
+enabled = true
+after_ms = 20
+"""
+    async with Client.from_toml(toml, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:
+        reply = await c.chat("hi")
+        status = c.status()["hedging"]
+    assert reply.text == "fast answer" and reply.served.provider == "openai.backup"
+    assert sorted(a.outcome for a in reply.attempts) == ["hedge_lost", "ok"] and slow.cancelled == 1
+    assert status == {
+        "enabled": True,
+        "calls": 1,
+        "hedged": 1,
+        "rate": 1.0,
+        "hedge_wins": 1,
+        "original_wins": 0,
+        "budget_left": 1.0,
+    }
+    off = toml.split("[reliability.hedge]")[0]
+    async with Client.from_toml(off, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:
+        assert c.status()["hedging"]["enabled"] is False
