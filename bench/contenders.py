@@ -31,12 +31,18 @@ API_KEY = "sk-bench-0000"
 
 
 def turnout_config(
-    url: str, *, primary_prefix: str = "", ledger_path: Path | None = None, breaker: bool = True
+    url: str,
+    *,
+    primary_prefix: str = "",
+    ledger_path: Path | None = None,
+    breaker: bool = True,
+    hedge_after_ms: float | None = None,
 ) -> dict[str, Any]:
     """A ``turnout.toml``-shaped mapping: ``openai.primary`` with one fallback profile, ``openai.backup``.
 
     ``primary_prefix`` selects an upstream behaviour for the primary only (``/rl-ra0``: always 429).
-    ``breaker=False`` sets ``[reliability.breaker] enabled = false``.
+    ``breaker=False`` sets ``[reliability.breaker] enabled = false``; ``hedge_after_ms`` turns hedging on after
+    that many milliseconds (``[reliability.hedge]``).
     """
     config: dict[str, Any] = {
         "default_provider": "openai.primary",
@@ -59,6 +65,8 @@ def turnout_config(
         config["ledger"]["path"] = str(ledger_path)
     if not breaker:
         config["reliability"] = {"breaker": {"enabled": False}}
+    if hedge_after_ms is not None:
+        config.setdefault("reliability", {})["hedge"] = {"enabled": True, "after_ms": hedge_after_ms}
     return config
 
 

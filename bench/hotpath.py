@@ -12,7 +12,7 @@ The upstream (:mod:`bench.upstream`) runs in its own process on the other CPU.
 Usage::
 
     python -m bench.hotpath [--calls N] [--rounds R] [--only chat,stream,failover,cooldown] [--breaker-off]
-    python -m bench.hotpath --instructions [--only ...] [--breaker-off]
+    python -m bench.hotpath --instructions [--only ...] [--breaker-off | --hedge-idle]
     python -m bench.hotpath --profile chat      # cProfile of one Turnout scenario, top functions by own time
 """
 
@@ -39,8 +39,10 @@ SCENARIOS = ("chat", "stream", "failover", "cooldown")
 #: The primary's upstream behaviour per scenario (see :mod:`bench.upstream`).
 PREFIX = {"chat": "", "stream": "", "failover": "/rl-ra0", "cooldown": "/rl-ra60"}
 Call = Callable[[], Awaitable[str]]
-#: The contenders: the floor, Turnout, and Turnout with ``[reliability.breaker] enabled = false``.
-KINDS = ("raw", "turnout", "turnout-breaker-off")
+#: The contenders: the floor, Turnout, Turnout with ``[reliability.breaker] enabled = false``, and Turnout hedging
+#: after :data:`HEDGE_IDLE_MS` (hedging on, but no call waits that long: what being on costs).
+KINDS = ("raw", "turnout", "turnout-breaker-off", "turnout-hedge-idle")
+HEDGE_IDLE_MS = 60_000.0
 
 
 def contender(url: str, scenario: str, kind: str) -> tuple[Any, Call, str]:
@@ -50,8 +52,13 @@ def contender(url: str, scenario: str, kind: str) -> tuple[Any, Call, str]:
     if kind == "raw":
         obj: Any = Raw(url)
     else:
-        breaker = kind != "turnout-breaker-off"
-        obj = TurnoutClient(url, config=turnout_config(url, primary_prefix=PREFIX[scenario], breaker=breaker))
+        config = turnout_config(
+            url,
+            primary_prefix=PREFIX[scenario],
+            breaker=kind != "turnout-breaker-off",
+            hedge_after_ms=HEDGE_IDLE_MS if kind == "turnout-hedge-idle" else None,
+        )
+        obj = TurnoutClient(url, config=config)
     return obj, getattr(obj, method), expected
 
 
@@ -160,6 +167,7 @@ def main() -> None:
     parser.add_argument("--profile", choices=SCENARIOS, default=None)
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
     parser.add_argument("--breaker-off", action="store_true", help="Turnout with [reliability.breaker] enabled = false")
+    parser.add_argument("--hedge-idle", action="store_true", help="Turnout hedging after a delay no call reaches")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -170,7 +178,7 @@ def main() -> None:
         parser.error("--instructions needs valgrind (apt-get install valgrind)")
     os.environ.update(procs.OFFLINE_ENV)
     procs.pin(procs.CLIENT_CPU)
-    kind = "turnout-breaker-off" if args.breaker_off else "turnout"
+    kind = "turnout-breaker-off" if args.breaker_off else "turnout-hedge-idle" if args.hedge_idle else "turnout"
     with procs.upstream() as url:
         if args.profile:
             asyncio.run(profile(url, args.profile, args.calls, kind))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import hedge
 from bench.breaker import DEAD, FLOOR, MAX_OPEN_S, OPEN_S, OUTAGE_S, PROBE_TIMEOUT_S, BreakerScenario
 from bench.calls import ScenarioResult
 from bench.concurrency import Concurrency
@@ -41,6 +42,7 @@ class Results:
     gateway: GatewayScenario | None = None
     breaker: BreakerScenario | None = None
     pools: PoolScenario | None = None
+    hedge: hedge.HedgeScenario | None = None
     failures: dict[str, str] = field(default_factory=dict)
 
 
@@ -162,6 +164,7 @@ def verdicts(r: Results) -> list[Verdict]:
     )
     out += _breaker_verdicts(r.breaker)
     out += _pool_verdicts(r.pools)
+    out += [Verdict(target=t, measured=m, limit=lim, met=met) for t, m, lim, met in hedge.targets(r.hedge)]
     return out
 
 
@@ -635,6 +638,8 @@ def markdown(r: Results) -> str:
     lines += _gateway_section(r)
     lines += _breaker_section(r)
     lines += _pools_section(r)
+    when = f"Measured {r.started.strftime('%Y-%m-%d %H:%M UTC')} ({r.settings.name} settings)."
+    lines += hedge.section(r.hedge, r.failures.get("hedge"), when)
     lines += ["## Plot", "", "![per-call cost by contender](results.png)", ""]
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """Run every benchmark scenario in one run and write ``bench/results.md`` and ``bench/results.png``.
 
-Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,pools] [--out DIR]`` (``make bench`` runs
+Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,pools,hedge] [--out DIR]`` (``make bench`` runs
 the full set).
 
 The full run takes about 6 minutes on 2 cores; ``--quick`` about 2. Everything talks to 127.0.0.1 only,
@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bench import breaker, calls, concurrency, gateway, pools, procs, report, startup
+from bench import breaker, calls, concurrency, gateway, hedge, pools, procs, report, startup
 from bench.settings import FULL, QUICK, Settings
 
-SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker", "pools")
+SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker", "pools", "hedge")
 T = TypeVar("T")
 
 
@@ -106,6 +106,12 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
                 f"{procs.CLIENT_CPU}: this tree's turnout, the one before pools and a copy of this one, alternating)"
             )
             results.pools = _guard(results, "pools", _async(lambda: pools.measure(url, s)))
+        if "hedge" in only:
+            results.commands.append(
+                "python -m bench.hotpath --instructions --only chat [--hedge-idle]  (hedging's cost when off, inside "
+                "the hedge scenario)"
+            )
+            results.hedge = _guard(results, "hedge", _async(lambda: hedge.measure(url, s)))
     results.seconds = time.perf_counter() - t0
     report.write(results, out_dir)
     return results

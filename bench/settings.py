@@ -31,6 +31,9 @@ class Settings:
     gateway_connections: int
     #: Turnout and the pass-through proxy are saturated in this many alternating rounds (medians reported).
     gateway_rounds: int
+    #: The hedging scenario's seeded runs with hedging on, and how many of those seeds also run without it.
+    hedge_seeds: int
+    hedge_off_seeds: int
 
 
 FULL = Settings(
@@ -52,6 +55,8 @@ FULL = Settings(
     gateway_requests=300,
     gateway_connections=32,
     gateway_rounds=5,
+    hedge_seeds=10,
+    hedge_off_seeds=3,
 )
 
 QUICK = Settings(
@@ -73,4 +78,6 @@ QUICK = Settings(
     gateway_requests=60,
     gateway_connections=32,
     gateway_rounds=2,
+    hedge_seeds=2,
+    hedge_off_seeds=1,
 )

@@ -1,4 +1,4 @@
-"""``turnout demo``: the outage tour and the pool step, run against the in-process simulator as the tour runs them."""
+"""``turnout demo``: the outage tour, the pool step and the hedging tour, against the in-process simulator."""
 
 from __future__ import annotations
 
@@ -7,8 +7,23 @@ from pathlib import Path
 from rich.console import Console
 
 from fakes import FakeClock
+from turnout.attribution import Attempt, RouteRef
 from turnout.client import Client
-from turnout.demo import POOL_CALLS, PRIMARY, TIMING, Step, _run_step, _steps, demo_config, outage_script, outage_tour
+from turnout.demo import (
+    HEDGE,
+    POOL_CALLS,
+    PRIMARY,
+    TIMING,
+    Step,
+    Tour,
+    _run_step,
+    _steps,
+    demo_config,
+    hedge_as_told,
+    outage_script,
+    outage_tour,
+)
+from turnout.reply import Reply
 from turnout.sim import Simulator
 
 
@@ -68,3 +83,48 @@ async def test_the_pool_step_sends_most_calls_to_the_faster_member_and_shows_the
     out = console.export_text()
     assert "pool gpt-4o" in out and "moving TTFT ms" in out
     assert "was unavailable" not in out
+
+
+async def test_the_hedging_tour_hedges_the_slow_calls_the_budget_allows(tmp_path: Path) -> None:
+    """Seeded: calls 3 and 5 draw the tail and are hedged (the spare answers), call 7 finds the budget spent."""
+    step = next(s for s in _steps() if isinstance(s, Tour) and "hedged" in s.title)
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator() as sim:
+        sim.set_script({"models": step.script, "seed": step.seed})
+        async with Client.from_toml(demo_config(sim, tmp_path / "ledger.sqlite3"), ledger=False) as client:
+            told = await step.play(console, client, sim)
+            status = client.status()["hedging"]
+    out = console.export_text()
+    assert told, out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    assert len(rows) == HEDGE.calls
+    assert [int(r[0]) for r in rows if r[-2] == "yes"] == [3, 5]
+    assert [r[-1] for r in rows] == ["openai.quick"] * 2 + ["openai.spare", "openai.quick"] * 2 + ["openai.quick"] * 2
+    assert (status["hedged"], status["hedge_wins"], status["original_wins"]) == (2, 2, 0)
+    assert "Hedges sent: 2 of 8 calls (25%); answered first: the hedge 2, the first entry 0" in out
+
+
+def _reply(provider: str, *outcomes: str) -> Reply:
+    route = RouteRef(provider=provider, model="m")
+    attempts = tuple(Attempt(provider=provider, model="m", outcome=o, started_at=0.0) for o in outcomes)  # type: ignore[arg-type]
+    return Reply(
+        text="x",
+        tool_calls=(),
+        usage=None,
+        finish_reason="stop",
+        reasoning=None,
+        requested=route,
+        served=route,
+        fallback=None,
+        attempts=attempts,
+        call_id="c",
+    )
+
+
+def test_the_hedging_tour_is_not_as_told_when_a_quick_call_was_hedged() -> None:
+    """hedge_as_told rejects a hedged quick call, a hedge beyond the burst, and a run that never spent the budget."""
+    quick, spare = _reply("openai.quick", "ok"), _reply("openai.spare", "hedge_lost", "ok")
+    assert hedge_as_told([(False, quick), (True, spare), (True, spare), (True, quick)])
+    assert not hedge_as_told([(False, spare), (True, spare), (True, spare), (True, quick)])
+    assert not hedge_as_told([(False, quick), (True, spare), (True, spare), (True, spare)])
+    assert not hedge_as_told([(False, quick), (True, spare), (True, spare)])

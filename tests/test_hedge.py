@@ -83,7 +83,7 @@ async def test_the_first_entry_can_still_win_after_the_hedge_started() -> None:
     served = await r.run(req(), "m", None, scope)
     assert served.response.text == "first" and served.entry == 0
     assert sorted(trail(scope)) == [("anthropic.b", "hedge_lost"), ("openai.a", "ok")]
-    assert (hedging.hedged, hedging.won, slower.cancelled) == (1, 0, 1)
+    assert (hedging.hedged, hedging.won, hedging.kept, slower.cancelled) == (1, 0, 1, 1)
 
 
 async def test_the_budget_caps_the_extra_requests() -> None:
@@ -93,7 +93,15 @@ async def test_the_budget_caps_the_extra_requests() -> None:
     first = await r.run(req(), "m", None, DispatchScope())
     second = await r.run(req(), "m", None, DispatchScope())
     assert (first.response.text, second.response.text) == ("fast", "slow")
-    assert hedging.describe() == {"calls": 2, "hedged": 1, "won": 1, "rate": 0.5, "budget_left": 0.0}
+    assert hedging.describe() == {
+        "enabled": True,
+        "calls": 2,
+        "hedged": 1,
+        "rate": 0.5,
+        "hedge_wins": 1,
+        "original_wins": 0,
+        "budget_left": 0.0,
+    }
 
 
 async def test_no_hedge_to_an_entry_whose_breaker_is_open_or_that_cools_down() -> None:
@@ -151,15 +159,32 @@ async def test_all_fail_still_raises_with_every_attempt() -> None:
 
 
 def test_auto_waits_for_the_tail_not_for_calls_a_little_over_the_median() -> None:
-    """after_ms = "auto": at least the 95th percentile and twice the median; nothing until 20 answers are seen."""
+    """after_ms = "auto": twice the median for steady answers; nothing until 20 answers are seen."""
     settings = HedgeSettings(enabled=True, after_ms="auto")
     stats = EntryStats()
     assert settings.delay(stats) is None
     for i in range(100):
         stats.first_token(2.0 if i % 25 == 0 else 0.05)  # 4 % of answers take 2 s
-    assert settings.delay(stats) == pytest.approx(0.1)  # p95 = 0.05 s; twice the median wins
+    assert settings.delay(stats) == pytest.approx(0.1)
     assert HedgeSettings(after_ms="auto").delay(stats) is None  # off by default
     assert HedgeSettings(enabled=True, after_ms=250).delay(None) == 0.25
+
+
+def test_auto_still_hedges_a_tail_heavier_than_five_percent() -> None:
+    """A tail of 10 % of the answers (beyond a 95th percentile) does not move the delay into the tail itself."""
+    stats = EntryStats()
+    for i in range(100):
+        stats.first_token(2.0 if i % 10 == 0 else 0.05 + 0.001 * (i % 7))
+    delay = HedgeSettings(enabled=True, after_ms="auto").delay(stats)
+    assert delay == pytest.approx(0.106)  # twice the median of 53 ms, far below the 2 s tail
+
+
+def test_auto_waits_longer_for_an_entry_whose_ordinary_answers_vary_widely() -> None:
+    """Answers spread from 1 to 4 s (median 2 s, absolute deviation 1 s): the median plus three deviations, 5 s."""
+    stats = EntryStats()
+    for i in range(20):
+        stats.first_token(1.0 + i // 5)
+    assert HedgeSettings(enabled=True, after_ms="auto").delay(stats) == pytest.approx(5.0)
 
 
 class SlowStream(Scripted):
@@ -201,7 +226,7 @@ async def test_a_stream_without_output_after_after_ms_is_raced_and_the_first_out
     scope = DispatchScope()
     assert await streamed(r, scope) == ("fast", "anthropic.b")
     assert sorted(trail(scope)) == [("anthropic.b", "ok"), ("openai.a", "hedge_lost")]
-    assert slow.closed == 1 and (hedging.hedged, hedging.won) == (1, 1)
+    assert slow.closed == 1 and (hedging.hedged, hedging.won, hedging.kept) == (1, 1, 0)
 
 
 async def test_the_first_stream_still_wins_when_its_output_comes_first() -> None:
@@ -211,7 +236,7 @@ async def test_the_first_stream_still_wins_when_its_output_comes_first() -> None
     scope = DispatchScope()
     assert await streamed(r, scope) == ("first", "openai.a")
     assert sorted(trail(scope)) == [("anthropic.b", "hedge_lost"), ("openai.a", "ok")]
-    assert hedge.closed == 1 and hedging.won == 0
+    assert hedge.closed == 1 and (hedging.won, hedging.kept) == (0, 1)
 
 
 async def test_a_hedged_turn_reports_the_winner_and_its_fallback_notice() -> None:
@@ -238,3 +263,39 @@ after_ms = 20
     assert texts == ["fast answer"] and reply.served.provider == "anthropic.backup"
     assert reply.notice is not None and "anthropic.backup" in reply.notice
     assert sorted(a.outcome for a in reply.attempts) == ["hedge_lost", "ok"]
+
+
+async def test_a_hedged_chat_through_the_client_is_counted_in_its_status() -> None:
+    """Through Client.chat: the backup's answer is served, and client.status()["hedging"] counts the hedge it won."""
+    slow, fast = Slow("slow"), Slow("fast answer", delay=0)
+    fleet = {"openai.primary": slow, "openai.backup": fast}
+    toml = """
+default_provider = "openai.primary"
+[providers.models.openai.primary]
+api_key = "sk-p"
+model = "gpt-4.1"
+fallback = ["openai.backup"]
+[providers.models.openai.backup]
+api_key = "sk-b"
+model = "gpt-4.1-mini"
+[reliability.hedge]
+enabled = true
+after_ms = 20
+"""
+    async with Client.from_toml(toml, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:
+        reply = await c.chat("hi")
+        status = c.status()["hedging"]
+    assert reply.text == "fast answer" and reply.served.provider == "openai.backup"
+    assert sorted(a.outcome for a in reply.attempts) == ["hedge_lost", "ok"] and slow.cancelled == 1
+    assert status == {
+        "enabled": True,
+        "calls": 1,
+        "hedged": 1,
+        "rate": 1.0,
+        "hedge_wins": 1,
+        "original_wins": 0,
+        "budget_left": 1.0,
+    }
+    off = toml.split("[reliability.hedge]")[0]
+    async with Client.from_toml(off, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:
+        assert c.status()["hedging"]["enabled"] is False

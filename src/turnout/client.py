@@ -385,12 +385,13 @@ class Client:
         return Session(self, provider=provider, model=model, system=system)
 
     def status(self) -> dict[str, Any]:
-        """Cooldowns (seconds left), dead keys, circuit breakers that are not closed, headroom and pools.
+        """Cooldowns (seconds left), dead keys, circuit breakers that are not closed, headroom, pools and hedging.
 
         ``breakers`` has one row per open or half-open entry (see :meth:`turnout.health.Breakers.describe`);
         ``headroom`` one row per profile and key whose answers announced their rate limits in this process
         (see :meth:`turnout.headroom.HeadroomBook.describe`); ``pools`` one row per pool with its members' load
-        (see :func:`turnout.pools.pools_status`).
+        (see :func:`turnout.pools.pools_status`); ``hedging`` whether any profile hedges, the calls that could
+        have, the hedges sent and who answered first, and the budget left (see :meth:`turnout.hedge.Hedging.describe`).
         """
         now = self.factory.clock()
         store = self.factory.store
@@ -402,6 +403,7 @@ class Client:
             "profiles": sorted(self.config.profiles()),
             "headroom": [row for _, book in sorted(self.factory.books.items()) for row in book.describe(now)],
             "pools": pools_status(specs, pool_loads(specs, self.factory.stats)),
+            "hedging": self.factory.hedging.describe(),
         }
 
 

@@ -5,16 +5,19 @@ request on the next eligible entry, or on another key of the same entry where th
 whichever answers first; the other is cancelled and recorded as ``hedge_lost``. Nothing reaches the caller
 before one side is chosen, so hedging never replays output.
 
-``after_ms = "auto"`` waits for the entry's recent 95th percentile time to first token, and at least twice its
-median, so ordinary calls a little slower than the median are never hedged: only the tail is. A token bucket
-caps the extra requests: each call that could hedge adds ``budget`` tokens (at most ``burst``), each hedge
+``after_ms = "auto"`` waits for twice the entry's recent median time to first token, or longer where its ordinary
+answers vary more: the median plus three median absolute deviations (for normally varying answers, about their
+98th percentile). So ordinary calls a little slower than the median are never hedged; and since slow answers,
+however slow, barely move the median and its deviation while they are fewer than half, the tail is always
+hedged (a 95th percentile would land inside any tail of more than 5 % of the answers, and stop hedging it). A token
+bucket caps the extra requests: each call that could hedge adds ``budget`` tokens (at most ``burst``), each hedge
 takes one, so in the long run at most ``budget`` of the calls hedge.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from turnout.stats import EntryStats
 
@@ -45,10 +48,11 @@ class HedgeSettings:
             return self.after_ms / 1000.0
         if stats is None:
             return None
-        p95, p50 = stats.percentile(0.95), stats.percentile(0.5)
-        if p95 is None or p50 is None:
-            return None  # too few answers seen to know what the tail is
-        return max(p95, 2.0 * p50)
+        spread = stats.spread()
+        if spread is None:
+            return None  # too few answers seen to know what is ordinary
+        median, deviation = spread
+        return max(2.0 * median, median + 3.0 * deviation)
 
 
 class Hedging:
@@ -63,10 +67,12 @@ class Hedging:
         self.default = default
         self.profiles = dict(profiles or {})
         self.tokens = max(1.0, default.burst)
-        #: Calls that could have hedged, hedges made, and hedges that won.
+        #: Calls that could have hedged, hedges sent, hedges that answered first, and hedged calls whose first
+        #: entry still answered first (the rest of the hedges: both sides failed, or the race is still on).
         self.calls = 0
         self.hedged = 0
         self.won = 0
+        self.kept = 0
 
     @property
     def enabled(self) -> bool:
@@ -90,12 +96,56 @@ class Hedging:
         self.hedged += 1
         return True
 
+    def tally(self) -> HedgeTally:
+        """The counts so far and the budget left (what ``/status`` and ``/metrics`` show)."""
+        return HedgeTally(
+            calls=self.calls, hedged=self.hedged, hedge_wins=self.won, original_wins=self.kept, budget=self.tokens
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """``client.status()["hedging"]``: :func:`hedging_status` of this process's :meth:`tally`."""
+        return hedging_status(self.tally() if self.enabled else None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HedgeTally:
+    """What hedging did in one process (or, summed, in every worker of a gateway).
+
+    Attributes:
+        calls: Calls that could have hedged (their first entry had a hedge delay).
+        hedged: Hedges sent: the extra upstream requests.
+        hedge_wins: Hedged calls the hedge answered first.
+        original_wins: Hedged calls the first entry still answered first.
+        budget: Hedges the budget allows now (tokens left; summed over workers, each has its own bucket).
+    """
+
+    calls: int = 0
+    hedged: int = 0
+    hedge_wins: int = 0
+    original_wins: int = 0
+    budget: float = 0.0
+
+    def __add__(self, other: HedgeTally) -> HedgeTally:
+        return HedgeTally(
+            calls=self.calls + other.calls,
+            hedged=self.hedged + other.hedged,
+            hedge_wins=self.hedge_wins + other.hedge_wins,
+            original_wins=self.original_wins + other.original_wins,
+            budget=self.budget + other.budget,
+        )
+
     def describe(self) -> dict[str, float | int]:
-        """What ``/status`` shows: calls, hedges, wins, the hedge rate and the budget left."""
+        """Calls, hedges, the hedge rate (hedges per call that could hedge), who won, and the budget left."""
         return {
             "calls": self.calls,
             "hedged": self.hedged,
-            "won": self.won,
             "rate": round(self.hedged / self.calls, 4) if self.calls else 0.0,
-            "budget_left": round(self.tokens, 3),
+            "hedge_wins": self.hedge_wins,
+            "original_wins": self.original_wins,
+            "budget_left": round(self.budget, 3),
         }
+
+
+def hedging_status(tally: HedgeTally | None) -> dict[str, Any]:
+    """``{"enabled", **tally.describe()}``: what ``client.status()`` and ``/status`` show (None: hedging is off)."""
+    return {"enabled": tally is not None, **(tally if tally is not None else HedgeTally()).describe()}

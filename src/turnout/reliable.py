@@ -358,6 +358,8 @@ class ReliableProvider(Provider):
                     if answer is not None:
                         if task is hedge:
                             hedging.won += 1
+                        else:
+                            hedging.kept += 1
                         return answer
             return None
         finally:

@@ -284,6 +284,8 @@ class ReliableStream:
                 if winner is not None:
                     if winner.walk is not walk:
                         hedging.won += 1
+                    else:
+                        hedging.kept += 1
                     return winner
             walk.last_failure = walk.last_failure or side_walk.last_failure
             return None

@@ -2,7 +2,7 @@
 
 The walk reports every try it makes (:meth:`EntryStats.started`, :meth:`EntryStats.finished`) and the time to
 the first token of each answer (for a non-streaming call: to the whole response). Pools read the calls in
-flight and the moving average (``least_busy``, ``latency``); hedging reads the recent 95th percentile
+flight and the moving average (``least_busy``, ``latency``); hedging reads the recent median and spread
 (``after_ms = "auto"``). Nothing here is shared between processes: each one balances what it sends.
 """
 
@@ -13,9 +13,9 @@ from collections import deque
 
 #: Weight of the newest time to first token in the moving average.
 EWMA_WEIGHT = 0.2
-#: How many recent times to first token the percentile is taken over.
+#: How many recent times to first token the median and spread are taken over.
 RECENT = 200
-#: Fewest times seen before a percentile is trusted.
+#: Fewest times seen before the median and spread are trusted.
 MIN_SAMPLES = 20
 
 
@@ -51,13 +51,22 @@ class EntryStats:
         self.ttft_avg = seconds if avg is None else avg + EWMA_WEIGHT * (seconds - avg)
         self._recent.append(seconds)
 
-    def percentile(self, q: float) -> float | None:
-        """The ``q`` quantile (0-1) of the recent times to first token; None with too few of them."""
+    def spread(self) -> tuple[float, float] | None:
+        """``(median, median absolute deviation)`` of the recent times to first token; None with too few of them.
+
+        Both stay where the ordinary answers are while fewer than half of the answers are slow, however slow those
+        are: a heavy tail moves neither.
+        """
         recent = self._recent
         if len(recent) < MIN_SAMPLES:
             return None
-        ordered = sorted(recent)
-        return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+        median = _median(sorted(recent))
+        return median, _median(sorted(abs(x - median) for x in recent))
+
+
+def _median(ordered: list[float]) -> float:
+    """The median of sorted values (the lower middle one of an even count)."""
+    return ordered[math.ceil(len(ordered) / 2) - 1]
 
 
 class Stats:

@@ -17,6 +17,7 @@ from turnout.gateway import GatewayServer
 from turnout.gateway.page_data import EntryView, KeyView, PageData, RouteView
 from turnout.gateway.page_html import render_page
 from turnout.gateway.session import COOKIE, MAX_FORM_BYTES, TTL_S, Sessions
+from turnout.hedge import HedgeTally, hedging_status
 from turnout.ledger import DaySummary, ProfileDay
 
 BASE = TWO_PROFILES
@@ -341,3 +342,13 @@ def test_pools_are_shown_with_their_members() -> None:
     text = render_page(_data(pools=(pool,)))
     assert 'id="pools"' in text and "pool fast&lt;x&gt;" in text and "<code>openai.a</code>" in text
     assert 'id="pools"' not in render_page(_data())
+
+
+def test_hedging_is_shown_once_a_profile_hedges() -> None:
+    """The hedging card says hedges, calls, the rate, who answered first and the budget left; absent when off."""
+    tally = HedgeTally(calls=40, hedged=3, hedge_wins=2, original_wins=1, budget=1.25)
+    text = render_page(_data(hedging=hedging_status(tally)))
+    assert 'id="hedging"' in text
+    assert "Hedges sent: 3 of 40 calls that could hedge (7.5%)" in text
+    assert "answered first: the hedge 2, the first entry 1 · budget left: 1.25" in text
+    assert 'id="hedging"' not in render_page(_data())

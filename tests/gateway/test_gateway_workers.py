@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ from turnout.attribution import Attempt
 from turnout.breaker import BreakerRecord
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.workers import LAST_ATTEMPTS, MAX_AGE_S, Peers, Totals, decode, encode, merge
+from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad
 from turnout.state.dead_keys import KeyHealth
 
@@ -191,9 +193,11 @@ def test_a_snapshot_survives_encoding_and_a_broken_one_is_ignored() -> None:
         transitions={("openai.main/m", "opened"): 1},
         headroom=({"profile": "openai.main", "key_id": None, "requests": 3},),
         pools=(("gpt", MemberLoad(member="openai.main", in_flight=1, calls=9, share=0.75, ttft_ms=210.5)),),
+        hedging=HedgeTally(calls=40, hedged=3, hedge_wins=2, original_wins=1, budget=1.25),
     )
     raw = encode(totals)
     assert decode(raw) == totals
+    assert decode(encode(replace(totals, hedging=None))) == replace(totals, hedging=None)
     assert decode(raw[:-5]) is None
     assert decode(orjson.dumps({"worker": "x"})) is None
     bad_outcome = orjson.loads(raw)
@@ -213,3 +217,13 @@ def test_merge_sums_pool_members_and_weighs_their_speed_by_calls() -> None:
     east, west = merged[("gpt", "east")], merged[("gpt", "west")]
     assert (east.in_flight, east.calls, east.ttft_ms, east.share) == (3, 40, 150.0, 0.5)
     assert (west.in_flight, west.calls, west.ttft_ms, west.share) == (1, 40, 50.0, 0.5)
+
+
+def test_merge_sums_hedging_counts_and_budgets_of_the_workers_that_hedge() -> None:
+    """Calls, hedges and wins add up, and so do the budgets (each worker has its own bucket); None: no hedging."""
+    own = Totals(worker="a", at=1.0, hedging=HedgeTally(calls=50, hedged=3, hedge_wins=2, original_wins=1, budget=0.5))
+    peer = Totals(worker="b", at=1.0, hedging=HedgeTally(calls=30, hedged=1, hedge_wins=1, original_wins=0, budget=2.0))
+    assert merge(own, [peer, Totals(worker="c", at=1.0)], now=1.0).hedging == HedgeTally(
+        calls=80, hedged=4, hedge_wins=3, original_wins=1, budget=2.5
+    )
+    assert merge(Totals(worker="a", at=1.0), [Totals(worker="b", at=1.0)], now=1.0).hedging is None

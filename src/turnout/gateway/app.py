@@ -360,6 +360,7 @@ class Gateway:
             transitions={key: n for key, n in factory.breakers.transitions.items()},
             headroom=tuple(self.client.status()["headroom"]),
             pools=tuple(pool_loads(factory.pool_specs.values(), factory.stats)),
+            hedging=factory.hedging.tally() if factory.hedging.enabled else None,
         )
 
     async def view(self) -> Totals:

@@ -32,6 +32,7 @@ from turnout.attribution import SKIPS, Attempt
 from turnout.breaker import BreakerRecord, Gate, entry_key, gate, split_entry_key
 from turnout.gateway.workers import Totals
 from turnout.health import Breakers
+from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -104,7 +105,10 @@ class Metrics:
     ``turnout_breaker_state{entry}`` and ``turnout_breaker_transitions_total{entry,transition}``, and per pool
     member (read when scraped) ``turnout_pool_member_in_flight{pool,member}``,
     ``turnout_pool_member_calls_total{pool,member}`` and ``turnout_pool_member_ttft_seconds{pool,member}`` (the
-    moving average the ``latency`` strategy reads).
+    moving average the ``latency`` strategy reads), and with hedging on ``turnout_hedge_calls_total`` (calls that
+    could hedge), ``turnout_hedges_total`` (hedges sent), ``turnout_hedge_wins_total{side}`` (``hedge`` or
+    ``original``: which side of a hedged call answered first) and ``turnout_hedge_budget_tokens`` (hedges the budget
+    allows now; with several workers, the sum of their buckets).
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
@@ -311,6 +315,7 @@ class _Collector:
         yield from m.headroom_families(view.headroom)
         yield from m.breaker_families(view.breakers, view.transitions)
         yield from _pool_families(view.pools)
+        yield from _hedge_families(view.hedging)
 
 
 def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:
@@ -332,3 +337,23 @@ def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:
     yield busy
     yield calls
     yield ttft
+
+
+def _hedge_families(tally: HedgeTally | None) -> Iterator[Metric]:
+    """Hedging's counters and budget gauge (no samples while no profile hedges; labels: a fixed ``side``)."""
+    calls = CounterMetricFamily("turnout_hedge_calls", "Calls that could hedge (their first entry had a hedge delay).")
+    sent = CounterMetricFamily("turnout_hedges", "Hedges sent: extra upstream requests racing a slow first entry.")
+    wins = CounterMetricFamily(
+        "turnout_hedge_wins", "Hedged calls by the side that answered first: hedge or original.", labels=("side",)
+    )
+    budget = GaugeMetricFamily("turnout_hedge_budget_tokens", "Hedges the budget allows now (summed over workers).")
+    if tally is not None:
+        calls.add_metric((), tally.calls)
+        sent.add_metric((), tally.hedged)
+        wins.add_metric(("hedge",), tally.hedge_wins)
+        wins.add_metric(("original",), tally.original_wins)
+        budget.add_metric((), tally.budget)
+    yield calls
+    yield sent
+    yield wins
+    yield budget

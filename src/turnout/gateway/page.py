@@ -28,6 +28,7 @@ from turnout.gateway.policy import Caller
 from turnout.gateway.session import COOKIE, Sessions, read_form
 from turnout.gateway.status import RecentAttempts
 from turnout.gateway.workers import Totals
+from turnout.hedge import hedging_status
 from turnout.pools import pools_status
 
 #: The headers of every answer of the page's routes.
@@ -149,6 +150,7 @@ class StatusPage:
             ledger=self._day is not None,
             day=await self._day.read() if self._day is not None else None,
             pools=tuple(pools_status(self.client.factory.pool_specs.values(), totals.pools)),
+            hedging=hedging_status(totals.hedging) if totals.hedging is not None else None,
             signed_in=signed_in,
         )
 

@@ -108,6 +108,7 @@ class PageData:
         ledger: Whether the gateway keeps a ledger.
         day: Today's totals (UTC); None with the ledger off, or when it could not be read in time.
         pools: The pool rows of the client's status (empty when the configuration has none).
+        hedging: What hedging did, as ``/status`` shows it (None: no profile hedges).
         signed_in: Whether the page was opened with a session cookie (it offers to sign out).
     """
 
@@ -122,6 +123,7 @@ class PageData:
     ledger: bool
     day: DaySummary | None = None
     pools: tuple[Mapping[str, Any], ...] = ()
+    hedging: Mapping[str, Any] | None = None
     signed_in: bool = False
 
 

@@ -108,6 +108,7 @@ def render_page(data: PageData) -> str:
         f'<section id="routes"><h2>Routes</h2><div class="cards">'
         f"{''.join(_route(r, data.now) for r in data.routes)}</div></section>"
         f"{_pools(data.pools)}"
+        f"{_hedging(data.hedging)}"
         f'<section id="attempts"><h2>Last attempts</h2><div class="card">{_attempts(data.last, data.recent)}</div>'
         "</section>"
         f'<section id="today"><h2>Today (UTC)</h2><div class="card">{_today(data)}</div></section>'
@@ -218,6 +219,20 @@ def _pools(pools: Sequence[Mapping[str, Any]]) -> str:
             f"<tbody>{rows}</tbody></table></div></div>"
         )
     return f'<section id="pools"><h2>Pools</h2><div class="cards">{"".join(cards)}</div></section>'
+
+
+def _hedging(hedging: Mapping[str, Any] | None) -> str:
+    """What hedging did (present once a profile hedges)."""
+    if hedging is None:
+        return ""
+    rate = hedging.get("rate")
+    share = f"{rate:.1%}" if isinstance(rate, int | float) else "-"
+    return (
+        '<section id="hedging"><h2>Hedging</h2><div class="card"><p>'
+        f"Hedges sent: {esc(hedging.get('hedged'))} of {esc(hedging.get('calls'))} calls that could hedge ({share}) "
+        f"· answered first: the hedge {esc(hedging.get('hedge_wins'))}, the first entry "
+        f"{esc(hedging.get('original_wins'))} · budget left: {esc(hedging.get('budget_left'))}</p></div></section>"
+    )
 
 
 # --- attempts ------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 ``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
 id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
 until a time, or half-open), attempt counts per outcome over a recent window, each pool's members with their
-load (calls in flight, moving time to first token, share of the pool's calls), and the workers whose totals it
-merges (:mod:`turnout.gateway.workers`: with ``turnout serve --workers N``, it describes the whole server).
+load (calls in flight, moving time to first token, share of the pool's calls), what hedging did (whether it is on,
+calls that could hedge, hedges sent, the hedge rate, who answered first, the budget left), and the workers whose
+totals it merges (:mod:`turnout.gateway.workers`: with ``turnout serve --workers N``, it describes the whole server).
 ``/v1/models`` lists what the caller's key may put in ``model`` (which names those are is
 :mod:`turnout.gateway.policy`'s decision); each key's list is encoded once, since the configuration does not
 change while the gateway runs.
@@ -25,6 +26,7 @@ from turnout.config.graph import pool_specs
 from turnout.errors import ConfigError
 from turnout.gateway.workers import LAST_ATTEMPTS, Totals
 from turnout.health import describe_breakers
+from turnout.hedge import hedging_status
 from turnout.pools import pools_status
 from turnout.state.dead_keys import describe_dead_keys
 
@@ -141,6 +143,7 @@ def status_payload(
             "headroom": list(totals.headroom),
             "breakers": describe_breakers(totals.breakers, now),
             "pools": pools_status(pool_specs(config).values(), totals.pools),
+            "hedging": hedging_status(totals.hedging),
             "recent_attempts": recent.snapshot(totals.recent),
         }
     )

@@ -15,7 +15,9 @@ that answers a scrape reads the other workers' files, keeps those written in the
   changes nothing; with the memory store each worker has its own, and the union shows every worker's;
 - breaker transitions sum; rate-limit headroom: the newest reading per profile and key wins;
 - pool members' calls and calls in flight sum, their times to first token average weighted by calls
-  (:func:`turnout.pools.merge_loads`).
+  (:func:`turnout.pools.merge_loads`);
+- hedging's counts sum, and so do the budgets left: each worker has its own token bucket, so the sum is how many
+  hedges the server may send now.
 
 A worker removes its file when it stops, the parent removes the directory when the last worker is gone, and a
 single-process gateway has no directory at all: its totals are its own and nothing is written.
@@ -38,6 +40,7 @@ import orjson
 
 from turnout.attribution import Attempt, Outcome
 from turnout.breaker import BreakerRecord
+from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad, merge_loads
 from turnout.state.dead_keys import KeyHealth, stronger
 from turnout.state.dead_keys import decode as decode_key
@@ -96,6 +99,7 @@ class Totals:
         transitions: Breaker transitions per (entry key, transition).
         headroom: The headroom rows of :meth:`turnout.client.Client.status` (relative to :attr:`at`).
         pools: Each pool member's load, ``(pool, load)`` (:func:`turnout.pools.pool_loads`).
+        hedging: What hedging did (None: no profile hedges).
         workers: The workers merged into these totals (set by :func:`merge`).
     """
 
@@ -113,6 +117,7 @@ class Totals:
     transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
     headroom: tuple[Mapping[str, Any], ...] = ()
     pools: tuple[tuple[str, MemberLoad], ...] = ()
+    hedging: HedgeTally | None = None
     workers: tuple[Worker, ...] = ()
 
 
@@ -142,8 +147,14 @@ def merge(own: Totals, peers: Sequence[Totals], now: float) -> Totals:
         transitions=dict(sum((Counter(t.transitions) for t in every), Counter())),
         headroom=_newest_headroom(every, now),
         pools=tuple(merge_loads(row for t in every for row in t.pools)),
+        hedging=_sum_tallies(t.hedging for t in every),
         workers=workers,
     )
+
+
+def _sum_tallies(tallies: Iterable[HedgeTally | None]) -> HedgeTally | None:
+    seen = [t for t in tallies if t is not None]
+    return sum(seen[1:], seen[0]) if seen else None
 
 
 def _add_number(a: Any, b: Any) -> Any:
@@ -239,6 +250,7 @@ def encode(t: Totals) -> bytes:
             "transitions": [[k, tr, n] for (k, tr), n in t.transitions.items()],
             "headroom": list(t.headroom),
             "pools": [[p, x.member, x.in_flight, x.calls, x.share, x.ttft_ms] for p, x in t.pools],
+            "hedging": _tally_row(t.hedging),
         }
     )
 
@@ -272,6 +284,7 @@ def decode(raw: bytes) -> Totals | None:
             transitions={(str(k), str(tr)): int(n) for k, tr, n in d["transitions"]},
             headroom=tuple(row for row in d["headroom"] if isinstance(row, dict)),
             pools=tuple(_load(row) for row in d.get("pools", ())),
+            hedging=_tally(d.get("hedging")),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -285,6 +298,23 @@ def _load(row: Sequence[Any]) -> tuple[str, MemberLoad]:
         calls=int(calls),
         share=float(share) if share is not None else None,
         ttft_ms=float(ttft_ms) if ttft_ms is not None else None,
+    )
+
+
+def _tally_row(t: HedgeTally | None) -> list[float] | None:
+    return None if t is None else [t.calls, t.hedged, t.hedge_wins, t.original_wins, t.budget]
+
+
+def _tally(row: Sequence[Any] | None) -> HedgeTally | None:
+    if row is None:
+        return None
+    calls, hedged, hedge_wins, original_wins, budget = row
+    return HedgeTally(
+        calls=int(calls),
+        hedged=int(hedged),
+        hedge_wins=int(hedge_wins),
+        original_wins=int(original_wins),
+        budget=float(budget),
     )
 
 
