@@ -179,6 +179,22 @@ def test_auto_still_hedges_a_tail_heavier_than_five_percent() -> None:
     assert delay == pytest.approx(0.106)  # twice the median of 53 ms, far below the 2 s tail
 
 
+def test_the_default_budget_hedges_a_cluster_of_five_then_one_call_in_twenty() -> None:
+    """A tail rarely spreads evenly: a full default bucket allows 5 hedges in a row, then 5 % of calls refill it."""
+    settings = HedgeSettings(enabled=True)
+    hedging = Hedging(settings)
+
+    def slow_calls(n: int) -> list[bool]:
+        out = []
+        for _ in range(n):
+            hedging.credit(settings)
+            out.append(hedging.take())
+        return out
+
+    assert slow_calls(6) == [True] * 5 + [False]
+    assert sum(slow_calls(40)) == 2  # the 6 calls left 0.25 of a hedge; 40 more earn 2
+
+
 def test_auto_waits_longer_for_an_entry_whose_ordinary_answers_vary_widely() -> None:
     """Answers spread from 1 to 4 s (median 2 s, absolute deviation 1 s): the median plus three deviations, 5 s."""
     stats = EntryStats()
@@ -294,7 +310,7 @@ after_ms = 20
         "rate": 1.0,
         "hedge_wins": 1,
         "original_wins": 0,
-        "budget_left": 1.0,
+        "budget_left": 4.0,  # the default burst of 5, less the hedge
     }
     off = toml.split("[reliability.hedge]")[0]
     async with Client.from_toml(off, adapter_builder=lambda name, *_: fleet[name], ledger=False) as c:

@@ -85,7 +85,7 @@ uri = "{openai}"
 api_key = "sk-demo-quick"
 model = "gpt-4.1-nano"
 fallback = ["openai.spare"]
-hedge = {{ enabled = true, after_ms = {hedge_after_ms} }}
+hedge = {{ enabled = true, after_ms = {hedge_after_ms}, burst = {hedge_burst} }}
 
 [providers.models.openai.spare]
 uri = "{openai}"
@@ -258,7 +258,8 @@ def _steps() -> list[Step | Tour]:
             f'its profile hedges after {HEDGE.after_ms} ms (here fixed; after_ms = "auto" learns it from the '
             f"answers). {HEDGE.calls} streamed calls: a call without output by then sends the same request to "
             "openai.spare (60 ms) too, the first to show output is relayed and the other is cancelled (hedge_lost). "
-            "The budget allows bursts of two hedges, then 5 % of calls: the third slow call waits.",
+            "Its budget here allows bursts of two hedges (the default is five), then 5 % of calls: the third slow "
+            "call waits.",
             hedge_script(HEDGE),
             hedge_tour,
             seed=HEDGE.seed,
@@ -378,6 +379,7 @@ def demo_config(sim: Simulator, ledger: Path, open_secs: float = TIMING.open_sec
         ledger=ledger,
         open_secs=open_secs,
         hedge_after_ms=HEDGE.after_ms,
+        hedge_burst=HEDGE_BURST,
     )
 
 
@@ -593,7 +595,8 @@ class HedgeTiming:
 HEDGE = HedgeTiming()
 #: The models of the hedged profile (openai.quick) and of its fallback (openai.spare).
 QUICK, SPARE = "gpt-4.1-nano", "gpt-4o-mini"
-#: The hedges a full budget allows in a row (``burst``, the default).
+#: The hedges a full budget allows in a row (``burst`` of ``openai.quick``, smaller than the default so that the
+#: tour shows the budget at work).
 HEDGE_BURST = 2
 
 

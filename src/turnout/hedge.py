@@ -37,7 +37,7 @@ class HedgeSettings:
     enabled: bool = False
     after_ms: float | Literal["auto"] = "auto"
     budget: float = 0.05
-    burst: float = 2.0
+    burst: float = 5.0
     other_keys: bool = False
 
     def delay(self, stats: EntryStats | None) -> float | None:

@@ -55,14 +55,14 @@ async def test_a_silent_primary_is_hedged_and_the_fallback_answers_through_the_g
         "rate": 1.0,
         "hedge_wins": 1,
         "original_wins": 0,
-        "budget_left": 1.0,  # a full bucket (the burst of 2: the call's 5 % cannot add to it), less the hedge
+        "budget_left": 4.0,  # a full bucket (the burst of 5: the call's 5 % cannot add to it), less the hedge
     }
     assert sample(metrics, "turnout_upstream_attempts_total", provider="openai.primary", outcome="hedge_lost") == 1
     assert sample(metrics, "turnout_hedge_calls_total") == 1
     assert sample(metrics, "turnout_hedges_total") == 1
     assert sample(metrics, "turnout_hedge_wins_total", side="hedge") == 1
     assert sample(metrics, "turnout_hedge_wins_total", side="original") == 0
-    assert sample(metrics, "turnout_hedge_budget_tokens") == 1.0
+    assert sample(metrics, "turnout_hedge_budget_tokens") == 4.0
     assert "Hedges sent: 1 of 1 calls that could hedge (100.0%) · answered first: the hedge 1," in page
 
 
