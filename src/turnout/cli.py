@@ -425,8 +425,16 @@ def status(config: ConfigOption = None, as_json: JsonOption = False, gateway: Ga
 
 
 def _gateway_status(url: str, as_json: bool) -> None:
-    """``turnout status --gateway URL``: the gateway's cooldowns, dead keys, circuit breakers and headroom."""
-    from turnout.gateway.reader import GatewayUnreadable, headroom_line, printable, read_status, rows
+    """``turnout status --gateway URL``: the gateway's cooldowns, dead keys, breakers, headroom, pools and hedging."""
+    from turnout.gateway.reader import (
+        GatewayUnreadable,
+        headroom_line,
+        hedging_line,
+        pool_lines,
+        printable,
+        read_status,
+        rows,
+    )
 
     try:
         body = asyncio.run(read_status(url, os.environ.get("TURNOUT_GATEWAY_KEY")))
@@ -455,6 +463,15 @@ def _gateway_status(url: str, as_json: bool) -> None:
         out.print(f"  breaker  {printable(line, 200)}", markup=False)
     for row in rows(body, "headroom"):
         out.print(f"  headroom {headroom_line(row)}", markup=False)
+    for row in rows(body, "pools"):
+        head, *members = pool_lines(row)
+        out.print(f"  pool     {head}", markup=False)
+        for member in members:
+            out.print(f"           {member}", markup=False)
+    hedging = body.get("hedging")
+    hedged = hedging_line(hedging) if isinstance(hedging, dict) else None
+    if hedged is not None:
+        out.print(f"  hedging  {hedged}", markup=False)
 
 
 def _dead_key_line(dead: dict[str, Any]) -> str:

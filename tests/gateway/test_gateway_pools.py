@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+
 import orjson
 import pytest
-from gateway_support import MESSAGES, SIM_TEXT, config, gateway, get, post, profile
+from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, gateway, get, post, profile
 from test_gateway_observability import sample
+from typer.testing import CliRunner
 
+from turnout.cli import app
 from turnout.sim import Simulator
 
 EAST, WEST, BACKUP = "gpt-east", "gpt-west", "claude-backup"
@@ -116,3 +121,23 @@ async def test_the_default_pool_is_open_only_to_keys_that_may_reach_it(sim: Simu
             await post(server, "/v1/chat/completions", {**chat, "model": "anthropic.backup"}, key="gw-other")
         ).status == 200
     assert [e.model for e in sim.log] == [EAST, EAST, BACKUP]
+
+
+async def test_turnout_status_prints_a_running_gateways_pools_and_hedging(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``turnout status --gateway URL`` lists each pool with its members' calls, and whether calls hedge."""
+    monkeypatch.setenv("TURNOUT_GATEWAY_KEY", GATEWAY_KEY)
+    hedge = "[reliability.hedge]\nenabled = true\nafter_ms = 60000\n"
+    async with gateway(pooled(sim, "ordered") + hedge) as server:
+        for _ in range(3):
+            assert (await post(server, "/v1/chat/completions", {"model": "", "messages": MESSAGES})).status == 200
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--gateway", server.url])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "  pool     duo  ordered" in lines
+    assert any(re.fullmatch(r" {11}openai\.east  in flight 0  calls 3 \(100%\)  ttft \d+ ms", line) for line in lines)
+    assert "           openai.west  in flight 0  calls 0 (0%)" in lines
+    assert (
+        "  hedging  0 hedges of 3 calls (0.0%); answered first: the hedge 0, the first entry 0; budget left 5" in lines
+    )

@@ -86,3 +86,32 @@ def headroom_line(row: dict[str, Any]) -> str:
     if row.get("low"):
         parts.append("low")
     return "  ".join(parts)
+
+
+def pool_lines(pool: dict[str, Any]) -> list[str]:
+    """One ``/status`` ``pools`` row for the terminal: the pool and its strategy, then one line per member."""
+    out = [f"{printable(pool.get('name'))}  {printable(pool.get('strategy'))}"]
+    for member in rows(pool, "members"):
+        ttft, share = member.get("ttft_ms"), member.get("share")
+        out.append(
+            f"{printable(member.get('profile'))}  in flight {printable(member.get('in_flight'))}  "
+            f"calls {printable(member.get('calls'))}"
+            + (f" ({share:.0%})" if isinstance(share, int | float) else "")
+            + (f"  ttft {ttft:.0f} ms" if isinstance(ttft, int | float) else "")
+        )
+    return out
+
+
+def hedging_line(hedging: dict[str, Any]) -> str | None:
+    """``/status`` ``hedging`` for the terminal (None when no profile hedges)."""
+    if hedging.get("enabled") is not True:
+        return None
+    rate = hedging.get("rate")
+    budget = hedging.get("budget_left")
+    return (
+        f"{printable(hedging.get('hedged'))} hedges of {printable(hedging.get('calls'))} calls"
+        + (f" ({rate:.1%})" if isinstance(rate, int | float) else "")
+        + f"; answered first: the hedge {printable(hedging.get('hedge_wins'))}, "
+        f"the first entry {printable(hedging.get('original_wins'))}"
+        + (f"; budget left {budget:g}" if isinstance(budget, int | float) else "")
+    )
