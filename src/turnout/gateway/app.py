@@ -24,7 +24,7 @@ from aiohttp import web
 from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.errors import ConfigError, UnsupportedRequest
-from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink
+from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, logged_path, round_ms
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
@@ -434,11 +434,11 @@ class Gateway:
             return
         line = orjson.dumps(
             {
-                "ts": round(now, 3),
+                "ts": round_ms(now),
                 "method": request.method,
-                "path": request.path[:MAX_FIELD_CHARS],
+                "path": logged_path(request.rel_url)[:MAX_FIELD_CHARS],
                 "status": ex.status,
-                "duration_ms": round(seconds * 1000.0, 3),
+                "duration_ms": round_ms(seconds * 1000.0),
                 "surface": ex.surface,
                 "stream": ex.stream,
                 "provider": ex.provider,
