@@ -29,7 +29,7 @@ from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
 from turnout.gateway.counting import serve_count_tokens
-from turnout.gateway.edges import Edges, request_id
+from turnout.gateway.edges import Edges, new_request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
@@ -232,7 +232,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange(name, request_id(request))
+            ex = Exchange(name, new_request_id(request))
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
             if self.draining:
@@ -271,7 +271,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange("page", request_id(request))
+            ex = Exchange("page", new_request_id(request))
             response: web.StreamResponse
             if self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)

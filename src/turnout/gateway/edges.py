@@ -37,6 +37,12 @@ def request_id(request: web.Request) -> str:
     return rid
 
 
+def new_request_id(request: web.Request) -> str:
+    """Make the id of a request that has none yet (its route's first step), without looking for one first."""
+    rid = request[REQUEST_ID_KEY] = new_call_id()
+    return rid
+
+
 class Edges:
     """Request ids and CORS for every response, and the answer for routes the gateway does not serve.
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from turnout._fast import fast_new
 from turnout.errors import ErrorClass, RefusalError
 from turnout.gateway.passthrough import OPENAI_ONLY_FIELDS, native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
@@ -24,6 +25,7 @@ from turnout.types import (
     Final,
     ImagePart,
     Message,
+    NativeRequest,
     ReasoningDelta,
     ResponseFormat,
     Role,
@@ -239,6 +241,10 @@ _PLAIN_FIELDS = frozenset(("model", "messages", "stream", "temperature", "max_to
 _SPECIAL_FIELDS = _READ_FIELDS - _PLAIN_FIELDS
 #: Message fields the general path reads beyond ``role``, ``content`` and ``name``.
 _SPECIAL_MESSAGE_FIELDS = frozenset(_Message.model_fields) - {"role", "content", "name"}
+#: The records a plain request builds, without the class call (see :mod:`turnout._fast`).
+_new_message = fast_new(Message)
+_new_call = fast_new(ChatCall)
+_new_native = fast_new(NativeRequest)
 _PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -283,15 +289,15 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
         name = m.get("name")
         if role is None or type(content) is not str or (name is not None and type(name) is not str):
             return None
-        out.append(Message(role=role, content=content, name=name if role == "user" else None))
-    return ChatCall(
+        out.append(_new_message(role=role, content=content, name=name if role == "user" else None))
+    return _new_call(
         model=model,
         messages=tuple(out),
         temperature=temperature,
         max_tokens=most or max_tokens,
         stream=bool(stream),
         sender=user,
-        native=native("openai-chat", raw, []),
+        native=_new_native(protocol="openai-chat", body=raw, headers={}, only=()),
     )
 
 
