@@ -187,7 +187,6 @@ class Gateway:
         app.router.add_post("/login", self._page_guard(self.page.login))
         app.router.add_post("/logout", self._page_guard(self.page.logout))
         app.router.add_route("*", "/{tail:.*}", self.edges.fallback)  # last: what no route above serves
-        app.on_response_prepare.append(self.edges.on_prepare)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -259,6 +258,8 @@ class Gateway:
                             self._idle.set()
                         if ex.status == CLIENT_CLOSED:
                             self._finish(request, ex, t0)
+            if not response.prepared:  # a stream was stamped before it was prepared
+                self.edges.stamp(request, response, ex.request_id)
             if ex.status != CLIENT_CLOSED:
                 ex.status = response.status
                 self._finish(request, ex, t0)
@@ -284,6 +285,7 @@ class Gateway:
                 except Exception:
                     log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                     response = self.error_response(self.openai, INTERNAL)
+            self.edges.stamp(request, response, ex.request_id)
             ex.status = response.status
             self._finish(request, ex, t0)
             return response
@@ -370,8 +372,10 @@ class Gateway:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
-            return web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
-        return web.Response(body=_HEALTH_OK, content_type=JSON)
+            response = web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
+        else:
+            response = web.Response(body=_HEALTH_OK, content_type=JSON)
+        return self.edges.stamp(request, response, new_request_id(request))
 
     # --- answers and records --------------------------------------------------------------------
 
