@@ -7,9 +7,12 @@ import logging
 import os
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from yarl import URL
 
 from turnout.gateway import accesslog
-from turnout.gateway.accesslog import WRITE_BYTES, BatchedLines, direct_sink, use_batched_lines
+from turnout.gateway.accesslog import WRITE_BYTES, BatchedLines, direct_sink, logged_path, round_ms, use_batched_lines
 
 
 def read_all(fd: int) -> bytes:
@@ -84,3 +87,39 @@ def test_serve_gives_lines_to_the_batched_handler_directly() -> None:
         logger.handlers[:] = saved[0]
         logger.propagate = saved[1]
         logger.setLevel(saved[2])
+
+
+@given(
+    st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.floats(min_value=0, max_value=4e9),
+        st.floats(min_value=0, max_value=100),
+        st.integers(0, 2**40).map(lambda n: n / 2048),  # exact ties and near-ties of a half millisecond
+        st.integers(0, 2**40).map(lambda n: n / 1000 + 0.0005),
+    )
+)
+@example(1.0625)
+@example(1764596000.1235)
+@example(0.0)
+@example(-0.0)
+@example(-0.0001)
+@example(9512151119924608.0)
+@example(5e-324)
+def test_round_ms_is_round_to_three_places(x: float) -> None:
+    """The access line's timestamp and duration are ``round(x, 3)`` exactly, sign of zero included."""
+    fast = round_ms(x)
+    assert fast == round(x, 3)
+    assert str(fast) == str(round(x, 3))
+
+
+_path_chars = st.sampled_from([*"/abc-_.~:@!$&'()*+,;=", "%2F", "%2f", "%25", "%41", "%e2%9a%a1", "%", "%zz", "é", " "])
+
+
+@given(st.lists(_path_chars, max_size=12).map(lambda parts: "/" + "".join(parts)))
+@example("/v1/chat/completions")
+@example("/v1/models/a%2Fb")
+@example("/v1/models/100%25")
+def test_logged_path_is_the_decoded_path(raw: str) -> None:
+    """The access line's path is the request's decoded path, however the client encoded it."""
+    url = URL.build(path=raw, encoded=True)
+    assert logged_path(url) == url.path

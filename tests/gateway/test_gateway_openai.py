@@ -239,7 +239,7 @@ async def test_context_window_is_400_context_length_exceeded(sim: Simulator) -> 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_refusal_is_a_normal_answer_in_refusal_form(sim: Simulator, stream: bool) -> None:
-    """A refusal is a 200 whose message carries refusal and finishes with content_filter."""
+    """A refusal is a 200 whose message carries refusal and finishes with content_filter, with its request id."""
     toml = config("openai.main", profile(sim, "openai.main", "sim-refusal"))
     async with gateway(toml) as server, sdk(server) as client:
         if stream:
@@ -250,8 +250,10 @@ async def test_refusal_is_a_normal_answer_in_refusal_form(sim: Simulator, stream
             completion = await client.chat.completions.create(model="", messages=MESSAGES)
             refusal = completion.choices[0].message.refusal or ""
             finish = completion.choices[0].finish_reason
+        raw = await post(server, "/v1/chat/completions", {"model": "", "messages": MESSAGES, "stream": stream})
     assert refusal
     assert finish == "content_filter"
+    assert raw.status == 200 and raw.headers["x-request-id"] == raw.headers["request-id"]
 
 
 async def test_bad_or_missing_key_is_401_and_nothing_is_forwarded(sim: Simulator) -> None:

@@ -110,7 +110,7 @@ async def test_unknown_route_and_method_answer_in_the_surface_shape() -> None:
 
 
 async def test_every_response_has_a_request_id_that_the_ledger_keeps(tmp_path: Path) -> None:
-    """request-id and x-request-id are on every answer (ok, 401, 404, stream); a call's id is its ledger call_id."""
+    """request-id and x-request-id are on every answer of every route; a call's id is its ledger call_id."""
     db = tmp_path / "ledger.sqlite"
     text = BASE.replace("[ledger]\nenabled = false", f'[ledger]\npath = "{db}"')
     client = Client.from_toml(text, adapter_builder=Fleet(), surface="gateway")
@@ -118,12 +118,18 @@ async def test_every_response_has_a_request_id_that_the_ledger_keeps(tmp_path: P
         ok = await post(server, "/v1/chat/completions", CHAT)
         streamed = await post(server, "/v1/chat/completions", {**CHAT, "stream": True})
         denied = await post(server, "/v1/chat/completions", CHAT, key="wrong")
+        invalid = await post(server, "/v1/chat/completions", {"model": 5})
         missing = await get(server, "/nope")
+        wrong_method = await get(server, "/v1/chat/completions")
         health = await get(server, "/health", key=None)
+        models = await get(server, "/v1/models")
+        page = await get(server, "/", key=None)
         await client.ledger.flush()  # type: ignore[union-attr]
-    ids = [r.headers["request-id"] for r in (ok, streamed, denied, missing, health)]
-    assert len(set(ids)) == 5
-    assert all(r.headers["x-request-id"] == r.headers["request-id"] for r in (ok, streamed, denied, missing, health))
+    answers = (ok, streamed, denied, invalid, missing, wrong_method, health, models, page)
+    assert [r.status for r in answers] == [200, 200, 401, 400, 404, 405, 200, 200, 200]
+    ids = [r.headers["request-id"] for r in answers]
+    assert len(set(ids)) == len(answers)
+    assert all(r.headers["x-request-id"] == r.headers["request-id"] for r in answers)
     with sqlite3.connect(db) as conn:
         calls = {row[0] for row in conn.execute("SELECT call_id FROM calls")}
     assert calls == {ok.headers["request-id"], streamed.headers["request-id"]}
@@ -162,10 +168,15 @@ async def test_cors_origins_allow_a_browser_client() -> None:
     """An allowed origin gets CORS headers and a 204 preflight; another origin gets none."""
     async with cors_gateway('["https://app.example"]') as server:
         ok = await post(server, "/v1/chat/completions", CHAT, headers={"Origin": "https://app.example"})
+        streamed = await post(
+            server, "/v1/chat/completions", {**CHAT, "stream": True}, headers={"Origin": "https://app.example"}
+        )
         other = await post(server, "/v1/chat/completions", CHAT, headers={"Origin": "https://evil.example"})
         status, headers = await _options(server, "https://app.example")
-    assert ok.headers["Access-Control-Allow-Origin"] == "https://app.example"
-    assert "request-id" in ok.headers["Access-Control-Expose-Headers"]
+    for answer in (ok, streamed):
+        assert answer.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert answer.headers["Vary"] == "Origin"
+        assert "request-id" in answer.headers["Access-Control-Expose-Headers"]
     assert "Access-Control-Allow-Origin" not in other.headers
     assert status == 204 and headers["Access-Control-Allow-Origin"] == "https://app.example"
     assert headers["Access-Control-Allow-Headers"] == "authorization, content-type"

@@ -14,6 +14,10 @@ import asyncio
 import contextlib
 import logging
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from yarl import URL
 
 #: The logger of the access lines.
 access_log = logging.getLogger("turnout.gateway.access")
@@ -77,6 +81,36 @@ class BatchedLines(logging.Handler):
         """Write what is queued, then close."""
         self.flush()
         super().close()
+
+
+def logged_path(url: URL) -> str:
+    """``url.path`` (percent-decoded), taken from the ``path_safe`` the router already decoded when it is the same.
+
+    ``path_safe`` leaves only ``%2F`` and ``%25`` encoded, so without a ``%`` left in it, it is the path itself.
+    """
+    safe = url.path_safe
+    return safe if "%" not in safe else url.path
+
+
+#: Below this, every integer and every half between two is a double.
+_EXACT = 2.0**52
+
+
+def round_ms(x: float) -> float:
+    """``round(x, 3)`` exactly, at a fraction of its cost (it converts to decimal digits and back).
+
+    ``p = x * 1000`` is the exact product rounded to the nearest double, and below :data:`_EXACT` every half
+    between two integers is a double; so ``p`` is never on the other side of a half than the exact product,
+    and its nearest integer is the exact product's unless ``p`` is a half itself. That integer divided by 1000
+    is the double nearest the rounded decimal: what ``round`` returns. For a half (a tie, or a product just
+    beside one), zero, a negative or a huge value, it is ``round`` itself.
+    """
+    p = x * 1000.0
+    if 0.0 < p < _EXACT:
+        whole = round(p)
+        if abs(p - whole) != 0.5:
+            return whole / 1000.0
+    return round(x, 3)
 
 
 def _write_all(fd: int, data: bytes) -> None:

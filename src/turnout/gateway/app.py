@@ -24,12 +24,12 @@ from aiohttp import web
 from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.errors import ConfigError, UnsupportedRequest
-from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink
+from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, logged_path, round_ms
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
 from turnout.gateway.counting import serve_count_tokens
-from turnout.gateway.edges import Edges, request_id
+from turnout.gateway.edges import Edges, new_request_id
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
@@ -187,7 +187,6 @@ class Gateway:
         app.router.add_post("/login", self._page_guard(self.page.login))
         app.router.add_post("/logout", self._page_guard(self.page.logout))
         app.router.add_route("*", "/{tail:.*}", self.edges.fallback)  # last: what no route above serves
-        app.on_response_prepare.append(self.edges.on_prepare)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -232,7 +231,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange(name, request_id(request))
+            ex = Exchange(name, new_request_id(request))
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
             if self.draining:
@@ -259,6 +258,8 @@ class Gateway:
                             self._idle.set()
                         if ex.status == CLIENT_CLOSED:
                             self._finish(request, ex, t0)
+            if not response.prepared:  # a stream was stamped before it was prepared
+                self.edges.stamp(request, response, ex.request_id)
             if ex.status != CLIENT_CLOSED:
                 ex.status = response.status
                 self._finish(request, ex, t0)
@@ -271,7 +272,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange("page", request_id(request))
+            ex = Exchange("page", new_request_id(request))
             response: web.StreamResponse
             if self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)
@@ -284,6 +285,7 @@ class Gateway:
                 except Exception:
                     log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                     response = self.error_response(self.openai, INTERNAL)
+            self.edges.stamp(request, response, ex.request_id)
             ex.status = response.status
             self._finish(request, ex, t0)
             return response
@@ -371,8 +373,10 @@ class Gateway:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
-            return web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
-        return web.Response(body=_HEALTH_OK, content_type=JSON)
+            response = web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
+        else:
+            response = web.Response(body=_HEALTH_OK, content_type=JSON)
+        return self.edges.stamp(request, response, new_request_id(request))
 
     # --- answers and records --------------------------------------------------------------------
 
@@ -435,11 +439,11 @@ class Gateway:
             return
         line = orjson.dumps(
             {
-                "ts": round(now, 3),
+                "ts": round_ms(now),
                 "method": request.method,
-                "path": request.path[:MAX_FIELD_CHARS],
+                "path": logged_path(request.rel_url)[:MAX_FIELD_CHARS],
                 "status": ex.status,
-                "duration_ms": round(seconds * 1000.0, 3),
+                "duration_ms": round_ms(seconds * 1000.0),
                 "surface": ex.surface,
                 "stream": ex.stream,
                 "provider": ex.provider,

@@ -132,7 +132,7 @@ async def _stream(
             gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
             encoder = surface.stream_encoder(call, model, uuid.uuid4().hex)
             headers = {**SSE_HEADERS, **attribution_headers(provider, model, len(exc.attempts), None, None)}
-            response = web.StreamResponse(headers=headers)
+            response = gw.edges.stamp(request, web.StreamResponse(headers=headers), ex.request_id)
             await response.prepare(request)
             await response.write(encoder.refusal(exc, started=False))
             await response.write_eof()
@@ -153,7 +153,7 @@ async def _stream(
         }
         # a stream the client abandons still reports its attempts (the list fills in as they end)
         gw.observe_attempts(stream.attempts, ex, provider=served.provider, model=served.model)
-        response = web.StreamResponse(headers=headers)
+        response = gw.edges.stamp(request, web.StreamResponse(headers=headers), ex.request_id)
         await response.prepare(request)
         encoder = surface.stream_encoder(call, served.model, stream.call_id)
         try:

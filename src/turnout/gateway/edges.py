@@ -37,6 +37,12 @@ def request_id(request: web.Request) -> str:
     return rid
 
 
+def new_request_id(request: web.Request) -> str:
+    """Make the id of a request that has none yet (its route's first step), without looking for one first."""
+    rid = request[REQUEST_ID_KEY] = new_call_id()
+    return rid
+
+
 class Edges:
     """Request ids and CORS for every response, and the answer for routes the gateway does not serve.
 
@@ -58,9 +64,12 @@ class Edges:
             return None
         return "*" if self.any_origin else origin
 
-    async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        """Add the request id (and CORS headers for an allowed origin) before any answer's headers go out."""
-        rid = request_id(request)
+    def stamp(self, request: web.Request, response: web.StreamResponse, rid: str) -> web.StreamResponse:
+        """Add the request id ``rid`` (and CORS headers for an allowed origin) to an answer not yet prepared.
+
+        Every route calls it on each answer before its headers go out (a stream: before it is prepared). It
+        is cheaper than aiohttp's ``on_response_prepare`` signal, which costs two coroutines per answer.
+        """
         headers = response.headers
         headers["request-id"] = rid
         headers["x-request-id"] = rid
@@ -71,9 +80,13 @@ class Edges:
                 headers["Access-Control-Expose-Headers"] = EXPOSED
                 if origin != "*":
                     headers["Vary"] = "Origin"
+        return response
 
     async def fallback(self, request: web.Request) -> web.StreamResponse:
         """A preflight, a 405 for a known path with another method, or a 404."""
+        return self.stamp(request, await self._fallback(request), request_id(request))
+
+    async def _fallback(self, request: web.Request) -> web.StreamResponse:
         allowed = await _allowed_methods(request)
         if request.method == "OPTIONS" and self.allowed_origin(request) is not None:
             asked = request.headers.get("Access-Control-Request-Headers", "")

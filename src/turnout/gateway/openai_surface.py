@@ -1,7 +1,8 @@
 """The OpenAI Chat Completions surface: ``POST /v1/chat/completions`` in OpenAI's own wire format.
 
-Requests are validated with pydantic straight from the body bytes; answers, chunks and errors are
-encoded with orjson, with every constant piece pre-encoded once.
+Requests are decoded with orjson; a plain one (text messages and the common scalar options) is read
+directly, any other validated with pydantic and translated. Answers, chunks and errors are encoded with
+orjson, with every constant piece pre-encoded once.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from turnout._fast import fast_new
 from turnout.errors import ErrorClass, RefusalError
-from turnout.gateway.passthrough import native, split_openai_chat
+from turnout.gateway.passthrough import OPENAI_ONLY_FIELDS, native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
@@ -23,8 +25,10 @@ from turnout.types import (
     Final,
     ImagePart,
     Message,
+    NativeRequest,
     ReasoningDelta,
     ResponseFormat,
+    Role,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -192,6 +196,111 @@ def _response_format(fmt: _ResponseFormat | None) -> ResponseFormat | None:
     )
 
 
+def _general_call(raw: dict[str, Any]) -> ChatCall:
+    """The :class:`ChatCall` of any request body (validated with pydantic; see :meth:`OpenAISurface.parse`)."""
+    modelled, only = split_openai_chat(raw)
+    try:
+        req = ChatCompletionRequest.model_validate(modelled)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise invalid(message, param=param) from None
+    if "n" in only and req.stream:
+        raise invalid("n > 1 is served without streaming only", param="n", code="unsupported_parameter")
+    response_format = _response_format(req.response_format)
+    choice = req.tool_choice
+    return ChatCall(
+        model=req.model,
+        messages=tuple(_message(m, i) for i, m in enumerate(req.messages)),
+        tools=tuple(
+            ToolSpec(
+                name=t.function.name,
+                description=t.function.description or "",
+                parameters=t.function.parameters or {"type": "object", "properties": {}},
+            )
+            for t in req.tools or ()
+        ),
+        tool_choice=choice.function.name if isinstance(choice, _ToolChoice) else choice,
+        temperature=req.temperature,
+        max_tokens=req.max_completion_tokens or req.max_tokens,
+        stream=bool(req.stream),
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        sender=req.user,
+        response_format=response_format,
+        native=native("openai-chat", raw, only),
+    )
+
+
+# --- the plain request, without the general machinery -------------------------------------------
+
+#: Every top-level field the general path reads (the model's fields, and what passes through only). Any other
+#: field is ignored by both paths; one of these beyond what :func:`_plain_call` reads takes the general path.
+_READ_FIELDS = frozenset(
+    (*(f.alias or name for name, f in ChatCompletionRequest.model_fields.items()), *OPENAI_ONLY_FIELDS)
+)
+_PLAIN_FIELDS = frozenset(("model", "messages", "stream", "temperature", "max_tokens", "max_completion_tokens", "user"))
+_SPECIAL_FIELDS = _READ_FIELDS - _PLAIN_FIELDS
+#: Message fields the general path reads beyond ``role``, ``content`` and ``name``.
+_SPECIAL_MESSAGE_FIELDS = frozenset(_Message.model_fields) - {"role", "content", "name"}
+#: The records a plain request builds, without the class call (see :mod:`turnout._fast`).
+_new_message = fast_new(Message)
+_new_call = fast_new(ChatCall)
+_new_native = fast_new(NativeRequest)
+_PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
+    """The :class:`ChatCall` of a plain request (text messages, no tools), else None for the general path.
+
+    Most requests are a model and a few text messages; for them this is what validating with pydantic,
+    splitting off what passes through and translating each message add up to, at a third of the cost. It
+    answers only what it is sure of: anything the general path could reject, or translates beyond text, is
+    left to it (``tests/gateway/test_gateway_openai_paths.py`` holds the two to the same results).
+    """
+    if not _SPECIAL_FIELDS.isdisjoint(raw):
+        return None
+    model = raw.get("model")
+    messages = raw.get("messages")
+    if type(model) is not str or len(model) > MAX_MODEL_CHARS or type(messages) is not list or not messages:
+        return None
+    stream = raw.get("stream")
+    if stream is not None and type(stream) is not bool:
+        return None
+    temperature = raw.get("temperature")
+    if temperature is not None:
+        if type(temperature) is int:
+            temperature = float(temperature)
+        if type(temperature) is not float or not 0 <= temperature <= 2:
+            return None
+    max_tokens = raw.get("max_tokens")
+    most = raw.get("max_completion_tokens")
+    for limit in (max_tokens, most):
+        if limit is not None and (type(limit) is not int or limit <= 0):
+            return None
+    user = raw.get("user")
+    if user is not None and (type(user) is not str or len(user) > MAX_FIELD_CHARS):
+        return None
+    out: list[Message] = []
+    for m in messages:
+        if type(m) is not dict or not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
+            return None
+        kind = m.get("role")
+        role = _PLAIN_ROLES.get(kind) if type(kind) is str else None
+        content = m.get("content")
+        name = m.get("name")
+        if role is None or type(content) is not str or (name is not None and type(name) is not str):
+            return None
+        out.append(_new_message(role=role, content=content, name=name if role == "user" else None))
+    return _new_call(
+        model=model,
+        messages=tuple(out),
+        temperature=temperature,
+        max_tokens=most or max_tokens,
+        stream=bool(stream),
+        sender=user,
+        native=_new_native(protocol="openai-chat", body=raw, headers={}, only=()),
+    )
+
+
 # --- responses ----------------------------------------------------------------------------------
 
 _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "content_filter": "content_filter"}
@@ -250,36 +359,7 @@ class OpenAISurface:
         for an OpenAI Chat upstream (see :mod:`turnout.gateway.passthrough`).
         """
         raw = parse_json(body)
-        modelled, only = split_openai_chat(raw)
-        try:
-            req = ChatCompletionRequest.model_validate(modelled)
-        except ValidationError as exc:
-            message, param = validation_message(exc)
-            raise invalid(message, param=param) from None
-        if "n" in only and req.stream:
-            raise invalid("n > 1 is served without streaming only", param="n", code="unsupported_parameter")
-        response_format = _response_format(req.response_format)
-        choice = req.tool_choice
-        return ChatCall(
-            model=req.model,
-            messages=tuple(_message(m, i) for i, m in enumerate(req.messages)),
-            tools=tuple(
-                ToolSpec(
-                    name=t.function.name,
-                    description=t.function.description or "",
-                    parameters=t.function.parameters or {"type": "object", "properties": {}},
-                )
-                for t in req.tools or ()
-            ),
-            tool_choice=choice.function.name if isinstance(choice, _ToolChoice) else choice,
-            temperature=req.temperature,
-            max_tokens=req.max_completion_tokens or req.max_tokens,
-            stream=bool(req.stream),
-            include_usage=bool(req.stream_options and req.stream_options.include_usage),
-            sender=req.user,
-            response_format=response_format,
-            native=native("openai-chat", raw, only),
-        )
+        return _plain_call(raw) or _general_call(raw)
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
         """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from turnout._fast import fast_init
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
@@ -81,6 +82,7 @@ class Caller:
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
 
 
+@fast_init  # one per request
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """What a request may do: ``client.chat(model=..., provider=..., sender=...)`` arguments."""
