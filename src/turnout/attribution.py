@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Literal, TypeAlias
 
 from turnout._fast import fast_init, fast_new
@@ -136,9 +135,23 @@ class FallbackNotice:
     shown: bool
 
 
-@lru_cache(maxsize=256)
+#: The notices made so far, by route pair and setting (their strings are the key: hashing a ``RouteRef`` is a
+#: Python call, a tuple of strings hashes in C). Bounded: cleared when full.
+_notices: dict[tuple[str, str, str, str, bool], FallbackNotice] = {}
+
+
 def fallback_notice(requested: RouteRef, served: RouteRef, *, intra_family: bool = False) -> FallbackNotice:
     """The notice for a fallback from ``requested`` to ``served`` (a route pair's notice is made once)."""
+    key = (requested.provider, requested.model, served.provider, served.model, intra_family)
+    notice = _notices.get(key)
+    if notice is None:
+        if len(_notices) >= 256:
+            _notices.clear()
+        notice = _notices[key] = _notice(requested, served, intra_family)
+    return notice
+
+
+def _notice(requested: RouteRef, served: RouteRef, intra_family: bool) -> FallbackNotice:
     cross = requested.family != served.family
     return FallbackNotice(
         requested=requested,

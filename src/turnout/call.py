@@ -129,7 +129,7 @@ class Call:
         self.request = request
         self.tracer = tracer
         self.call_id = call_id if call_id is not None else new_call_id()
-        self.log = DispatchScope(call_id=self.call_id)
+        self.log = DispatchScope([], self.call_id)  # by position: a class called with keywords packs a dict
         self.started = time.time()
 
     def fallback(self, served: RouteRef, entry: int) -> FallbackNotice | None:
@@ -147,7 +147,8 @@ class Call:
 
     def accept(self, response: ChatResponse, served: RouteRef, entry: int) -> Reply:
         """Commit ``response`` from ``served`` (entry ``entry``) as the call's answer and record the call."""
-        notice = self.fallback(served, entry)
+        # The requested route's own answer (the common case) is no fallback: known without asking the rule.
+        notice = None if entry == 0 and served is self.requested else self.fallback(served, entry)
         attempts = tuple(self.log.attempts)
         if self.ledger is not None:
             accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)

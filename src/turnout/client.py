@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
     from turnout.tracing import Tracing
 
+_new_object = object.__new__
+
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
 
@@ -283,7 +285,11 @@ class Client:
             target = self.route(model=model, provider=provider, sender=sender)
             requested = requested_route(target)
             peers = leading_members(target.walk.entries)
-        call = Call(
+        # ``Call(...)`` would pack these keywords into a dict for ``__init__`` (about 4k instructions a call);
+        # calling ``__init__`` on a new instance passes them as they are.
+        call = _new_object(Call)
+        Call.__init__(
+            call,
             requested,
             peers=peers,
             stream=stream,

@@ -110,6 +110,14 @@ class Served(NamedTuple):
     entry: int
 
 
+_tuple_new = tuple.__new__
+
+
+def new_served(response: ChatResponse, route: RouteRef, entry: int) -> Served:
+    """``Served(response, route, entry)`` without the class call (a named tuple's ``__new__`` is Python code)."""
+    return _tuple_new(Served, (response, route, entry))
+
+
 class ContextLimits:
     """What context-window failures taught a walk: the models that failed and the largest known window.
 

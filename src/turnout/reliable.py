@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from turnout.attribution import Attempt, DispatchScope, Outcome, current_scope, new_attempt
 from turnout.classify import is_dead_key_error
-from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, pool_blocks
+from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, new_served, pool_blocks
 from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -296,22 +296,24 @@ class ReliableProvider(Provider):
             walk.probing = False
             return None
         response, choice, started, t0 = answer
+        usage = response.usage
         walk.record(
-            self.attempt(
-                entry,
-                i,
-                served,
-                "ok",
+            new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
+                provider=entry.profile,
+                model=served,
+                outcome="ok",
+                key_id=choice.key_id,
+                usage=usage,
+                cost_usd=self.cost(entry, served, usage),
+                started_at=started,
+                duration_ms=(time.perf_counter() - t0) * 1000.0,
+                entry=i,
                 try_number=walk.try_number,
-                choice=choice,
-                started=started,
-                elapsed=time.perf_counter() - t0,
-                usage=response.usage,
             )
         )
-        if walk.probing or (self.breakers is not None and self.breakers.streaks):
-            await walk.healthy(entry, served)
-        return Served(response, entry.route(served), i)
+        if (closing := walk.healthy(entry, served)) is not None:
+            await closing
+        return new_served(response, entry.route(served), i)
 
     async def _hedged(
         self,

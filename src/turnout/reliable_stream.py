@@ -193,7 +193,8 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if type(batch[-1]) is Final:
                         outcome = "ok"
-                        await side.walk.healthy(side.entry, side.served)
+                        if (closing := side.walk.healthy(side.entry, side.served)) is not None:
+                            await closing
                     yield batch
                 async for batch in upstream:
                     if not shown:
@@ -202,7 +203,8 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if type(batch[-1]) is Final:  # Final is always the last event of a stream
                         outcome = "ok"
-                        await side.walk.healthy(side.entry, side.served)
+                        if (closing := side.walk.healthy(side.entry, side.served)) is not None:
+                            await closing
                     yield batch
         except (asyncio.CancelledError, GeneratorExit):
             if outcome != "ok":  # a consumer that stops right after Final still got a complete answer

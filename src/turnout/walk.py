@@ -139,7 +139,7 @@ class Walk:
         """Keep one attempt, in the walk and in the call's log."""
         self.attempts.append(attempt)
         if self.log is not None:
-            self.log.add(attempt)
+            self.log.attempts.append(attempt)
 
     def admits(
         self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
@@ -151,8 +151,8 @@ class Walk:
             entry, served, request, images, stream=stream
         ):
             return Admission.SKIP
-        if len(owner.entries) == 1:
-            return Admission.TRY
+        if len(owner.entries) == 1 or owner.store.calm():
+            return Admission.TRY  # nothing is cooling down and no breaker is open: no entry to look up
         now = owner.clock()
         until = owner.cooling_until(entry, now)
         if until is not None:
@@ -265,15 +265,21 @@ class Walk:
         self.probing = breaker
         return index
 
-    async def healthy(self, entry: Entry, served: str) -> None:
-        """Entry ``entry`` answered: its failure streak ends, and a probe's success closes its breaker."""
+    def healthy(self, entry: Entry, served: str) -> Awaitable[None] | None:
+        """Entry ``entry`` answered: its failure streak ends, and a probe's success closes its breaker.
+
+        Returns the closing of the breaker to await (None: nothing to wait for, the common case, which then costs
+        no coroutine).
+        """
         breakers = self.owner.breakers
-        if breakers is not None:
-            if self.probing:
-                await breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=True)
-                self.probing = False
-            else:
-                breakers.streak_ends(entry.health_key(served), self.owner.clock())
+        if breakers is None:
+            return None
+        if self.probing:
+            self.probing = False
+            return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=True)
+        if breakers.streaks:  # an entry without a streak has none to end
+            breakers.streak_ends(entry.health_key(served), self.owner.clock())
+        return None
 
     def larger_entry_remains(self, failed: int) -> bool:
         """Whether an entry after ``failed`` (in this walk's order) is not known to be too small."""

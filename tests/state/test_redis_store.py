@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servers import RedisServer
+from turnout.breaker import BreakerRecord
 from turnout.cli import app
 from turnout.state.redis import RedisStore
 
@@ -60,6 +61,33 @@ async def test_cooldown_expires_with_redis_ttl(redis_url: str) -> None:
         assert a.cooldown_until("p.q", time.time() + 0.25) is None
     finally:
         await a.aclose()
+
+
+async def test_calm_follows_the_shared_mirror(redis_url: str) -> None:
+    """Another process's cooldown or open breaker makes a store not calm, also after a resync; their end, calm again."""
+    a, b = RedisStore(redis_url, prefix="t9:"), RedisStore(redis_url, prefix="t9:")
+    try:
+        await a.start()
+        await b.start()
+        assert b.calm()
+        await a.set_cooldown("p.q", time.time() + 30)
+        assert await b.wait_until(lambda: not b.calm(), within=5)
+        await b.sync()  # a resync replaces the mirror's dictionaries
+        assert not b.calm()
+        await a.clear_cooldown("p.q")
+        assert await b.wait_until(b.calm, within=5)
+        now = time.time()
+        await a.open_breaker("p.q/m", BreakerRecord(opened_at=now, until=now + 30, interval=30))
+        assert await b.wait_until(lambda: not b.calm(), within=5)
+        await b.sync()
+        assert not b.calm()
+        await a.close_breaker("p.q/m")
+        assert await b.wait_until(b.calm, within=5)
+        await b.sync()
+        assert b.calm()
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 async def test_later_deadline_wins(redis_url: str) -> None:

@@ -57,6 +57,9 @@ class HttpResponse(NamedTuple):
     body: bytes
 
 
+_tuple_new = tuple.__new__
+
+
 class _Watchdog:
     """The time bounds of one attempt: the wait for the response headers, then the body's bytes.
 
@@ -488,7 +491,7 @@ class HttpClient:
                     raise _lost_connection(exc, target, resp.status) from exc
             else:
                 data = await _read_limited(resp, max_bytes, target)
-            return HttpResponse(resp.status, resp.headers, data)
+            return _tuple_new(HttpResponse, (resp.status, resp.headers, data))  # a named tuple's __new__ is Python
         finally:
             self._finish(resp, watchdog)
 

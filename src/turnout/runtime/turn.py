@@ -96,7 +96,6 @@ class Turn:
         "_completed",
         "_draft_text",
         "_held_tools",
-        "_on",
         "_reasoning_visible",
         "_recovering",
         "_think",
@@ -161,14 +160,6 @@ class Turn:
         self._usage: UsageEvent | None = None
         self._completed = False
         self._recovering = False
-        self._on: dict[str, Callable[[Any], Awaitable[Sequence[StreamEvent]]]] = {
-            "text": self._text,
-            "reasoning": self._reasoning,
-            "provider_tool": self._provider_tool,
-            "tool_call": self._tool_call,
-            "usage": self._usage_event,
-            "final": self._final,
-        }
 
     @property
     def partial_text(self) -> str:
@@ -201,7 +192,7 @@ class Turn:
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
                 texts = self.builder.text_parts
-                on = self._on
+                on = _HANDLERS
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
                 thinking = False  # a think tag is open or may be starting (kept in step with self._thinking)
@@ -225,7 +216,7 @@ class Turn:
                                     continue
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
-                                for shown in await on[event.type](event):
+                                for shown in await on[event.type](self, event):
                                     yield shown
                                 thinking = self._thinking
                 except TurnCancelled:
@@ -386,6 +377,17 @@ class Turn:
         if isinstance(exc, TurnCancelled):
             exc.attempts = tuple(self.call.log.attempts)
         self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)
+
+
+#: The method for each event kind (one table for every turn, rather than bound methods made per turn).
+_HANDLERS: dict[str, Callable[[Turn, Any], Awaitable[Sequence[StreamEvent]]]] = {
+    "text": Turn._text,
+    "reasoning": Turn._reasoning,
+    "provider_tool": Turn._provider_tool,
+    "tool_call": Turn._tool_call,
+    "usage": Turn._usage_event,
+    "final": Turn._final,
+}
 
 
 async def drive(turn: Turn, events: Sink | None) -> Reply:

@@ -1,0 +1,213 @@
+"""The walk's shortcuts on the per-call path hold to its general path."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakes import E, FakeClock, Scripted, err, req, walk
+from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
+from turnout.breaker import BreakerRecord, entry_key
+from turnout.call import Call
+from turnout.entry import Served, new_served
+from turnout.errors import TurnoutError
+from turnout.health import Breakers
+from turnout.keys import KeyChoice
+from turnout.reliable import ReliableProvider
+from turnout.state import MemoryStore
+from turnout.types import ChatResponse
+from turnout.walk import Admission, Walk
+
+NOW = 1_000_000.0
+#: ``(profile, keys)`` of the route's entries, in order (a rotating pool, a one-key pool, a keyless profile).
+PROFILES = (("openai.a", ("sk-a-one", "sk-a-two")), ("openai.b", ("sk-b-one",)), ("openai.c", ()))
+
+
+class LongWay(MemoryStore):
+    """A memory store that never says it is calm: every walk takes the general path."""
+
+    def calm(self) -> bool:
+        return False
+
+
+class Counting(MemoryStore):
+    """A memory store that counts the walk's lookups of its entries (a key pool's own reads are not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    def cooldown_until(self, key: str, now: float) -> float | None:
+        self.lookups += "#" not in key
+        return super().cooldown_until(key, now)
+
+    def breaker(self, key: str) -> BreakerRecord | None:
+        self.lookups += 1
+        return super().breaker(key)
+
+
+#: A deadline relative to now: None (nothing), in the past (expired, not yet pruned) or in the future.
+_deadline = st.one_of(st.none(), st.sampled_from([-5.0, -0.001, 0.0, 0.001, 3.0, 60.0]))
+
+
+@dataclass(frozen=True)
+class State:
+    """What the store holds when the call starts."""
+
+    profile_cooldowns: tuple[float | None, ...]
+    key_cooldowns: tuple[float | None, ...]
+    breakers: tuple[float | None, ...]
+    rejections: int
+
+
+_states = st.builds(
+    State,
+    profile_cooldowns=st.tuples(_deadline, _deadline, _deadline),
+    key_cooldowns=st.tuples(_deadline, _deadline),
+    breakers=st.tuples(_deadline, _deadline, _deadline),
+    rejections=st.integers(0, 2),
+)
+
+
+def _route(store: MemoryStore) -> ReliableProvider:
+    clock = FakeClock(now=NOW)
+    specs = [E(profile, "m", [Scripted("ok") for _ in keys or ("",)], keys=list(keys)) for profile, keys in PROFILES]
+    return walk(*specs, clock=clock, store=store, breakers=Breakers(store))
+
+
+async def _fill(store: MemoryStore, route: ReliableProvider, state: State) -> None:
+    for (profile, _), delta in zip(PROFILES, state.profile_cooldowns, strict=True):
+        if delta is not None:
+            await store.set_cooldown(profile, NOW + delta, since=NOW - 1)
+    pool = route.entries[0].keys
+    for kid, delta in zip(pool.ids, state.key_cooldowns, strict=True):
+        if delta is not None:
+            await store.set_cooldown(pool.key_cooldown(kid), NOW + delta)
+    for (profile, _), delta in zip(PROFILES, state.breakers, strict=True):
+        if delta is not None:
+            await store.open_breaker(
+                entry_key(profile, "m"), BreakerRecord(opened_at=NOW - 2, until=NOW + delta, interval=5)
+            )
+    for n in range(state.rejections):  # one rejection: suspected; a second call's: dead
+        await store.report_auth_failure(pool.ids[0], witness=f"call-{n}", now=NOW - 1)
+
+
+async def _admissions(store: MemoryStore, state: State) -> tuple[list[Admission], list[Attempt], str, list[Attempt]]:
+    """Each entry's admission by one walk and the skips it recorded; the outcome and attempts of a call on a twin."""
+    route = _route(store)
+    await _fill(store, route, state)
+    w = Walk(route, None, "m", None)
+    request = req()
+    admissions = [w.admits(i, e, "m", request, False, stream=False) for i, e in enumerate(route.entries)]
+    twin_store = type(store)()
+    twin = _route(twin_store)
+    await _fill(twin_store, twin, state)
+    with dispatch_scope() as scope:
+        try:
+            outcome = (await twin.chat(request, "m")).text
+        except TurnoutError as exc:  # every key dead or cooling, say: the same failure on both paths
+            outcome = type(exc).__name__
+    return admissions, w.attempts, outcome, [replace(a, duration_ms=0.0) for a in scope.attempts]  # timings differ
+
+
+@settings(max_examples=300, deadline=None)
+@given(_states)
+def test_a_calm_store_admits_what_the_general_path_admits(state: State) -> None:
+    """Any mix of cooldowns (profile, key, expired), breakers (open, half-open) and rejected keys: same walk."""
+    fast = asyncio.run(_admissions(MemoryStore(), state))
+    general = asyncio.run(_admissions(LongWay(), state))
+    assert fast == general
+
+
+async def test_a_calm_store_is_asked_nothing_per_entry() -> None:
+    """With nothing cooling down and no breaker open, a walk admits every entry without one lookup."""
+    store = Counting()
+    route = _route(store)
+    with dispatch_scope() as scope:
+        assert (await route.chat(req(), "m")).text == "ok"
+    assert [a.outcome for a in scope.attempts] == ["ok"] and store.lookups == 0
+    await store.set_cooldown("openai.a", NOW + 5)
+    assert not store.calm()
+    with dispatch_scope() as scope:
+        assert (await route.chat(req(), "m")).text == "ok"
+    assert [a.outcome for a in scope.attempts] == ["cooldown_skip", "ok"] and store.lookups > 0
+
+
+_routes = st.sampled_from(
+    [
+        RouteRef(provider="openai.a", model="m"),
+        RouteRef(provider="openai.a", model="n"),
+        RouteRef(provider="anthropic.b", model="m"),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_routes, st.integers(0, 3), st.sets(st.integers(0, 3), max_size=2), st.booleans(), st.booleans())
+def test_accept_gives_the_notice_the_fallback_rule_gives(
+    served: RouteRef, entry: int, peers: set[int], same_object: bool, intra_family: bool
+) -> None:
+    """Whatever answered (the requested route itself, an equal copy, another route; any entry): the rule's notice."""
+    requested = RouteRef(provider="openai.a", model="m")
+    if same_object and served == requested:
+        served = requested
+    call = Call(requested, stream=False, peers=frozenset(peers), intra_family=intra_family)
+    reply = call.accept(ChatResponse(text="ok"), served, entry)
+    assert reply.fallback == call.fallback(served, entry)
+
+
+@pytest.mark.parametrize("keys", [(), ("sk-one",), ("sk-one", "sk-two")])
+@pytest.mark.parametrize("price", [None, (1.0, 2.0)])
+@pytest.mark.parametrize("failures", [0, 1])
+async def test_the_ok_record_is_what_attempt_makes_of_a_success(
+    keys: tuple[str, ...], price: tuple[float, float] | None, failures: int
+) -> None:
+    """A success is recorded as ``ReliableProvider.attempt`` records it (key, price, try number, entry)."""
+    provider = Scripted(*[err(503)] * failures, "ok")  # one script, whichever key a try uses
+    providers = [provider for _ in keys or ("",)]
+    route = walk(E("openai.x", "m", [Scripted(err(400))]), E("openai.a", "m", providers, keys=list(keys), price=price))
+    with dispatch_scope() as scope:
+        await route.chat(req(), "m")
+    ok = scope.attempts[-1]
+    entry = route.entries[ok.entry]
+    index = entry.keys.ids.index(ok.key_id) if ok.key_id is not None else 0
+    general = route.attempt(
+        entry,
+        ok.entry,
+        ok.model,
+        "ok",
+        try_number=ok.try_number,
+        choice=KeyChoice(index, ok.key_id),
+        started=ok.started_at,
+        elapsed=ok.duration_ms / 1000.0,
+        usage=ok.usage,
+    )
+    assert replace(general, duration_ms=ok.duration_ms) == ok
+    assert ok.try_number == failures + 1 and ok.entry == 1 and (ok.cost_usd is not None) == (price is not None)
+
+
+def test_new_served_is_the_named_tuple_the_class_makes() -> None:
+    """The walk's answer built without the class call is ``Served(...)``: same type, same fields."""
+    response, route = ChatResponse(text="ok"), RouteRef(provider="openai.a", model="m")
+    made = new_served(response, route, 1)
+    assert type(made) is Served and made == Served(response, route, 1)
+    assert (made.response, made.route, made.entry) == (response, route, 1)
+
+
+_names = st.sampled_from(["openai.a", "openai.b", "anthropic.a", "gemini.x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_names, st.text(max_size=3), _names, st.text(max_size=3), st.booleans())
+def test_a_kept_notice_is_the_notice_the_rule_makes(
+    requested_profile: str, requested_model: str, served_profile: str, served_model: str, intra_family: bool
+) -> None:
+    """Any route pair and setting: the notice kept from an earlier call is the one made for this call."""
+    requested = RouteRef(provider=requested_profile, model=requested_model)
+    served = RouteRef(provider=served_profile, model=served_model)
+    assert fallback_notice(requested, served, intra_family=intra_family) == _notice(requested, served, intra_family)
+    assert len(_notices) <= 256
