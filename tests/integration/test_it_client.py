@@ -1,4 +1,4 @@
-"""Client, attribution and the ledger through real HTTP (issue 6): fallbacks across families with exact
+"""Client, attribution and the ledger through real HTTP: fallbacks across families with exact
 attempt lists and costs, notices, senders, hint routes, the SQLite ledger, and ``turnout chat`` / ``ledger``.
 """
 

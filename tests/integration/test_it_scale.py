@@ -1,4 +1,4 @@
-"""Scale-out through real HTTP and a real Redis (issue 10): two ``Client`` instances with separate stores share
+"""Scale-out through real HTTP and a real Redis: two ``Client`` instances with separate stores share
 cooldowns and dead keys, keep serving while Redis is down, and resume sharing when it returns.
 """
 

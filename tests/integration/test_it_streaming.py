@@ -1,4 +1,4 @@
-"""Streaming through real HTTP (issue 7): the reliable stream, the replay boundary, sinks, cancellation,
+"""Streaming through real HTTP: the reliable stream, the replay boundary, sinks, cancellation,
 semantic-empty recovery and sessions, for the OpenAI, Anthropic, Gemini and Ollama protocols.
 
 ``words(n)`` is exactly the text the simulator streams for ``t<N>`` answers, one unit per event, so the

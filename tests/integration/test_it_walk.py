@@ -1,4 +1,4 @@
-"""The reliable walk through real HTTP (issue 5): Client → adapters → simulator, for every protocol.
+"""The reliable walk through real HTTP: Client → adapters → simulator, for every protocol.
 
 Each scenario runs against the OpenAI, Anthropic, Gemini and Ollama wire protocols; the simulator's log
 proves what reached the upstream (how many hits, on which model, with which key).
