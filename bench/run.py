@@ -3,8 +3,8 @@
 Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,pools,hedge] [--out DIR]`` (``make bench`` runs
 the full set).
 
-The full run takes about 6 minutes on 2 cores; ``--quick`` about 2. Everything talks to 127.0.0.1 only,
-and every loop is bounded in count and time.
+The full run takes about 13 minutes on 2 cores; ``--quick`` runs fewer rounds and seeds. Everything talks to
+127.0.0.1 only, and every loop is bounded in count and time.
 """
 
 from __future__ import annotations
