@@ -29,6 +29,9 @@ ANTHROPIC_ONLY_FIELDS = ("mcp_servers", "container")
 OPENAI_PARTS = frozenset(("text", "image_url", "refusal"))
 #: OpenAI chat request fields with no translation to another protocol.
 OPENAI_ONLY_FIELDS = ("audio", "modalities", "prediction", "web_search_options")
+#: The tool kinds each protocol's translation models (a tool without ``type`` is one of them too).
+_ANTHROPIC_TOOLS = frozenset(("custom",))
+_OPENAI_TOOLS = frozenset(("function",))
 _BETA = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(\s*,\s*[A-Za-z0-9][A-Za-z0-9._-]{0,99}){0,15}")
 
 
@@ -40,6 +43,18 @@ def anthropic_beta(headers: Mapping[str, str] | None) -> dict[str, str]:
     if not _BETA.fullmatch(value.strip()):
         raise invalid("anthropic-beta must be a comma-separated list of beta names", param="anthropic-beta")
     return {"anthropic-beta": value.strip()}
+
+
+def _kept(items: list[Any], path: str, translated: frozenset[str], only: list[str]) -> list[Any]:
+    """``items`` without those whose ``type`` has no translation; each one left out is named in ``only``."""
+    kept = []
+    for i, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if isinstance(kind, str) and kind not in translated:
+            only.append(f"{path}[{i}] ({kind[:40]})")
+            continue
+        kept.append(item)
+    return kept
 
 
 def split_anthropic(body: Any) -> tuple[Any, list[str]]:
@@ -60,25 +75,13 @@ def split_anthropic(body: Any) -> tuple[Any, list[str]]:
             if not isinstance(m, dict) or not isinstance(m.get("content"), list):
                 kept_messages.append(m)
                 continue
-            blocks = []
-            for j, block in enumerate(m["content"]):
-                kind = block.get("type") if isinstance(block, dict) else None
-                if isinstance(kind, str) and kind not in ANTHROPIC_BLOCKS:
-                    only.append(f"messages[{i}].content[{j}] ({kind[:40]})")
-                    continue
-                blocks.append(block)
-            kept_messages.append({**m, "content": blocks})
+            kept_messages.append(
+                {**m, "content": _kept(m["content"], f"messages[{i}].content", ANTHROPIC_BLOCKS, only)}
+            )
         out["messages"] = kept_messages
     tools = body.get("tools")
     if isinstance(tools, list):
-        kept_tools = []
-        for i, tool in enumerate(tools):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            if isinstance(kind, str) and kind != "custom":
-                only.append(f"tools[{i}] ({kind[:40]})")
-                continue
-            kept_tools.append(tool)
-        out["tools"] = kept_tools
+        out["tools"] = _kept(tools, "tools", _ANTHROPIC_TOOLS, only)
     return out, only
 
 
@@ -105,26 +108,12 @@ def split_openai_chat(body: Any) -> tuple[Any, list[str]]:
                 only.append(f"messages[{i}] (role function)")
                 continue
             if isinstance(m, dict) and isinstance(m.get("content"), list):
-                parts = []
-                for j, part in enumerate(m["content"]):
-                    kind = part.get("type") if isinstance(part, dict) else None
-                    if isinstance(kind, str) and kind not in OPENAI_PARTS:
-                        only.append(f"messages[{i}].content[{j}] ({kind[:40]})")
-                        continue
-                    parts.append(part)
-                m = {**m, "content": parts}
+                m = {**m, "content": _kept(m["content"], f"messages[{i}].content", OPENAI_PARTS, only)}
             kept_messages.append(m)
         out["messages"] = kept_messages
     tools = body.get("tools")
     if isinstance(tools, list):
-        kept_tools = []
-        for i, tool in enumerate(tools):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            if isinstance(kind, str) and kind != "function":
-                only.append(f"tools[{i}] ({kind[:40]})")
-                continue
-            kept_tools.append(tool)
-        out["tools"] = kept_tools
+        out["tools"] = _kept(tools, "tools", _OPENAI_TOOLS, only)
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         out["tools"], out["tool_choice"] = _allowed_tools(choice, out.get("tools"))
