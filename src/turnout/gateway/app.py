@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from turnout.attribution import Attempt
+from turnout.call import new_call_id
 from turnout.client import Client
 from turnout.errors import ConfigError, UnsupportedRequest
 from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, logged_path, round_ms
@@ -29,7 +30,7 @@ from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
 from turnout.gateway.counting import serve_count_tokens
-from turnout.gateway.edges import Edges, new_request_id
+from turnout.gateway.edges import Edges
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
@@ -76,6 +77,7 @@ class Exchange:
         "provider",
         "request_id",
         "route",
+        "stamped",
         "status",
         "stream",
         "surface",
@@ -94,6 +96,8 @@ class Exchange:
         self.fallback: tuple[str, str] | None = None
         self.call_id: str | None = None
         self.interrupted = False
+        #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).
+        self.stamped = False
 
 
 Handler = Callable[[web.Request, Exchange, Surface], Awaitable[web.StreamResponse]]
@@ -231,7 +235,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange(name, new_request_id(request))
+            ex = Exchange(name, new_call_id())
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
             if self.draining:
@@ -258,7 +262,7 @@ class Gateway:
                             self._idle.set()
                         if ex.status == CLIENT_CLOSED:
                             self._finish(request, ex, t0)
-            if not response.prepared:  # a stream was stamped before it was prepared
+            if not (response.prepared or ex.stamped):  # a stream was stamped before it was prepared
                 self.edges.stamp(request, response, ex.request_id)
             if ex.status != CLIENT_CLOSED:
                 ex.status = response.status
@@ -272,7 +276,7 @@ class Gateway:
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
-            ex = Exchange("page", new_request_id(request))
+            ex = Exchange("page", new_call_id())
             response: web.StreamResponse
             if self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)
@@ -376,7 +380,7 @@ class Gateway:
             response = web.Response(status=503, body=_HEALTH_DRAINING, content_type=JSON)
         else:
             response = web.Response(body=_HEALTH_OK, content_type=JSON)
-        return self.edges.stamp(request, response, new_request_id(request))
+        return self.edges.stamp(request, response, new_call_id())
 
     # --- answers and records --------------------------------------------------------------------
 

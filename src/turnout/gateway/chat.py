@@ -32,6 +32,7 @@ from turnout.gateway.wire import (
 
 if TYPE_CHECKING:
     from turnout.gateway.app import Exchange, Gateway
+    from turnout.reply import Reply
 
 #: The status logged for a request whose client went away before the answer was complete.
 CLIENT_CLOSED = 499
@@ -56,7 +57,16 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
     options = _options(admitted, call, ex)
     if call.stream:
         return await _stream(gw, surface, request, call, options, ex)
-    return await _complete(gw, surface, call, options, ex)
+    # the call is awaited here rather than in a coroutine of its own: one frame fewer on every request
+    try:
+        reply = await gw.client.chat(call.messages, **options)
+    except RefusalError as exc:
+        if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
+            return gw.failure_response(surface, exc, ex)
+        return _refusal(gw, surface, call, exc, ex)
+    except TurnoutError as exc:
+        return gw.failure_response(surface, exc, ex)
+    return _complete(gw, surface, request, call, reply, ex)
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:
@@ -76,17 +86,9 @@ def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]
     }
 
 
-async def _complete(
-    gw: Gateway, surface: Surface, call: ChatCall, options: dict[str, Any], ex: Exchange
-) -> web.StreamResponse:
-    try:
-        reply = await gw.client.chat(call.messages, **options)
-    except RefusalError as exc:
-        if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
-            return gw.failure_response(surface, exc, ex)
-        return _refusal(gw, surface, call, exc, ex)
-    except TurnoutError as exc:
-        return gw.failure_response(surface, exc, ex)
+def _complete(
+    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+) -> web.Response:
     gw.observe_reply(reply, ex)
     headers = attribution_headers(
         reply.served.provider,
@@ -96,7 +98,9 @@ async def _complete(
         reply.call_id,
     )
     headers["Content-Type"] = JSON
-    return web.Response(body=surface.reply_body(reply, call), headers=headers)
+    # stamped before the answer is made: aiohttp copies the headers once, instead of the guard adding to its copy
+    ex.stamped = True
+    return web.Response(body=surface.reply_body(reply, call), headers=gw.edges.stamped(request, headers, ex.request_id))
 
 
 def _refusal(gw: Gateway, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import orjson
 from multidict import CIMultiDictProxy
 
+from turnout._fast import fast_new
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProtocolError, ProviderError, TurnoutError
@@ -33,6 +34,22 @@ _AUTH_BY_PROTOCOL = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
 
 _dumps = orjson.dumps
 _loads = orjson.loads
+_new_response = fast_new(ChatResponse)
+
+
+def with_native(response: ChatResponse, native: Mapping[str, Any]) -> ChatResponse:
+    """``replace(response, native=native)``, at a fifth of its cost: every pass-through answer makes one."""
+    return _new_response(
+        text=response.text,
+        tool_calls=response.tool_calls,
+        usage=response.usage,
+        reasoning=response.reasoning,
+        finish_reason=response.finish_reason,
+        model=response.model,
+        request_id=response.request_id,
+        native=native,
+    )
+
 
 #: Parse failures that mean "the provider sent something malformed", never a crash.
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
@@ -402,7 +419,7 @@ class HTTPAdapter(Provider):
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
         if request.native is not None and self.passes_through(request):
-            parsed = replace(parsed, native=data)
+            parsed = with_native(parsed, data)
         if parsed.request_id is not None:
             return parsed
         request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
