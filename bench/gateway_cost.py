@@ -8,7 +8,8 @@ outside the server process, the real command lines of ``bench/gateway.py``:
   counters are zeroed (``callgrind_control -z``), a fixed number of requests is sent over 32 keep-alive
   connections, and its counters are dumped (``callgrind_control -d``). The garbage collector's runs are not
   counted (whether a full collection falls inside a round or not depends on the run). The first round runs
-  about 2 % above the later ones, which repeat to about 0.1 %: compare the same round of two versions.
+  about 2 % above the later ones, which repeat to about 0.1 % within a run; separate runs of the same code
+  differ by up to about 2 %: compare the same round, over more than one run.
 * ``--cpu``: each server runs natively on the measured CPU; its user + system CPU time (``/proc/PID/stat``)
   is read around a fixed number of requests, in alternating rounds, and the median per request reported.
 
