@@ -191,11 +191,12 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
-                texts = self.builder.text_parts
+                collect = self.builder.text_parts.append
                 on = _HANDLERS
+                text_delta = TextDelta  # a local: read once per event
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
-                thinking = False  # a think tag is open or may be starting (kept in step with self._thinking)
+                inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
                 try:
                     chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
@@ -203,14 +204,9 @@ class Turn:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
-                                if (
-                                    plain
-                                    and not thinking
-                                    and type(event) is TextDelta
-                                    and "<" not in (text := event.text)
-                                ):
+                                if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
-                                        texts.append(text)
+                                        collect(text)
                                         self.visible = True
                                         yield event
                                     continue
@@ -218,7 +214,7 @@ class Turn:
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
                                 for shown in await on[event.type](self, event):
                                     yield shown
-                                thinking = self._thinking
+                                inline = plain and not self._thinking
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:
