@@ -10,7 +10,7 @@ Mistral's content parts, error bodies) live in :mod:`turnout.providers.openai_co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -52,6 +52,8 @@ from turnout.types import (
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _loads = orjson.loads
+#: ``TextDelta(text=...)`` taking the text by position (no keyword to match, once per streamed token).
+_text_delta: Callable[[str], TextDelta] = new_text_delta  # type: ignore[assignment]
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -411,6 +413,7 @@ class ChatStreamDecoder(StreamDecoder):
             return out
         append = out.append
         loads = _loads
+        text_delta = _text_delta
         try:
             payloads, rest = self._sse.lead(chunk)
             other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
@@ -422,16 +425,13 @@ class ChatStreamDecoder(StreamDecoder):
                         return out
                     other += 1
                     continue
-                try:  # the common shape; when nothing raises, obj, choice and delta are dicts
+                try:  # the common shape (a KeyError, TypeError or ValueError: another one)
                     (choice,) = obj["choices"]
                     delta = choice["delta"]
-                    content = delta["content"]
-                    plain = choice["finish_reason"] is None and choice["index"] == 0
-                except (KeyError, TypeError, ValueError):
-                    pass
-                else:
+                    content = delta["content"]  # obj, choice and delta are dicts from here on
                     if (
-                        plain
+                        choice["finish_reason"] is None
+                        and choice["index"] == 0
                         and content.__class__ is str
                         and (len(delta) == 1 or _plain_delta(delta))
                         and "error" not in obj
@@ -442,8 +442,10 @@ class ChatStreamDecoder(StreamDecoder):
                         if self._reported is None and type(reported := obj.get("model")) is str and reported:
                             self._reported = reported
                         if content:
-                            append(new_text_delta(text=content))
+                            append(text_delta(content))
                         continue
+                except (KeyError, TypeError, ValueError):
+                    pass
                 other += 1  # _chunk counts it
                 self._object("", obj, out)
             self._chunks += len(payloads) - other
