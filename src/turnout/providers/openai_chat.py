@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -53,7 +53,7 @@ MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _loads = orjson.loads
 #: ``TextDelta(text=...)`` taking the text by position (no keyword to match, once per streamed token).
-_text_delta: Callable[[str], TextDelta] = new_text_delta  # type: ignore[assignment]
+_text_delta = cast(Callable[[str], TextDelta], new_text_delta)
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
