@@ -754,7 +754,7 @@ _CHANGES = st.lists(
     st.one_of(
         st.tuples(
             st.just("chunk"),
-            st.sampled_from(["choices", "model", "usage", "x_groq", "error", "object"]),
+            st.sampled_from(["choices", "model", "usage", "x_groq", "error", "object", "obfuscation"]),
             st.sampled_from(
                 [*_VALUES, _GONE, "m-2", {"message": "boom"}, "chat.completion.done", {"usage": {"prompt_tokens": 3}}]
             ),
@@ -788,7 +788,13 @@ _CHUNKS = st.one_of(
         _CHANGES,
     ),
     st.sampled_from(_VALUES),
+    # payloads that are not JSON objects as they stand: the end, blanks, padded or broken JSON
+    st.sampled_from([b"[DONE]", b"", b"  ", b' {"choices": []}', b'{"choices": [', b"[DONE] x"]),
 )
+
+
+def _payload(chunk: Any) -> bytes:
+    return chunk if isinstance(chunk, bytes) else orjson.dumps(chunk)
 
 
 def _decoded(decode: Any) -> tuple[list[StreamEvent], str | None]:
@@ -807,30 +813,42 @@ def _plain(**changes: Any) -> dict[str, Any]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_CHUNKS, max_size=6))
-@example([_plain(object="chat.completion.done")])
-@example([_plain(x_groq={"usage": {"prompt_tokens": 3, "completion_tokens": 1}})])
-@example([_plain(usage={"prompt_tokens": 3, "completion_tokens": 1})])
-@example([_plain(model="m-1"), _plain(model="m-2")])
-@example([_plain(choices=[{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}])])
-@example([_plain(choices=[{"index": 0, "delta": {"content": [{"type": "text", "text": "p"}]}}])])
-@example([_plain(choices=[{"index": 1, "delta": {"content": "hi"}}])])
-@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": "no"}}])])
-@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "tool_calls": []}}])])
-def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any]) -> None:
-    """``feed`` takes plain text chunks inline; every chunk shape gives the events ``_object`` gives."""
+@given(st.lists(_CHUNKS, max_size=6), st.booleans())
+@example([_plain(object="chat.completion.done")], False)
+@example([_plain(model=None), _plain(model=None), _plain(model="m-2")], True)
+@example([_plain(usage=None), _plain(usage=None), _plain(usage={"prompt_tokens": 3})], True)
+@example([_plain(object="chat.completion.chunk"), _plain(object="chat.completion.done")], True)
+@example([_plain(), _plain(x_groq={"usage": {"prompt_tokens": 3}}), _plain(error={"message": "boom"})], True)
+@example([_plain(model=[]), _plain(model=[]), _plain(object={})], True)
+@example([_plain(), b"", b"[DONE]", _plain(model="m-2")], True)
+@example([_plain(x_groq={"usage": {"prompt_tokens": 3, "completion_tokens": 1}})], False)
+@example([_plain(usage={"prompt_tokens": 3, "completion_tokens": 1})], False)
+@example([_plain(model="m-1"), _plain(model="m-2")], False)
+@example([_plain(choices=[{"index": 0, "delta": {"content": "hi"}, "finish_reason": "length"}])], False)
+@example([_plain(choices=[{"index": 0, "delta": {"content": [{"type": "text", "text": "p"}]}}])], False)
+@example([_plain(choices=[{"index": 1, "delta": {"content": "hi"}}])], False)
+@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": "no"}}])], False)
+@example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "tool_calls": []}}])], False)
+def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole: bool) -> None:
+    """``feed`` takes plain text chunks inline; every chunk shape gives the events ``_object`` gives.
+
+    Fed one read per event, or all in one read (where the stream's plain shape carries from event to event).
+    """
+    events_wire = [b"data: " + _payload(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
 
     def by_feed(events: list[StreamEvent]) -> None:
         decoder: Any = adapter().decoder(MODEL)
-        for chunk in chunks:
-            events += decoder.feed(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        events += decoder.feed(b"data: [DONE]\n\n")
+        for read in [b"".join(events_wire)] if whole else events_wire:
+            events += decoder.feed(read)
         events += decoder.finish()
 
     def by_object(events: list[StreamEvent]) -> None:
         decoder: Any = adapter().decoder(MODEL)
         for chunk in chunks:
-            decoder._object("", chunk, events)
+            if not isinstance(chunk, bytes):
+                decoder._object("", chunk, events)
+            elif decoder._event("", chunk, events):
+                return
         decoder._event("", b"[DONE]", events)
 
     assert _decoded(by_feed) == _decoded(by_object)

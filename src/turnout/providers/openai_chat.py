@@ -10,8 +10,8 @@ Mistral's content parts, error bodies) live in :mod:`turnout.providers.openai_co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import orjson
 
@@ -52,9 +52,13 @@ from turnout.types import (
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _loads = orjson.loads
+#: ``TextDelta(text=...)`` taking the text by position (no keyword to match, once per streamed token).
+_text_delta = cast(Callable[[str], TextDelta], new_text_delta)
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
+#: Perplexity's closing summary chunk, whose delta repeats the answer.
+_SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
@@ -408,52 +412,49 @@ class ChatStreamDecoder(StreamDecoder):
         if self.done:
             return out
         append = out.append
-        fast = 0  # chunks decoded inline
+        loads = _loads
+        text_delta = _text_delta
         try:
             payloads, rest = self._sse.lead(chunk)
+            other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
             for data in payloads:
-                if data[:1] != b"{":
+                try:
+                    obj = loads(data)
+                except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
                     if self._event("", data, out):
                         return out
+                    other += 1
                     continue
-                try:
-                    obj = _loads(data)
-                except orjson.JSONDecodeError as exc:
-                    raise ProtocolError(
-                        "malformed stream event: invalid JSON", provider=self._provider, model=self._model
-                    ) from exc
-                try:  # the common shape; when nothing raises, obj, choice and delta are dicts
+                try:  # the common shape (a KeyError, TypeError or ValueError: another one)
                     (choice,) = obj["choices"]
                     delta = choice["delta"]
-                    content = delta["content"]
-                except (KeyError, TypeError, ValueError):
-                    pass
-                else:
+                    content = delta["content"]  # obj, choice and delta are dicts from here on
                     if (
-                        type(content) is str
+                        choice["finish_reason"] is None
+                        and choice["index"] == 0
+                        and content.__class__ is str
                         and (len(delta) == 1 or _plain_delta(delta))
-                        and choice.get("finish_reason") is None
-                        and choice.get("index") in (0, None)
                         and "error" not in obj
-                        and obj.get("usage") is None
                         and "x_groq" not in obj
-                        and obj.get("object") != "chat.completion.done"
+                        and obj.get("usage") is None
+                        and obj.get("object") != _SUMMARY
                     ):
-                        fast += 1
                         if self._reported is None and type(reported := obj.get("model")) is str and reported:
                             self._reported = reported
                         if content:
-                            append(new_text_delta(text=content))
+                            append(text_delta(content))
                         continue
+                except (KeyError, TypeError, ValueError):
+                    pass
+                other += 1  # _chunk counts it
                 self._object("", obj, out)
+            self._chunks += len(payloads) - other
             if rest:
                 for name, data in self._sse.feed(rest):
                     if self._event(name, data, out):
                         break
         except TurnoutError as exc:
             return self.defer(exc, out)
-        finally:
-            self._chunks += fast
         return out
 
     def finish(self) -> list[StreamEvent]:
@@ -520,7 +521,7 @@ class ChatStreamDecoder(StreamDecoder):
         choices = obj.get("choices")
         if not choices:
             return
-        summary = obj.get("object") == "chat.completion.done"
+        summary = obj.get("object") == _SUMMARY
         for choice in choices:
             if choice.get("index") not in (0, None):
                 continue

@@ -89,7 +89,6 @@ class Turn:
         served: The route producing the events (provisional until the answer is accepted).
         entry: The index of that route's entry in the walk.
         reply: The accepted reply, once the turn completed.
-        visible: Whether output reached someone who cannot un-see it.
     """
 
     __slots__ = (
@@ -98,6 +97,7 @@ class Turn:
         "_held_tools",
         "_reasoning_visible",
         "_recovering",
+        "_shown_other",
         "_think",
         "_thinking",
         "_usage",
@@ -116,7 +116,6 @@ class Turn:
         "shown",
         "stream",
         "temperature",
-        "visible",
         "walk",
     )
 
@@ -145,7 +144,7 @@ class Turn:
         # Shown text: with visible events every answer text piece is shown as it is collected, so the shown
         # text and the answer's text are one list.
         self.shown: list[str] = self.builder.text_parts if events_visible else []
-        self.visible = False
+        self._shown_other = False  # reasoning or provider-executed tools were shown
         self.reasoning_shown = False
         self.provider_tools = False
         self.served: RouteRef | None = None
@@ -160,6 +159,14 @@ class Turn:
         self._usage: UsageEvent | None = None
         self._completed = False
         self._recovering = False
+
+    @property
+    def visible(self) -> bool:
+        """Whether output reached someone who cannot un-see it: shown text, reasoning or provider-executed tools.
+
+        Derived rather than set per text event: the plain path only collects each text it shows.
+        """
+        return self._shown_other or bool(self.shown)
 
     @property
     def partial_text(self) -> str:
@@ -191,11 +198,12 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
-                texts = self.builder.text_parts
+                collect = self.builder.text_parts.append
                 on = _HANDLERS
+                text_delta = TextDelta  # a local: read once per event
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
-                thinking = False  # a think tag is open or may be starting (kept in step with self._thinking)
+                inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
                 try:
                     chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
@@ -203,22 +211,16 @@ class Turn:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
-                                if (
-                                    plain
-                                    and not thinking
-                                    and type(event) is TextDelta
-                                    and "<" not in (text := event.text)
-                                ):
+                                if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
-                                        texts.append(text)
-                                        self.visible = True
+                                        collect(text)  # shown: it makes the output visible
                                         yield event
                                     continue
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
                                 for shown in await on[event.type](self, event):
                                     yield shown
-                                thinking = self._thinking
+                                inline = plain and not self._thinking
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:
@@ -252,7 +254,7 @@ class Turn:
     async def _reasoning(self, event: ReasoningDelta) -> Sequence[StreamEvent]:
         self.builder.add(event)
         if event.text and self._reasoning_visible:
-            self.visible = self.reasoning_shown = True
+            self._shown_other = self.reasoning_shown = True
             return (event,)
         return _NOTHING
 
@@ -260,7 +262,7 @@ class Turn:
         self.builder.add(event)
         self.provider_tools = True
         if self.events_visible:
-            self.visible = True
+            self._shown_other = True
             return (event,)
         return _NOTHING
 
@@ -282,12 +284,11 @@ class Turn:
 
     async def _answer(self, event: TextDelta) -> Sequence[StreamEvent]:
         """Answer text: collected, drafted, and shown when events are visible."""
-        self.builder.add(event)
         if self.draft is not None:
             self._draft_text += event.text
             await call_sink(self.draft, self._draft_text)
+        self.builder.add(event)  # with visible events its text is shown text, from here to the yield
         if self.events_visible:
-            self.visible = True
             return (event,)
         return _NOTHING
 
@@ -350,7 +351,6 @@ class Turn:
             shown.append(ReasoningDelta(text=recovered.reasoning))
         if recovered.text:
             self.shown.append(recovered.text)
-            self.visible = True
             shown.append(TextDelta(text=recovered.text))
             if self.draft is not None:
                 await call_sink(self.draft, recovered.text)
