@@ -71,6 +71,9 @@ class Rates:
         """The cost of ``usage``; cached and cache-write tokens are priced apart from plain input."""
         total_in = usage.input_tokens
         flat = self._flat
+        if flat is not None and not usage.cached_input_tokens and not usage.cache_write_tokens:
+            # No cache tokens (most answers): the general sum below without its terms that are zero (same float).
+            return ((total_in if total_in > 0 else 0) * flat[0] + usage.output_tokens * flat[1]) / 1_000_000
         if flat is not None:
             in_rate, out_rate, cached_rate, write_rate = flat
         else:

@@ -53,6 +53,8 @@ MAX_RETRY_AFTER_S = 30.0
 MAX_COOLDOWN_S = 60.0
 DEFAULT_COOLDOWN_S = 10.0
 
+_tuple_new = tuple.__new__
+
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
 
@@ -196,15 +198,16 @@ class ReliableProvider(Provider):
             wait = max(wait, min(hint, MAX_RETRY_AFTER_S))
         return wait
 
-    async def cool_down(self, key: str, hint: float | None) -> None:
-        """Cool ``key`` down for the hint (capped at 60 s), else 10 s.
+    def cool_down(self, key: str, hint: float | None) -> Awaitable[None] | None:
+        """Cool ``key`` down for the hint (capped at 60 s), else 10 s: the store's write to await.
 
-        A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written, so a shared
-        store is not asked to keep a deadline that has already passed.
+        A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written (None), so a shared
+        store is not asked to keep a deadline that has already passed, and no coroutine is made for it.
         """
         seconds = min(hint, MAX_COOLDOWN_S) if hint is not None else DEFAULT_COOLDOWN_S
         if seconds > 0:
-            await self.store.set_cooldown(key, self.clock() + seconds)
+            return self.store.set_cooldown(key, self.clock() + seconds)
+        return None
 
     # --- the non-streaming walk -------------------------------------------------------------------
 
@@ -506,16 +509,19 @@ class ReliableProvider(Provider):
         now = self.clock()
         action = decide(
             cls,
-            Position(
-                tries_left,
-                index == walk.order[-1],
-                len(self.entries) == 1,
-                rotates,
-                rotates and pool.other_usable(choice.index, now),
-                rotates and pool.other_live(choice.index, now),
-                entry.refusal_fallback,
-                larger,
-                walk.probing,
+            _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
+                Position,
+                (
+                    tries_left,
+                    index == walk.order[-1],
+                    len(self.entries) == 1,
+                    rotates,
+                    rotates and pool.other_usable(choice.index, now),
+                    rotates and pool.other_live(choice.index, now),
+                    entry.refusal_fallback,
+                    larger,
+                    walk.probing,
+                ),
             ),
             auth_failure=is_dead_key_error(exc),
         )
@@ -529,10 +535,10 @@ class ReliableProvider(Provider):
             walk.probing = False
         hint = exc.retry_after if isinstance(exc, ProviderError) else None
         kid = choice.key_id
-        if action.cool_key and kid is not None:
-            await self.cool_down(pool.key_cooldown(kid), hint)
-        if action.cool_profile:
-            await self.cool_down(entry.profile, hint)
+        if action.cool_key and kid is not None and (write := self.cool_down(pool.key_cooldown(kid), hint)) is not None:
+            await write
+        if action.cool_profile and (write := self.cool_down(entry.profile, hint)) is not None:
+            await write
         if action.report_key and kid is not None:
             await pool.report_auth_failure(kid, witness=walk.witness)
         return action

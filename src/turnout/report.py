@@ -42,6 +42,8 @@ def outcome_of(cls: ErrorClass) -> Outcome:
 
 def error_detail(exc: BaseException) -> str:
     """A content-free tag for an exception (no message text)."""
+    if type(exc) is ProviderError:  # the usual HTTP error: none of the subclasses below (one per failed try)
+        return _provider_detail(exc)
     if isinstance(exc, ProviderTimeout):
         return f"timeout:{exc.phase}"
     if isinstance(exc, StreamTruncated):
@@ -55,10 +57,14 @@ def error_detail(exc: BaseException) -> str:
     if isinstance(exc, EmptyCompletion):
         return "empty_response"
     if isinstance(exc, ProviderError):
-        if exc.auth_failure:
-            return KEY_REJECTED
-        return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
+        return _provider_detail(exc)
     return type(exc).__name__
+
+
+def _provider_detail(exc: ProviderError) -> str:
+    if exc.auth_failure:
+        return KEY_REJECTED
+    return f"http_{exc.status}" if exc.status is not None else (exc.error_type or "provider_error")
 
 
 def diagnostic(a: Attempt) -> tuple[str, str, str]:

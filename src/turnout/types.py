@@ -484,21 +484,22 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
     if isinstance(messages, str):
         return (Message(role="user", content=messages),)
     out: list[Message] = []
-    for i, m in enumerate(messages):
+    add = out.append
+    for m in messages:  # each message adds one: its index is len(out), no enumerate needed
         if type(m) is dict:  # the common case first: an exact dict, no ABC check
             if len(m) == 2:  # {"role": ..., "content": "text"}: built directly
                 role = m.get("role")
                 content = m.get("content")
                 if type(content) is str and role in _SIMPLE_ROLES:
-                    out.append(new_message(role=role, content=content))
+                    add(new_message(role=role, content=content))
                     continue
-            out.append(_message_from_dict(m, i))
+            add(_message_from_dict(m, len(out)))
         elif isinstance(m, Message):
-            out.append(m)
+            add(m)
         elif isinstance(m, Mapping):
-            out.append(_message_from_dict(m, i))
+            add(_message_from_dict(m, len(out)))
         else:
-            raise TypeError(f"messages[{i}] must be a Message or a dict, not {type(m).__name__}")
+            raise TypeError(f"messages[{len(out)}] must be a Message or a dict, not {type(m).__name__}")
     return tuple(out)
 
 

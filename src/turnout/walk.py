@@ -48,6 +48,9 @@ def answer_of(
 
 def refuse_empty(response: ChatResponse) -> None:
     """An empty answer is a failed try (SPEC 6.3)."""
+    text = response.text
+    if text and "<think>" not in text and not text.isspace():  # plain text: an answer, known without the rule
+        return
     if response.is_semantically_empty:
         raise EmptyCompletion(usage=response.usage)
 

@@ -62,6 +62,8 @@ _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
+#: ``[messages, merge_system_into_user, wire messages]`` of the last request converted (see ``_wire_messages``).
+_wire_memo: list[Any] = [None, None, None]
 
 
 def _plain_delta(delta: dict[str, Any]) -> bool:
@@ -147,7 +149,7 @@ class OpenAIChatAdapter(HTTPAdapter):
             body["model"] = model
         elif self.settings.deployment:
             body["model"] = self.settings.deployment
-        body["messages"] = self._messages(request.messages)
+        body["messages"] = self._wire_messages(request.messages)
         if request.tools:
             body["tools"] = list(openai_tools(request.tools).tools)
             if request.tool_choice:
@@ -198,6 +200,21 @@ class OpenAIChatAdapter(HTTPAdapter):
             body.pop("stream", None)
             body.pop("stream_options", None)
         return self.with_merged_extras(body) if self._extras else body
+
+    def _wire_messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+        """:meth:`_messages`, kept for the last request's messages.
+
+        A retry, or a fallback to another entry of this protocol, sends the same list: nothing changes a body's
+        messages once built, and the memo holds the tuple, so its identity cannot pass to another request's.
+        """
+        merge = self.settings.merge_system_into_user
+        memo = _wire_memo
+        if memo[0] is messages and memo[1] is merge:
+            kept: list[dict[str, Any]] = memo[2]
+            return kept
+        out = self._messages(messages)
+        memo[:] = (messages, merge, out)
+        return out
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         merge = self.settings.merge_system_into_user

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts
+from turnout.classify import ErrorFacts, new_error_facts
 from turnout.providers.base import body_excerpt
 from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage, new_usage
 
@@ -215,7 +215,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     if status is None and error_code and error_code.isdigit() and 400 <= int(error_code) < 600:
         # OpenRouter in-band errors may carry the upstream HTTP status as an integer code.
         status = int(error_code)
-    return ErrorFacts(
+    return new_error_facts(
         status=status,
         headers=headers,
         error_type=error_type,

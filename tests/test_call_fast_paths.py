@@ -1,0 +1,174 @@
+"""The shortcuts of the non-streaming per-call path hold to the general code beside them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import turnout.call
+from turnout.classify import ErrorFacts, new_error_facts
+from turnout.config.schema import Profile
+from turnout.errors import ProviderError
+from turnout.keys import KeyPool
+from turnout.policy import Position
+from turnout.pricing import Rates, _Rate
+from turnout.providers.base import AdapterSettings
+from turnout.providers.http import HttpClient
+from turnout.providers.openai_chat import OpenAIChatAdapter
+from turnout.reliable import Entry, ReliableProvider
+from turnout.report import error_detail
+from turnout.state import MemoryStore
+from turnout.types import ChatRequest, ChatResponse, Message, ToolCall, Usage, coerce_messages
+from turnout.walk import refuse_empty
+
+_tokens = st.integers(min_value=0, max_value=10**9)
+_rate = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False)
+
+
+def test_call_ids_are_the_prefix_and_the_counter_in_ten_hex_digits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``new_call_id`` gives what formatting the counter with a width gave, whatever the prefix's leading digits."""
+    for prefix in ("000000000000", "00ab00000001", "ffffffffffff"):
+        monkeypatch.setattr(turnout.call, "_CALL_PREFIX", prefix)
+        monkeypatch.setattr(turnout.call, "_CALL_BASE", (1 << 88) | (int(prefix, 16) << 40))
+        for n in (1, 15, 16, 2**32, 16**10 - 1):
+            monkeypatch.setattr(turnout.call, "_call_numbers", itertools.count(n))
+            assert turnout.call.new_call_id() == prefix + format(n, "010x")
+
+
+_think = st.sampled_from(["", " ", "\n", "<think>", "</think>", "<think>x</think>", "a", "hi there", "\t"])
+
+
+@given(parts=st.lists(_think, max_size=5), calls=st.booleans())
+def test_refuse_empty_agrees_with_the_emptiness_rule(parts: list[str], calls: bool) -> None:
+    """An answer is refused exactly when the general rule says it is semantically empty."""
+    response = ChatResponse(
+        text="".join(parts), tool_calls=(ToolCall(id="c", name="f", arguments="{}"),) if calls else ()
+    )
+    try:
+        refuse_empty(response)
+        refused = False
+    except ProviderError:
+        refused = True
+    assert refused == response.is_semantically_empty
+
+
+@given(
+    inp=_tokens,
+    out=_tokens,
+    rates=st.tuples(_rate, _rate, st.none() | _rate, st.none() | _rate),
+)
+def test_pricing_without_cache_tokens_matches_the_general_sum(
+    inp: int, out: int, rates: tuple[float, float, float | None, float | None]
+) -> None:
+    """Usage without cache tokens costs exactly what the general (tiered) path computes for the same rates."""
+    i, o, c, w = rates
+    flat = Rates(
+        input=_Rate(i),
+        output=_Rate(o),
+        cached_input=_Rate(c) if c is not None else None,
+        cache_write=_Rate(w) if w is not None else None,
+    )
+    never = ((10**12, 99.0),)  # a tier no usage reaches: the same rates, through the general path
+    tiered = Rates(
+        input=_Rate(i, never),
+        output=_Rate(o, never),
+        cached_input=_Rate(c, never) if c is not None else None,
+        cache_write=_Rate(w, never) if w is not None else None,
+    )
+    usage = Usage(input_tokens=inp, output_tokens=out)
+    assert flat.cost(usage) == tiered.cost(usage)
+
+
+class _Sub(ProviderError):
+    """A provider error of a subclass none of the detail rules names: it takes the general path."""
+
+
+@given(
+    status=st.none() | st.sampled_from([400, 401, 403, 429, 500, 503]),
+    etype=st.none() | st.sampled_from(["", "rate_limit_error", "server_error"]),
+    auth=st.booleans(),
+)
+def test_the_detail_of_a_plain_provider_error_matches_the_general_rule(
+    status: int | None, etype: str | None, auth: bool
+) -> None:
+    """A ``ProviderError`` gets the detail tag the general chain of checks gives an error of a plain subclass."""
+    fields = {"status": status, "error_type": etype, "auth_failure": auth}
+    assert error_detail(ProviderError("m", **fields)) == error_detail(_Sub("m", **fields))  # type: ignore[arg-type]
+
+
+@given(
+    status=st.none() | st.integers(min_value=100, max_value=599),
+    etype=st.none() | st.text(max_size=5),
+    code=st.none() | st.text(max_size=5),
+    message=st.text(max_size=10),
+    reason=st.none() | st.text(max_size=5),
+)
+def test_new_error_facts_builds_what_the_class_builds(
+    status: int | None, etype: str | None, code: str | None, message: str, reason: str | None
+) -> None:
+    """``new_error_facts`` makes the record ``ErrorFacts(...)`` makes, defaults and a fresh headers dict included."""
+    fast = new_error_facts(status=status, error_type=etype, error_code=code, message=message, reason=reason)
+    slow = ErrorFacts(status=status, error_type=etype, error_code=code, message=message, reason=reason)
+    assert fast == slow and type(fast) is ErrorFacts
+    assert fast.headers == {} and fast.headers is not new_error_facts().headers
+
+
+def test_a_failed_trys_position_is_the_named_tuple() -> None:
+    """The position ``_settle`` builds with ``tuple.__new__`` is a ``Position`` with every field where it belongs."""
+    made = tuple.__new__(Position, (1, True, False, True, False, True, False, True, False))
+    assert made == Position(1, True, False, True, False, True, False, True, False)
+    assert type(made) is Position and made.larger_entry_remains and not made.probing
+
+
+def test_a_message_of_an_unknown_shape_is_named_by_its_index() -> None:
+    """The error for a bad message names its position, after messages of every accepted form."""
+    good: list[object] = [{"role": "user", "content": "a"}, Message(role="user", content="b"), {"role": "tool"}]
+    with pytest.raises(TypeError, match=r"messages\[3\] must be a Message or a dict"):
+        coerce_messages([*good, 7])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"messages\[1\]\.role"):
+        coerce_messages([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])
+
+
+def _adapter(name: str, *, merge: bool) -> OpenAIChatAdapter:
+    profile = Profile(uri="http://127.0.0.1:9/v1", merge_system_into_user=merge)
+    return OpenAIChatAdapter(AdapterSettings.from_profile(name, profile), HttpClient(), "sk-test-0000")
+
+
+_message = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant"]),
+    content=st.text(max_size=4),
+)
+
+
+@given(requests=st.lists(st.lists(_message, min_size=1, max_size=3), min_size=1, max_size=4), picks=st.data())
+def test_the_wire_messages_kept_for_a_request_are_its_own(requests: list[list[Message]], picks: st.DataObject) -> None:
+    """Whatever order adapters (merging the system prompt or not) convert requests in, each gets its own messages."""
+    adapters = [_adapter("openai.a", merge=False), _adapter("openai.b", merge=True)]
+    built = [ChatRequest(messages=tuple(m)) for m in requests]
+    for _ in range(8):
+        request = picks.draw(st.sampled_from(built))
+        adapter = picks.draw(st.sampled_from(adapters))
+        body = adapter.build_body(request, "m", None, False)
+        assert body["messages"] == adapter._messages(request.messages)
+    again = ChatRequest(messages=tuple(replace(m) for m in built[0].messages))  # equal, but another request
+    assert adapters[0].build_body(again, "m", None, False)["messages"] == adapters[0]._messages(again.messages)
+
+
+def test_a_zero_retry_hint_writes_no_cooldown_and_makes_no_coroutine() -> None:
+    """``cool_down`` with a zero hint returns nothing to await; with a positive one, the store's write."""
+    store = MemoryStore()
+    pool = KeyPool("openai.a", [], store)
+    entry = Entry(profile="openai.a", model="m", providers=(), keys=pool)
+    walk = ReliableProvider([entry], store=store, clock=lambda: 100.0)
+    assert walk.cool_down("openai.a", 0.0) is None
+    assert store.cooldown_until("openai.a", 100.0) is None
+    write = walk.cool_down("openai.a", 5.0)
+    assert write is not None
+    asyncio.run(write)  # type: ignore[arg-type]
+    assert store.cooldown_until("openai.a", 100.0) == 105.0
