@@ -62,8 +62,9 @@ _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
-#: ``[messages, merge_system_into_user, wire messages]`` of the last request converted (see ``_wire_messages``).
-_wire_memo: list[Any] = [None, None, None]
+#: ``(messages, merge_system_into_user, wire messages)`` of the last request converted (see ``_wire_messages``),
+#: replaced and read as one tuple, so a thread never pairs one request's messages with another's wire list.
+_wire_memo: list[tuple[tuple[Message, ...], bool, list[dict[str, Any]]] | None] = [None]
 
 
 def _plain_delta(delta: dict[str, Any]) -> bool:
@@ -208,12 +209,11 @@ class OpenAIChatAdapter(HTTPAdapter):
         messages once built, and the memo holds the tuple, so its identity cannot pass to another request's.
         """
         merge = self.settings.merge_system_into_user
-        memo = _wire_memo
-        if memo[0] is messages and memo[1] is merge:
-            kept: list[dict[str, Any]] = memo[2]
-            return kept
+        memo = _wire_memo[0]
+        if memo is not None and memo[0] is messages and memo[1] is merge:
+            return memo[2]
         out = self._messages(messages)
-        memo[:] = (messages, merge, out)
+        _wire_memo[0] = (messages, merge, out)
         return out
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
