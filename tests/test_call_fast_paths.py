@@ -160,6 +160,53 @@ def test_the_wire_messages_kept_for_a_request_are_its_own(requests: list[list[Me
     assert adapters[0].build_body(again, "m", None, False)["messages"] == adapters[0]._messages(again.messages)
 
 
+_wire_dict = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=4)}),
+    st.fixed_dictionaries({"role": st.sampled_from(["tool", "developer", "robot"]), "content": st.text(max_size=4)}),
+    st.fixed_dictionaries({"role": st.just("user"), "content": st.none() | st.integers()}),
+    st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=4), "name": st.just("n")}),
+    st.fixed_dictionaries({"role": st.just("assistant")}),
+)
+
+
+@given(dicts=st.lists(_wire_dict, min_size=1, max_size=4))
+def test_plain_messages_are_built_as_the_general_conversion_builds_them(dicts: list[dict[str, object]]) -> None:
+    """``ChatRequest.of`` gives the same messages as the general conversion, and plain ones their wire dicts."""
+    try:
+        general: tuple[Message, ...] | None = coerce_messages(dicts)
+    except TypeError:
+        general = None
+    if general is None:
+        with pytest.raises(TypeError):
+            ChatRequest.of(dicts)
+        return
+    request = ChatRequest.of(dicts)
+    assert request.messages == general
+    assert request == ChatRequest(messages=general)
+    roles = ("system", "user", "assistant")
+    plain = all(len(d) == 2 and d["role"] in roles and type(d["content"]) is str for d in dicts)
+    assert (request.openai_messages is not None) == plain
+    adapter = _adapter("openai.a", merge=False)
+    expected = adapter._messages(general)
+    assert adapter.build_body(request, "m", None, False)["messages"] == expected
+    if plain:
+        assert request.openai_messages == expected
+        dicts[0]["content"] = "changed by the caller"
+        assert adapter.build_body(request, "m", None, False)["messages"] == expected
+    merged = _adapter("openai.b", merge=True)
+    assert merged.build_body(request, "m", None, False)["messages"] == merged._messages(general)
+
+
+def test_a_replaced_request_does_not_keep_the_wire_messages_of_the_one_it_was_made_from() -> None:
+    """``dataclasses.replace`` with other messages starts without the kept wire list."""
+    request = ChatRequest.of([{"role": "user", "content": "one"}])
+    assert request.openai_messages == [{"role": "user", "content": "one"}]
+    other = replace(request, messages=(Message(role="user", content="two"),))
+    assert other.openai_messages is None
+    body = _adapter("openai.a", merge=False).build_body(other, "m", None, False)
+    assert body["messages"] == [{"role": "user", "content": "two"}]
+
+
 def test_a_zero_retry_hint_writes_no_cooldown_and_makes_no_coroutine() -> None:
     """``cool_down`` with a zero hint returns nothing to await; with a positive one, the store's write."""
     store = MemoryStore()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from turnout._fast import fast_init
+from turnout._fast import fast_init, fast_new
 from turnout.attribution import Attempt
 from turnout.reply import Reply
 from turnout.types import ChatRequest, ChatResponse, Final, Message, ReasoningDelta, TextDelta, Usage, UsageEvent
@@ -36,6 +36,24 @@ def test_fast_init_keeps_defaults_factories_post_init_and_immutability() -> None
         _Record()  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         _Record("x")  # type: ignore[call-arg]  # keyword-only stays keyword-only
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Cached:
+    name: str
+    memo: list[str] | None = field(default=None, init=False, compare=False)
+    seen: list[str] = field(default_factory=list, init=False)
+
+
+def test_fields_outside_init_get_their_defaults() -> None:
+    """A field that is not a parameter is set to its default (or a fresh factory value) by both constructors."""
+    built = [_Cached(name="x"), fast_new(_Cached)(name="x")]
+    for one in built:
+        assert (one.name, one.memo, one.seen) == ("x", None, [])
+    assert built[0].seen is not built[1].seen
+    with pytest.raises(TypeError):
+        _Cached(name="x", memo=[])  # type: ignore[call-arg]
 
 
 def test_fast_init_rejects_non_frozen_classes() -> None:

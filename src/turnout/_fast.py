@@ -33,7 +33,7 @@ def _plan(cls: type[Any]) -> tuple[list[dataclasses.Field[Any]], dict[str, Any]]
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in vars(cls):
         raise TypeError(f"{cls.__name__} is not a frozen, slotted dataclass")
-    fields = [f for f in dataclasses.fields(cls) if f.init]
+    fields = [f for f in dataclasses.fields(cls) if f.init or _has_default(f)]
     namespace: dict[str, Any] = {
         "_MISSING": _MISSING,
         "_new": object.__new__,
@@ -42,6 +42,10 @@ def _plan(cls: type[Any]) -> tuple[list[dataclasses.Field[Any]], dict[str, Any]]
         "_twin": _twin(cls),
     }
     return fields, namespace
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
 def _twin(cls: type[Any]) -> type[Any] | None:
@@ -63,7 +67,14 @@ def _setters(
     keyword: list[str] = []
     body: list[str] = []
     for i, f in enumerate(fields):
-        if f.default is not dataclasses.MISSING:
+        if not f.init:  # not a parameter: always its default, as the dataclass's own __init__ sets it
+            if f.default is not dataclasses.MISSING:
+                namespace[f"_default{i}"] = f.default
+                param, value = "", f"_default{i}"
+            else:
+                namespace[f"_factory{i}"] = f.default_factory
+                param, value = "", f"_factory{i}()"
+        elif f.default is not dataclasses.MISSING:
             namespace[f"_default{i}"] = f.default
             param, value = f"{f.name}=_default{i}", f.name
         elif f.default_factory is not dataclasses.MISSING:
@@ -71,7 +82,8 @@ def _setters(
             param, value = f"{f.name}=_MISSING", f"_factory{i}() if {f.name} is _MISSING else {f.name}"
         else:
             param, value = f.name, f.name
-        (keyword if f.kw_only else positional).append(param)
+        if param:
+            (keyword if f.kw_only else positional).append(param)
         if plain:
             body.append(f"    self.{f.name} = {value}")
         else:

@@ -237,6 +237,11 @@ class ChatRequest:
         stop: Stop sequences.
         response_format: Structured output; entries that cannot honour it are skipped, never ignore it.
         native: The caller's own wire request, passed through to entries that speak its protocol.
+        openai_messages: ``messages`` as Chat Completions wire dicts, kept so that a retry or a fallback to
+            another entry of that protocol sends the list already built. Not a parameter and never compared:
+            :meth:`of` fills it for plain text messages, the Chat Completions adapter when it first converts
+            the messages, and ``dataclasses.replace`` gives a request without it. Nothing changes the list
+            once it is kept.
     """
 
     messages: tuple[Message, ...]
@@ -246,6 +251,7 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None
     native: NativeRequest | None = None
+    openai_messages: list[dict[str, Any]] | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -260,8 +266,9 @@ class ChatRequest:
         native: NativeRequest | None = None,
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
-        return (new_chat_request if cls is ChatRequest else cls)(
-            messages=coerce_messages(messages),
+        plain = _plain_messages(messages) if type(messages) is list else None
+        request = (new_chat_request if cls is ChatRequest else cls)(
+            messages=coerce_messages(messages) if plain is None else plain[0],
             tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
             tool_choice=tool_choice,
@@ -269,6 +276,9 @@ class ChatRequest:
             response_format=response_format,
             native=native,
         )
+        if plain is not None:
+            object.__setattr__(request, "openai_messages", plain[1])
+        return request
 
     @property
     def last_is_assistant_prefill(self) -> bool:
@@ -486,13 +496,7 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
     out: list[Message] = []
     add = out.append
     for m in messages:  # each message adds one: its index is len(out), no enumerate needed
-        if type(m) is dict:  # the common case first: an exact dict, no ABC check
-            if len(m) == 2:  # {"role": ..., "content": "text"}: built directly
-                role = m.get("role")
-                content = m.get("content")
-                if type(content) is str and role in _SIMPLE_ROLES:
-                    add(new_message(role=role, content=content))
-                    continue
+        if type(m) is dict:  # an exact dict, no ABC check
             add(_message_from_dict(m, len(out)))
         elif isinstance(m, Message):
             add(m)
@@ -504,6 +508,28 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
 
 
 _SIMPLE_ROLES = frozenset(("system", "user", "assistant"))
+
+
+def _plain_messages(messages: list[Any]) -> tuple[tuple[Message, ...], list[dict[str, Any]]] | None:
+    """The messages and their Chat Completions wire dicts, when every one is ``{"role": ..., "content": "text"}``.
+
+    The commonest request, built without the general conversion: the wire dicts are what the Chat Completions
+    adapter would build from the messages (``tests/test_call_fast_paths.py`` holds the two to each other), and
+    they are copies, so a caller changing its dicts later changes neither. None: some message is not plain
+    (:func:`coerce_messages` takes the list, and rejects what is wrong).
+    """
+    out: list[Message] = []
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        if type(m) is not dict or len(m) != 2:
+            return None
+        role = m.get("role")
+        content = m.get("content")
+        if type(content) is not str or role not in _SIMPLE_ROLES:
+            return None
+        out.append(new_message(role=role, content=content))
+        wire.append({"role": role, "content": content})
+    return tuple(out), wire
 
 
 def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:

@@ -62,9 +62,6 @@ _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
-#: ``(messages, merge_system_into_user, wire messages)`` of the last request converted (see ``_wire_messages``),
-#: replaced and read as one tuple, so a thread never pairs one request's messages with another's wire list.
-_wire_memo: list[tuple[tuple[Message, ...], bool, list[dict[str, Any]]] | None] = [None]
 
 
 def _plain_delta(delta: dict[str, Any]) -> bool:
@@ -150,7 +147,7 @@ class OpenAIChatAdapter(HTTPAdapter):
             body["model"] = model
         elif self.settings.deployment:
             body["model"] = self.settings.deployment
-        body["messages"] = self._wire_messages(request.messages)
+        body["messages"] = self._wire_messages(request)
         if request.tools:
             body["tools"] = list(openai_tools(request.tools).tools)
             if request.tool_choice:
@@ -202,18 +199,18 @@ class OpenAIChatAdapter(HTTPAdapter):
             body.pop("stream_options", None)
         return self.with_merged_extras(body) if self._extras else body
 
-    def _wire_messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-        """:meth:`_messages`, kept for the last request's messages.
+    def _wire_messages(self, request: ChatRequest) -> list[dict[str, Any]]:
+        """:meth:`_messages`, kept by the request (``openai_messages``) unless system text is merged.
 
         A retry, or a fallback to another entry of this protocol, sends the same list: nothing changes a body's
-        messages once built, and the memo holds the tuple, so its identity cannot pass to another request's.
+        messages once built.
         """
-        merge = self.settings.merge_system_into_user
-        memo = _wire_memo[0]
-        if memo is not None and memo[0] is messages and memo[1] is merge:
-            return memo[2]
-        out = self._messages(messages)
-        _wire_memo[0] = (messages, merge, out)
+        if self.settings.merge_system_into_user:
+            return self._messages(request.messages)
+        out = request.openai_messages
+        if out is None:
+            out = self._messages(request.messages)
+            object.__setattr__(request, "openai_messages", out)  # a cache: the field is never compared
         return out
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
