@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from provider_kit import (
     Reply,
     bytewise,
@@ -241,6 +243,17 @@ def test_groq_usage_only_in_x_groq() -> None:
 def test_usage_normalisation(raw: dict[str, Any], usage: Usage) -> None:
     """Every vendor's usage becomes input (cached included), cached input, cache writes and output."""
     assert usage_from(raw) == usage
+
+
+_count = st.one_of(st.none(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3))
+
+
+@given(prompt=_count, completion=_count, total=_count)
+def test_usage_without_details_is_read_as_with_empty_details(prompt: object, completion: object, total: object) -> None:
+    """Usage that names no cache or reasoning counts reads as the general path reads it with empty details."""
+    raw = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+    general = {**raw, "prompt_tokens_details": {}, "completion_tokens_details": {}}
+    assert usage_from(raw) == usage_from(general)
 
 
 # --- OpenRouter ---------------------------------------------------------------------------------

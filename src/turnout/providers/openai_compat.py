@@ -56,13 +56,16 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     if type(completion) is not int or completion < 0:
         completion = _int(completion)
     details = raw.get("prompt_tokens_details")
+    out_details = raw.get("completion_tokens_details")
+    if details is None and out_details is None and "prompt_cache_hit_tokens" not in raw:
+        # No cache or reasoning counts (many compatible servers): nothing below would change the two counts.
+        return new_usage(input_tokens=prompt, output_tokens=completion)
     cached = cache_write = 0
     if details is not None and isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
         cache_write = _int(details.get("cache_write_tokens"))
     if not cached and "prompt_cache_hit_tokens" in raw:
         cached = _int(raw["prompt_cache_hit_tokens"])
-    out_details = raw.get("completion_tokens_details")
     reasoning = (
         _int(out_details.get("reasoning_tokens")) if out_details is not None and isinstance(out_details, dict) else 0
     )
