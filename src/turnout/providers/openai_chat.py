@@ -434,26 +434,15 @@ class ChatStreamDecoder(StreamDecoder):
         out: list[StreamEvent] = []
         if self.done:
             return out
-        append = out.append
-        loads = _loads
-        new_event = _new_event
-        set_text = _set_text
-        text_delta = TextDelta
-        run = 0  # the events decoded inline before the first payload that was not
+        run = -1  # the events decoded inline before the first one that was not (-1: every one so far was)
         try:
             payloads, rest = self._sse.lead(chunk)
             other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
             for data in payloads:
-                try:
-                    obj = loads(data)
-                except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
-                    if not other:
-                        run = len(out)
-                    other += 1
-                    if self._event("", data, out):
-                        break
-                    continue
+                # Module names rather than locals: a global call needs no PUSH_NULL, and ``out.append`` is
+                # specialised by the interpreter (a bound method held in a local is not).
                 try:  # the common shape (a KeyError, TypeError or ValueError: another one)
+                    obj = _loads(data)
                     (choice,) = obj["choices"]
                     delta = choice["delta"]
                     content = delta["content"]  # obj, choice and delta are dicts from here on
@@ -470,28 +459,37 @@ class ChatStreamDecoder(StreamDecoder):
                         if self._reported is None and type(reported := obj.get("model")) is str and reported:
                             self._reported = reported
                         if content:
-                            append(event := new_event(text_delta))
-                            set_text(event, content)
+                            out.append(event := _new_event(TextDelta))
+                            _set_text(event, content)
                         continue
+                except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
+                    if run < 0:
+                        run = len(out)
+                    other += 1
+                    if self._event("", data, out):
+                        break
+                    continue
                 except (KeyError, TypeError, ValueError):
                     pass
-                if not other:
+                if run < 0:
                     run = len(out)
                 other += 1  # _chunk counts it
                 self._object("", obj, out)
             else:
-                if not other:
-                    run = len(out)
                 if rest:
+                    if run < 0:
+                        run = len(out)
                     for name, data in self._sse.feed(rest):
                         if self._event(name, data, out):
                             break
             self._chunks += len(payloads) - other
         except TurnoutError as exc:
             return self.defer(exc, out)
-        # No '<' byte and no escape in the read: none of its texts can hold a '<' (JSON may write it \u003c).
-        if run > 1 and b"<" not in chunk and b"\\" not in chunk:
-            return TextRun(out, run)
+        if len(out) > 1 and b"<" not in chunk and b"\\" not in chunk:
+            # No '<' byte and no escape in the read: none of its texts holds a '<' (JSON may write it \u003c).
+            lead = len(out) if run < 0 else run
+            if lead > 1:
+                return TextRun(out, lead)
         return out
 
     def finish(self) -> list[StreamEvent]:

@@ -198,7 +198,7 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
-                collect = self.builder.text_parts.append
+                parts = self.builder.text_parts  # ``parts.append`` is specialised; a bound method in a local is not
                 on = _HANDLERS
                 text_delta = TextDelta  # a local: read once per event
                 text_run = TextRun
@@ -216,13 +216,13 @@ class Turn:
                                 # and yield each of its events, nothing else, so that is all that is done.
                                 lead = batch.lead
                                 for event in batch[:lead]:
-                                    collect(event.text)  # type: ignore[union-attr]  # a TextDelta: shown
+                                    parts.append(event.text)  # type: ignore[union-attr]  # a TextDelta: shown
                                     yield event
                                 batch = batch[lead:]
                             for event in batch:
                                 if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
-                                        collect(text)  # shown: it makes the output visible
+                                        parts.append(text)  # shown: it makes the output visible
                                         yield event
                                     continue
                                 if self.cancel is not None and self.cancel.is_set():
