@@ -97,11 +97,9 @@ async def _both(batches: list[list[StreamEvent]], runs: list[int] | None = None)
     return (_seen(plain), reply_plain), (_seen(general), reply_general)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(_events, min_size=1, max_size=4), min_size=1, max_size=6))
-def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[StreamEvent]]) -> None:
-    """Any mix of text (with think tags split anywhere), reasoning, usage and tool calls: same events, same reply."""
-    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches))
+def _assert_same(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> None:
+    """The plain stream and the handlers' turn yield the same events and reply the same."""
+    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches, runs))
     assert plain == general
     assert (reply_a.text, reply_a.reasoning, reply_a.tool_calls, reply_a.usage) == (
         reply_b.text,
@@ -109,6 +107,13 @@ def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[S
         reply_b.tool_calls,
         reply_b.usage,
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_events, min_size=1, max_size=4), min_size=1, max_size=6))
+def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[StreamEvent]]) -> None:
+    """Any mix of text (with think tags split anywhere), reasoning, usage and tool calls: same events, same reply."""
+    _assert_same(batches)
 
 
 _plain_texts = st.sampled_from(["hi ", "a", " done", "think", "th", "ink>", "/"]).map(lambda t: TextDelta(text=t))
@@ -121,14 +126,7 @@ _plain_texts = st.sampled_from(["hi ", "a", " done", "think", "th", "ink>", "/"]
 )
 def test_a_vouched_run_yields_what_the_handlers_yield(batches: list[list[StreamEvent]], runs: list[int]) -> None:
     """Batches that open with runs of plain text vouched for (think tags open or not): same events, same reply."""
-    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches, runs))
-    assert plain == general
-    assert (reply_a.text, reply_a.reasoning, reply_a.tool_calls, reply_a.usage) == (
-        reply_b.text,
-        reply_b.reasoning,
-        reply_b.tool_calls,
-        reply_b.usage,
-    )
+    _assert_same(batches, runs)
 
 
 def test_a_run_shows_exactly_what_was_yielded() -> None:

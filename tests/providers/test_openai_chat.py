@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -807,6 +808,17 @@ def _decoded(decode: Any) -> tuple[list[StreamEvent], str | None]:
     return events, None
 
 
+def _by_object(chunks: list[Any], events: list[StreamEvent]) -> None:
+    """The general path's events for ``chunks`` (each parsed already, or raw bytes), then ``[DONE]``."""
+    decoder: Any = adapter().decoder(MODEL)
+    for chunk in chunks:
+        if not isinstance(chunk, bytes):
+            decoder._object("", chunk, events)
+        elif decoder._event("", chunk, events):
+            return
+    decoder._event("", b"[DONE]", events)
+
+
 def _plain(**changes: Any) -> dict[str, Any]:
     chunk = {"model": "m-1", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
     return {**chunk, **changes}
@@ -842,16 +854,23 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole:
             events += decoder.feed(read)
         events += decoder.finish()
 
-    def by_object(events: list[StreamEvent]) -> None:
-        decoder: Any = adapter().decoder(MODEL)
-        for chunk in chunks:
-            if not isinstance(chunk, bytes):
-                decoder._object("", chunk, events)
-            elif decoder._event("", chunk, events):
-                return
-        decoder._event("", b"[DONE]", events)
+    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
 
-    assert _decoded(by_feed) == _decoded(by_object)
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CHUNKS, max_size=10), st.lists(st.integers(min_value=0, max_value=11), max_size=4))
+def test_chunks_read_in_any_grouping_decode_as_the_general_path_does(chunks: list[Any], cuts: list[int]) -> None:
+    """Events grouped into reads anyhow (runs of plain text in some reads, not others): ``_object``'s events."""
+    wire = [b"data: " + _payload(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
+    bounds = sorted({0, len(wire), *(min(c, len(wire)) for c in cuts)})
+
+    def by_feed(events: list[StreamEvent]) -> None:
+        decoder: Any = adapter().decoder(MODEL)
+        for start, end in itertools.pairwise(bounds):
+            events += decoder.feed(b"".join(wire[start:end]))
+        events += decoder.finish()
+
+    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
 
 
 def _is_plain_text(event: StreamEvent) -> bool:
