@@ -1,4 +1,4 @@
-"""The streamed turn's shortcut for plain text holds to its general path (per-event handlers)."""
+"""The streamed turn's shortcuts for plain text (per event, and a run an adapter vouches for) hold to its handlers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fakes import FULL, FakeClock
 from turnout import Client
 from turnout.provider import Provider
+from turnout.streams import TextRun
 from turnout.types import (
     Capabilities,
     ChatRequest,
@@ -43,11 +44,22 @@ _events = st.one_of(
 )
 
 
-class Batches(Provider):
-    """Streams the given event batches, then a final event."""
+def _plain_lead(batch: list[StreamEvent]) -> int:
+    """How many events open ``batch`` that a ``TextRun`` may vouch for (text, not empty, no '<')."""
+    n = 0
+    for event in batch:
+        if type(event) is not TextDelta or not event.text or "<" in event.text:
+            break
+        n += 1
+    return n
 
-    def __init__(self, batches: list[list[StreamEvent]]) -> None:
+
+class Batches(Provider):
+    """Streams the given event batches, then a final event; ``runs`` says how many events of each to vouch for."""
+
+    def __init__(self, batches: list[list[StreamEvent]], runs: list[int] | None = None) -> None:
         self.batches = batches
+        self.runs = runs or []
 
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
         return ChatResponse(text="recovered", model=model)  # a semantically empty stream is recovered
@@ -55,18 +67,19 @@ class Batches(Provider):
     async def stream_batches(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[list[StreamEvent], None]:
-        for batch in self.batches:
-            yield list(batch)
+        for i, batch in enumerate(self.batches):
+            lead = min(self.runs[i] if i < len(self.runs) else 0, _plain_lead(batch))
+            yield TextRun(batch, lead) if lead else list(batch)
         yield [Final(finish_reason="stop", model=model)]
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         return FULL
 
 
-def _client(batches: list[list[StreamEvent]]) -> Client:
+def _client(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> Client:
     clock = FakeClock()
     return Client.from_toml(
-        CONFIG, adapter_builder=lambda *_: Batches(batches), clock=clock, sleep=clock.sleep, ledger=False
+        CONFIG, adapter_builder=lambda *_: Batches(batches, runs), clock=clock, sleep=clock.sleep, ledger=False
     )
 
 
@@ -74,8 +87,8 @@ def _seen(events: list[Any]) -> list[tuple[str, str]]:
     return [(e.type, getattr(e, "text", "")) for e in events]
 
 
-async def _both(batches: list[list[StreamEvent]]) -> tuple[Any, Any]:
-    async with _client(batches) as c:
+async def _both(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> tuple[Any, Any]:
+    async with _client(batches, runs) as c:
         stream = c.stream("hi")  # the shortcut: no cancel event, no draft
         plain = [e async for e in stream]
         reply_plain = stream.response
@@ -84,11 +97,9 @@ async def _both(batches: list[list[StreamEvent]]) -> tuple[Any, Any]:
     return (_seen(plain), reply_plain), (_seen(general), reply_general)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(_events, min_size=1, max_size=4), min_size=1, max_size=6))
-def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[StreamEvent]]) -> None:
-    """Any mix of text (with think tags split anywhere), reasoning, usage and tool calls: same events, same reply."""
-    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches))
+def _assert_same(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> None:
+    """The plain stream and the handlers' turn yield the same events and reply the same."""
+    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches, runs))
     assert plain == general
     assert (reply_a.text, reply_a.reasoning, reply_a.tool_calls, reply_a.usage) == (
         reply_b.text,
@@ -96,3 +107,43 @@ def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[S
         reply_b.tool_calls,
         reply_b.usage,
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_events, min_size=1, max_size=4), min_size=1, max_size=6))
+def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[StreamEvent]]) -> None:
+    """Any mix of text (with think tags split anywhere), reasoning, usage and tool calls: same events, same reply."""
+    _assert_same(batches)
+
+
+_plain_texts = st.sampled_from(["hi ", "a", " done", "think", "th", "ink>", "/"]).map(lambda t: TextDelta(text=t))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(st.one_of(_plain_texts, _events), min_size=1, max_size=6), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=0, max_value=6), max_size=6),
+)
+def test_a_vouched_run_yields_what_the_handlers_yield(batches: list[list[StreamEvent]], runs: list[int]) -> None:
+    """Batches that open with runs of plain text vouched for (think tags open or not): same events, same reply."""
+    _assert_same(batches, runs)
+
+
+def test_a_run_shows_exactly_what_was_yielded() -> None:
+    """Inside a vouched run the shown text grows with each event yielded; stopping there keeps exactly that."""
+    texts = ["a", "b", "c", "d", "e"]
+
+    async def run() -> None:
+        async with _client([[TextDelta(text=t) for t in texts]], [5]) as c:
+            stream = c.stream("hi")
+            seen: list[str] = []
+            async for event in stream:
+                assert isinstance(event, TextDelta)
+                seen.append(event.text)
+                assert stream.partial_text == "".join(seen)
+                if len(seen) == 3:
+                    break
+            await stream.aclose()
+            assert stream.partial_text == "abc"
+
+    asyncio.run(run())

@@ -191,7 +191,7 @@ class ReliableStream:
                         shown = side.note_output(batch)
                     if UsageEvent in map(type, batch):
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
-                    if type(batch[-1]) is Final:
+                    if batch[-1].__class__ is Final:
                         outcome = "ok"
                         if (closing := side.walk.healthy(side.entry, side.served)) is not None:
                             await closing
@@ -201,7 +201,7 @@ class ReliableStream:
                         shown = side.note_output(batch)
                     if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
-                    if type(batch[-1]) is Final:  # Final is always the last event of a stream
+                    if batch[-1].__class__ is Final:  # Final is always the last event of a stream
                         outcome = "ok"
                         if (closing := side.walk.healthy(side.entry, side.served)) is not None:
                             await closing

@@ -324,6 +324,22 @@ def test_lead_splits_only_complete_one_line_events_at_a_boundary() -> None:
     assert parser.lead(b" done\n\n") == ([], b" done\n\n")  # something carried over: not a boundary
 
 
+def test_lead_splits_only_where_feed_left_nothing_carried_over() -> None:
+    """An event begun (data or name), a CR or a tail left by ``feed`` stops the split; a clean end lets it."""
+    for begun in (b"data: a\n", b"event: e\n", b"data: a\r", b"dat"):
+        parser = SSEParser()
+        parser.feed(begun)
+        assert parser.lead(b"data: b\n\n") == ([], b"data: b\n\n"), begun
+    parser = SSEParser()
+    parser.feed(b"data: a\n\n")
+    assert parser.lead(b"data: b\n\n") == ([b"b"], b"")
+    parser.feed(b"data: c\r")
+    parser.feed(b"\n")  # the LF of the CRLF: the event's data line is done, its blank line is not
+    assert parser.lead(b"data: d\n\n") == ([], b"data: d\n\n")
+    parser.feed(b"\n")
+    assert parser.lead(b"data: d\n\n") == ([b"d"], b"")
+
+
 def test_lead_respects_the_line_bound() -> None:
     parser = SSEParser(max_line=8)
     payloads, rest = parser.lead(b"data: 0123456789\n\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from provider_kit import Reply, bytewise, fixture_path, make_adapter, random_spl
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import HttpClient
 from turnout.providers.base import HTTPAdapter
-from turnout.streams import acollect, collect
+from turnout.streams import TextRun, acollect, collect
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -807,6 +808,17 @@ def _decoded(decode: Any) -> tuple[list[StreamEvent], str | None]:
     return events, None
 
 
+def _by_object(chunks: list[Any], events: list[StreamEvent]) -> None:
+    """The general path's events for ``chunks`` (each parsed already, or raw bytes), then ``[DONE]``."""
+    decoder: Any = adapter().decoder(MODEL)
+    for chunk in chunks:
+        if not isinstance(chunk, bytes):
+            decoder._object("", chunk, events)
+        elif decoder._event("", chunk, events):
+            return
+    decoder._event("", b"[DONE]", events)
+
+
 def _plain(**changes: Any) -> dict[str, Any]:
     chunk = {"model": "m-1", "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
     return {**chunk, **changes}
@@ -842,16 +854,79 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole:
             events += decoder.feed(read)
         events += decoder.finish()
 
-    def by_object(events: list[StreamEvent]) -> None:
-        decoder: Any = adapter().decoder(MODEL)
-        for chunk in chunks:
-            if not isinstance(chunk, bytes):
-                decoder._object("", chunk, events)
-            elif decoder._event("", chunk, events):
-                return
-        decoder._event("", b"[DONE]", events)
+    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
 
-    assert _decoded(by_feed) == _decoded(by_object)
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CHUNKS, max_size=10), st.lists(st.integers(min_value=0, max_value=11), max_size=4))
+def test_chunks_read_in_any_grouping_decode_as_the_general_path_does(chunks: list[Any], cuts: list[int]) -> None:
+    """Events grouped into reads anyhow (runs of plain text in some reads, not others): ``_object``'s events."""
+    wire = [b"data: " + _payload(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
+    bounds = sorted({0, len(wire), *(min(c, len(wire)) for c in cuts)})
+
+    def by_feed(events: list[StreamEvent]) -> None:
+        decoder: Any = adapter().decoder(MODEL)
+        for start, end in itertools.pairwise(bounds):
+            events += decoder.feed(b"".join(wire[start:end]))
+        events += decoder.finish()
+
+    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
+
+
+def _is_plain_text(event: StreamEvent) -> bool:
+    return type(event) is TextDelta and bool(event.text) and "<" not in event.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CHUNKS, max_size=8), st.sampled_from(["hi", "a b", "x\ny", "a<b", "<think>", ""]))
+def test_a_text_run_holds_what_it_vouches_for(chunks: list[Any], text: str) -> None:
+    """Whatever a read mixes, a ``TextRun`` that ``feed`` returns opens with ``lead`` plain text events."""
+    plain = [_plain(choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}])] * 3
+    read = b"".join(b"data: " + _payload(chunk) + b"\n\n" for chunk in [*plain, *chunks, *plain])
+    decoder: Any = adapter().decoder(MODEL)
+    try:
+        batch = decoder.feed(read)
+    except TurnoutError:
+        return
+    if type(batch) is TextRun:
+        assert batch.lead >= 2
+        assert all(map(_is_plain_text, batch[: batch.lead]))
+    elif text and b"<" not in read and b"\\" not in read and decoder._deferred is None:  # three plain chunks open it
+        pytest.fail(f"no run for three plain chunks of {text!r}: {batch!r}")
+
+
+def test_a_read_of_plain_text_comes_back_as_a_text_run() -> None:
+    """A read opening with two or more plain chunks is a TextRun of them; one chunk, a '<' or an escape is not."""
+
+    def fed(read: bytes) -> list[StreamEvent]:
+        return adapter().decoder(MODEL).feed(read)  # type: ignore[no-any-return]
+
+    def chunks(*texts: str) -> bytes:
+        obj = _plain()
+        return b"".join(
+            b"data: "
+            + orjson.dumps({**obj, "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]})
+            + b"\n\n"
+            for t in texts
+        )
+
+    run = fed(chunks("a", "b", "") + b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\n\n' + chunks("c"))
+    assert type(run) is TextRun and run.lead == 2
+    assert [e.text if type(e) is TextDelta else e.type for e in run] == ["a", "b", "c"]
+    assert type(fed(chunks("a"))) is list  # one event: cheaper checked than vouched for
+    assert type(fed(chunks("a", "<b"))) is list
+    escaped = chunks("a", "b").replace(b'"b"', b'"\\u003cb"')  # JSON may write '<' as \u003c
+    assert type(fed(escaped)) is list and fed(escaped)[1] == TextDelta(text="<b")
+
+
+def test_inline_text_events_are_the_records_the_class_makes() -> None:
+    """A text event decoded inline is a TextDelta like any other: equal, hashable, frozen."""
+    read = b"".join(b"data: " + orjson.dumps(_plain()) + b"\n\n" for _ in range(2))
+    event, _ = adapter().decoder(MODEL).feed(read)
+    assert type(event) is TextDelta and event == TextDelta(text="hi") and hash(event) == hash(TextDelta(text="hi"))
+    assert repr(event) == repr(TextDelta(text="hi")) and event.type == "text"
+    with pytest.raises(AttributeError):
+        event.text = "changed"  # type: ignore[misc]
 
 
 # --- the plain-answer path of parse_response reads what the general path reads ----------------------------

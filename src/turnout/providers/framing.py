@@ -34,7 +34,7 @@ class SSEParser:
     can inspect them at EOF.
     """
 
-    __slots__ = ("_cr", "_data", "_event", "_max", "_size", "_tail", "comments", "stray")
+    __slots__ = ("_between", "_cr", "_data", "_event", "_max", "_size", "_tail", "comments", "stray")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self._tail = b""
@@ -45,15 +45,23 @@ class SSEParser:
         self._max = max_line
         self.comments = 0
         self.stray: list[bytes] = []
+        # Nothing carried over (no tail, no event begun, no CR pending): kept by feed so that lead, once per
+        # network read, asks one attribute rather than four.
+        self._between = True
+
+    def _settle(self) -> None:
+        self._between = not (self._tail or self._data or self._event or self._cr)
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume a chunk; return the events it completed."""
         if not chunk:  # an empty read must not forget a pending CR (the LF of its CRLF may come next)
             return []
+        self._between = False  # until the chunk is consumed (an error leaves it so: lead then declines)
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._cr = False
         if not chunk:
+            self._settle()
             return []
         if b"\r" in chunk:
             self._cr = chunk.endswith(b"\r")
@@ -68,6 +76,7 @@ class SSEParser:
         self._tail = data[pos:]
         if len(self._tail) > self._max:
             raise ProtocolError(f"stream line longer than {self._max} bytes")
+        self._settle()
         return out
 
     def lead(self, chunk: bytes) -> tuple[list[bytes], bytes]:
@@ -77,7 +86,7 @@ class SSEParser:
         (nothing carried over from earlier chunks, no CR in sight); otherwise nothing is split off. The rest
         goes to :meth:`feed`, which continues from a clean boundary.
         """
-        if self._tail or self._data or self._event or self._cr or b"\r" in chunk:
+        if not self._between or b"\r" in chunk:
             return [], chunk
         limit = self._max
         end = chunk.rfind(b"\n\n") + 2
@@ -144,6 +153,7 @@ class SSEParser:
             self.stray.append(self._tail)
             self._tail = b""
         self._line(b"", out)
+        self._settle()
         return out
 
 

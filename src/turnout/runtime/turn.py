@@ -41,7 +41,7 @@ from turnout.errors import (
 from turnout.reliable import ReliableProvider, ReliableStream, Resume
 from turnout.reply import Reply
 from turnout.runtime.cancel import CancelWatcher
-from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
+from turnout.streams import ResponseBuilder, TextRun, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -198,9 +198,10 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
-                collect = self.builder.text_parts.append
+                parts = self.builder.text_parts  # ``parts.append`` is specialised; a bound method in a local is not
                 on = _HANDLERS
                 text_delta = TextDelta  # a local: read once per event
+                text_run = TextRun
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
                 inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
@@ -210,10 +211,18 @@ class Turn:
                         async for batch in upstream:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
+                            if batch.__class__ is text_run and inline:
+                                # The adapter vouches for the run (see TextRun): the handlers would collect
+                                # and yield each of its events, nothing else, so that is all that is done.
+                                lead = batch.lead
+                                for event in batch[:lead]:
+                                    parts.append(event.text)  # type: ignore[union-attr]  # a TextDelta: shown
+                                    yield event
+                                batch = batch[lead:]
                             for event in batch:
                                 if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
-                                        collect(text)  # shown: it makes the output visible
+                                        parts.append(text)  # shown: it makes the output visible
                                         yield event
                                     continue
                                 if self.cancel is not None and self.cancel.is_set():
