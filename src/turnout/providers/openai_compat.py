@@ -15,6 +15,7 @@ compatible vendor; the differences it has to absorb live here as small pure func
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -36,7 +37,7 @@ def _int(value: Any) -> int:
         return 0
     if isinstance(value, int):
         return max(value, 0)
-    if isinstance(value, float) and value == value and value >= 0:
+    if isinstance(value, float) and 0 <= value < math.inf:  # not NaN, not infinite
         return int(value)
     return 0
 
