@@ -483,7 +483,7 @@ class ReliableProvider(Provider):
             status=status,
             key_id=choice.key_id if choice is not None else None,
             usage=usage,
-            cost_usd=self.cost(entry, model, usage),
+            cost_usd=self.cost(entry, model, usage) if usage is not None else None,  # a failure rarely has usage
             started_at=started,
             duration_ms=elapsed * 1000.0,
             ttft_ms=ttft_ms,
