@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import turnout.call
-from turnout.classify import ErrorFacts, new_error_facts
+from turnout.classify import ErrorFacts, new_error_facts, provider_error
 from turnout.config.schema import Profile
-from turnout.errors import ProviderError
+from turnout.errors import ProviderError, RefusalError
 from turnout.keys import KeyPool
 from turnout.policy import Position
 from turnout.pricing import Rates, _Rate
@@ -219,3 +219,25 @@ def test_a_zero_retry_hint_writes_no_cooldown_and_makes_no_coroutine() -> None:
     assert write is not None
     asyncio.run(write)  # type: ignore[arg-type]
     assert store.cooldown_until("openai.a", 100.0) == 105.0
+
+
+@given(
+    status=st.none() | st.sampled_from([400, 401, 403, 429, 500]),
+    etype=st.none() | st.sampled_from(["requests", "content_filter", "authentication_error", "x"]),
+    code=st.none() | st.sampled_from(["content_filter", "rate_limit_exceeded", "invalid_api_key", "1"]),
+    message=st.sampled_from(["", "slow down", "blocked by a content filter", "try again in 2s"]),
+    request_id=st.none() | st.just("req-1"),
+)
+def test_provider_error_builds_what_the_class_call_builds(
+    status: int | None, etype: str | None, code: str | None, message: str, request_id: str | None
+) -> None:
+    """The error made by ``__new__`` then ``__init__`` is the class call's: type, args, message, every attribute."""
+    facts = ErrorFacts(status=status, error_type=etype, error_code=code, message=message)
+    made = provider_error(facts, provider="openai.a", model="m", request_id=request_id, secrets=("sk-test-0000",))
+    fields = {k: v for k, v in vars(made).items() if k != "message"}
+    if isinstance(made, RefusalError):
+        del fields["attempts"]
+    called = type(made)(made.message, **fields)
+    assert type(made) in (ProviderError, RefusalError)
+    assert made.args == called.args == (made.message,) and str(made) == str(called)
+    assert vars(made) == vars(called)

@@ -14,7 +14,7 @@ from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_s
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call
 from turnout.entry import Served, new_served
-from turnout.errors import TurnoutError
+from turnout.errors import ErrorClass, ProviderError, TurnoutError
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
 from turnout.reliable import ReliableProvider
@@ -211,3 +211,79 @@ def test_a_kept_notice_is_the_notice_the_rule_makes(
     served = RouteRef(provider=served_profile, model=served_model)
     assert fallback_notice(requested, served, intra_family=intra_family) == _notice(requested, served, intra_family)
     assert len(_notices) <= 256
+
+
+@settings(max_examples=200, deadline=None)
+@given(_states)
+def test_a_skip_is_recorded_as_attempt_records_it(state: State) -> None:
+    """Every cooldown or breaker skip is the record ``ReliableProvider.attempt`` makes of that skip."""
+
+    async def skips() -> tuple[ReliableProvider, list[Attempt]]:
+        store = LongWay()
+        route = _route(store)
+        await _fill(store, route, state)
+        w = Walk(route, None, "m", None)
+        for i, e in enumerate(route.entries):
+            w.admits(i, e, "m", req(), False, stream=False)
+        return route, w.attempts
+
+    route, attempts = asyncio.run(skips())
+    for a in attempts:
+        general = route.attempt(
+            route.entries[a.entry],
+            a.entry,
+            a.model,
+            a.outcome,
+            try_number=0,
+            started=a.started_at,
+            retry_after=a.retry_after,
+            stream=a.stream,
+            detail=a.detail,
+        )
+        assert general == a and a.outcome in ("cooldown_skip", "breaker_skip")
+
+
+_hints = st.sampled_from([None, 0.0, -1.0, 0.5, 90.0])
+
+
+def _snapshot(store: MemoryStore, breakers: Breakers | None, w: Walk) -> object:
+    """What settling a failure may change: cooldowns, breakers, key records, failure streaks, the walk's probe."""
+    streaks = {k: (s.failures, list(s._tries)) for k, s in breakers.streaks.items()} if breakers is not None else {}
+    return store.cooldowns(NOW), store.breakers(), store.key_records(), streaks, w.probing
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cls=st.sampled_from(list(ErrorClass)),
+    hint=_hints,
+    index=st.integers(0, 2),
+    tries_left=st.integers(0, 2),
+    probing=st.booleans(),
+    auth=st.booleans(),
+    with_breakers=st.booleans(),
+)
+def test_a_failure_settled_without_updates_has_none_to_make(
+    cls: ErrorClass, hint: float | None, index: int, tries_left: int, probing: bool, auth: bool, with_breakers: bool
+) -> None:
+    """When ``settle`` gives nothing to await, applying its action anyway changes no cooldown, breaker or key."""
+
+    async def go() -> None:
+        store = MemoryStore()
+        route = _route(store)
+        if not with_breakers:
+            route.breakers = None
+        w = Walk(route, None, "m", None)
+        w.probing = probing
+        entry = route.entries[index]
+        choice = entry.keys.pick(NOW)
+        assert choice is not None
+        exc = ProviderError("failed", error_class=cls, status=429, retry_after=hint, auth_failure=auth)
+        action, updates = route.settle(w, index, entry, "m", choice, exc, cls, tries_left)
+        before = _snapshot(store, route.breakers, w)
+        if updates is None:
+            await route._update(w, entry, "m", choice.key_id, action, hint, NOW)
+            assert _snapshot(store, route.breakers, w) == before
+        else:
+            await updates
+
+    asyncio.run(go())

@@ -46,7 +46,7 @@ from turnout.report import aggregate_message, error_detail
 from turnout.state import MemoryStore, StateStore
 from turnout.stats import Stats
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage, can_serve, unservable_reason
-from turnout.walk import Admission, Walk, answer_of, refuse_empty
+from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, refuse_empty
 
 MIN_BACKOFF_S = 0.05
 MAX_RETRY_AFTER_S = 30.0
@@ -54,6 +54,14 @@ MAX_COOLDOWN_S = 60.0
 DEFAULT_COOLDOWN_S = 10.0
 
 _tuple_new = tuple.__new__
+#: A global: reading a member off its enum class costs about 900 instructions on CPython 3.11 (see ``walk.TRY``).
+_CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
+
+
+def cooldown_seconds(hint: float | None) -> float:
+    """How long a cooldown for a retry hint lasts: the hint (capped at 60 s), else 10 s (0 or less: none at all)."""
+    return min(hint, MAX_COOLDOWN_S) if hint is not None else DEFAULT_COOLDOWN_S
+
 
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
@@ -204,7 +212,7 @@ class ReliableProvider(Provider):
         A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written (None), so a shared
         store is not asked to keep a deadline that has already passed, and no coroutine is made for it.
         """
-        seconds = min(hint, MAX_COOLDOWN_S) if hint is not None else DEFAULT_COOLDOWN_S
+        seconds = cooldown_seconds(hint)
         if seconds > 0:
             return self.store.set_cooldown(key, self.clock() + seconds)
         return None
@@ -258,7 +266,7 @@ class ReliableProvider(Provider):
             if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
             admission = walk.admits(i, entry, served, request, images, stream=False)
-            if admission is Admission.SKIP or (admission is Admission.PROBE and not await walk.probe(i, entry, served)):
+            if admission is SKIP or (admission is PROBE and not await walk.probe(i, entry, served)):
                 continue
             if self.hedging is not None and not walk.tried and not walk.probing and resume is None:
                 answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
@@ -400,7 +408,7 @@ class ReliableProvider(Provider):
             entry = self.entries[i]
             served = entry.model if entry.model is not None else model
             admission = walk.admits(i, entry, served, request, images, stream=True)
-            if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
+            if admission is TRY or (admission is PROBE and await walk.probe(i, entry, served)):
                 if walk.probing:
                     return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
                 hedge = self._hedge_of(entry, served)
@@ -475,7 +483,7 @@ class ReliableProvider(Provider):
             status=status,
             key_id=choice.key_id if choice is not None else None,
             usage=usage,
-            cost_usd=self.cost(entry, model, usage),
+            cost_usd=self.cost(entry, model, usage) if usage is not None else None,  # a failure rarely has usage
             started_at=started,
             duration_ms=elapsed * 1000.0,
             ttft_ms=ttft_ms,
@@ -498,9 +506,30 @@ class ReliableProvider(Provider):
         tries_left: int,
     ) -> Action:
         """Decide what follows a failure of class ``cls`` (:func:`turnout.policy.decide`); update the state it names."""
+        action, updates = self.settle(walk, index, entry, served, choice, exc, cls, tries_left)
+        if updates is not None:
+            await updates
+        return action
+
+    def settle(
+        self,
+        walk: Walk,
+        index: int,
+        entry: Entry,
+        served: str,
+        choice: KeyChoice,
+        exc: Exception,
+        cls: ErrorClass,
+        tries_left: int,
+    ) -> tuple[Action, Awaitable[None] | None]:
+        """:meth:`_settle`'s decision, and its state updates to await at once (None: nothing to update).
+
+        A failed try that updates nothing (no breaker to count it, no key to report, and no cooldown, or one that
+        a zero ``Retry-After`` ends as it starts) then costs no coroutine.
+        """
         pool = entry.keys
         larger = False
-        if cls is ErrorClass.CONTEXT_WINDOW:
+        if cls is _CONTEXT_WINDOW:
             if walk.limits is None:
                 walk.limits = ContextLimits()
             walk.limits.failed(entry, served, self.context_window(entry, served))
@@ -525,6 +554,20 @@ class ReliableProvider(Provider):
             ),
             auth_failure=is_dead_key_error(exc),
         )
+        hint = exc.retry_after if isinstance(exc, ProviderError) else None
+        kid = choice.key_id
+        if (
+            (self.breakers is not None and (action.health or walk.probing))
+            or (action.report_key and kid is not None)
+            or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
+        ):
+            return action, self._update(walk, entry, served, kid, action, hint, now)
+        return action, None
+
+    async def _update(
+        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None, now: float
+    ) -> None:
+        """Apply what :meth:`settle` decided: count the failure towards the breaker, cool down, report the key."""
         breakers = self.breakers
         if breakers is not None and (action.health or walk.probing):
             key = entry.health_key(served)
@@ -533,12 +576,10 @@ class ReliableProvider(Provider):
             else:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable again
                 await breakers.succeeded(key, now, probing=True)
             walk.probing = False
-        hint = exc.retry_after if isinstance(exc, ProviderError) else None
-        kid = choice.key_id
+        pool = entry.keys
         if action.cool_key and kid is not None and (write := self.cool_down(pool.key_cooldown(kid), hint)) is not None:
             await write
         if action.cool_profile and (write := self.cool_down(entry.profile, hint)) is not None:
             await write
         if action.report_key and kid is not None:
             await pool.report_auth_failure(kid, witness=walk.witness)
-        return action

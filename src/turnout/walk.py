@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING, TypeVar
 
-from turnout.attribution import Attempt, DispatchScope, Outcome
+from turnout.attribution import Attempt, DispatchScope, Outcome, new_attempt
 from turnout.classify import error_class_of
 from turnout.entry import ContextLimits, Entry
 from turnout.errors import ContextWindowExceeded, EmptyCompletion, ProtocolError, ProviderError, RefusalError
@@ -76,6 +76,12 @@ class Admission(Enum):
     SKIP = "skip"
     PROBE = "probe"
     """Its circuit breaker is half-open: the walk may try it once if it takes the probe."""
+
+
+# Members read on every call, as module globals: on CPython 3.11 reading an attribute of an enum class goes through
+# the ``__getattr__`` hook of its metaclass (about 900 instructions, ``bench/hotpath.py``); a global costs nothing.
+TRY, SKIP, PROBE = Admission.TRY, Admission.SKIP, Admission.PROBE
+_STOP, _NEXT_ENTRY, _RETRY = Step.STOP, Step.NEXT_ENTRY, Step.RETRY
 
 
 class Walk:
@@ -153,23 +159,23 @@ class Walk:
         if (checks or request.response_format is not None or request.native is not None) and not self.capable(
             entry, served, request, images, stream=stream
         ):
-            return Admission.SKIP
+            return SKIP
         if len(owner.entries) == 1 or owner.store.calm():
-            return Admission.TRY  # nothing is cooling down and no breaker is open: no entry to look up
+            return TRY  # nothing is cooling down and no breaker is open: no entry to look up
         now = owner.clock()
         until = owner.cooling_until(entry, now)
         if until is not None:
             since = owner.store.cooldown_since(entry.profile)
             self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
-            return Admission.SKIP
+            return SKIP
         if owner.breakers is not None:
             record = owner.store.breaker(entry.health_key(served))
             if record is not None:  # open, or half-open once its interval is over
                 if now >= record.until:
-                    return Admission.PROBE
+                    return PROBE
                 self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
-                return Admission.SKIP
-        return Admission.TRY
+                return SKIP
+        return TRY
 
     def capable(self, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
         """Whether the entry can take the request at all (its capabilities, a context window known to be too small)."""
@@ -240,14 +246,14 @@ class Walk:
         detail: str | None = None,
     ) -> None:
         self.record(
-            self.owner.attempt(
-                entry,
-                i,
-                served,
-                outcome,
-                try_number=0,
-                started=now,
+            new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
+                provider=entry.profile,
+                model=served,
+                outcome=outcome,
+                started_at=now,
                 retry_after=until - now,
+                entry=i,
+                try_number=0,
                 stream=stream,
                 detail=detail,
             )
@@ -369,13 +375,15 @@ class Walk:
                         stream=stream,
                     )
                 )
-                action = await owner._settle(self, i, entry, served, choice, exc, cls, tries - t)
+                action, updates = owner.settle(self, i, entry, served, choice, exc, cls, tries - t)
+                if updates is not None:  # the usual failed try updates nothing: no coroutine to await
+                    await updates
                 self.last_failure = (exc, action)
-                if action.step is Step.STOP:
+                if action.step is _STOP:
                     self.stop(exc)
-                if action.step is Step.NEXT_ENTRY:
+                if action.step is _NEXT_ENTRY:
                     return None
-                if action.step is Step.RETRY:
+                if action.step is _RETRY:
                     hint = exc.retry_after if isinstance(exc, ProviderError) else None
                     await owner.sleep(owner.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)

@@ -391,19 +391,17 @@ class HttpClient:
         timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
         return session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context), watchdog
 
-    def _failed(
-        self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target
-    ) -> ProviderError | None:
-        """The typed error for a request that failed before its headers arrived (None: re-raise ``exc`` as it is).
+    def _failed(self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target) -> BaseException:
+        """What to raise for a request that failed before its headers arrived: its typed error, or ``exc`` itself.
 
-        A cancellation is ours only when the watchdog's deadline caused it; any other is the caller's.
+        A cancellation is ours only when the watchdog's deadline caused it; any other is the caller's (``exc``).
         """
         if self._deadlines is not None:
             self._deadlines.discard(watchdog)
         error: ProviderError
         if isinstance(exc, asyncio.CancelledError):
             if watchdog.fired is None or watchdog._task.uncancel() > 0:
-                return None
+                return exc
             first = watchdog.fired == "first_token"
             seconds = timeouts.first_token if first else timeouts.total
             error = ProviderTimeout(
@@ -446,9 +444,7 @@ class HttpClient:
         try:
             resp = await request
         except _SEND_FAILURES as exc:
-            if (error := self._failed(exc, watchdog, timeouts, target)) is None:
-                raise
-            raise error  # noqa: B904 - the cause is set by _failed
+            raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
         watchdog.attach(resp.content, asyncio.get_running_loop().time())
         return resp, watchdog
 
@@ -479,7 +475,13 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ProtocolError: The body is larger than ``max_bytes``.
         """
-        resp, watchdog = await self._open(url, headers, body, timeouts, target, ssl_context)
+        # What ``_open`` does, without a coroutine of its own (one request per try).
+        request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
+        try:
+            resp = await request
+        except _SEND_FAILURES as exc:
+            raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
+        watchdog.attach(resp.content, asyncio.get_running_loop().time())
         try:
             length = resp.content_length
             if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
