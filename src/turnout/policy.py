@@ -91,6 +91,13 @@ class Action(NamedTuple):
     health: bool = False
 
 
+# The classes and steps as module globals: on CPython 3.11 reading a member off its enum class goes through the
+# metaclass's lookup (about 900 instructions), and a failed try reads several.
+_RETRYABLE, _EMPTY, _TIMEOUT = ErrorClass.RETRYABLE, ErrorClass.EMPTY, ErrorClass.TIMEOUT
+_RATE_LIMITED, _RATE_LIMITED_NON_RETRYABLE = ErrorClass.RATE_LIMITED, ErrorClass.RATE_LIMITED_NON_RETRYABLE
+_NON_RETRYABLE, _CONTEXT_WINDOW, _REFUSAL = ErrorClass.NON_RETRYABLE, ErrorClass.CONTEXT_WINDOW, ErrorClass.REFUSAL
+_RETRY_STEP, _NEXT_KEY_STEP, _NEXT_ENTRY_STEP = Step.RETRY, Step.NEXT_KEY, Step.NEXT_ENTRY
+
 # Every action the policy can take, made once.
 _RETRY_UNHEALTHY = Action(step=Step.RETRY, health=True)
 _MOVE_ON_UNHEALTHY = Action(step=Step.NEXT_ENTRY, health=True)
@@ -113,30 +120,30 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False)
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
     """
     action = _action(error_class, at, auth_failure)
-    if (at.tries_left <= 0 or at.probing) and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
-        return action._replace(step=Step.NEXT_ENTRY)
+    if (at.tries_left <= 0 or at.probing) and (action.step is _RETRY_STEP or action.step is _NEXT_KEY_STEP):
+        return action._replace(step=_NEXT_ENTRY_STEP)
     return action
 
 
 def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
-    if cls is ErrorClass.RETRYABLE:
+    if cls is _RETRYABLE:
         return _RETRY_UNHEALTHY
-    if cls is ErrorClass.EMPTY:
+    if cls is _EMPTY:
         return _RETRY
-    if cls is ErrorClass.RATE_LIMITED:
+    if cls is _RATE_LIMITED:
         if at.rotates:
             return _SWITCH_KEY_COOLING_IT if at.other_key_usable else _MOVE_ON_COOLING_KEY_AND_PROFILE
         return _RETRY if at.single_entry else _MOVE_ON_COOLING_PROFILE
-    if cls is ErrorClass.RATE_LIMITED_NON_RETRYABLE:
+    if cls is _RATE_LIMITED_NON_RETRYABLE:
         return _NEXT_ENTRY
-    if cls is ErrorClass.NON_RETRYABLE:
+    if cls is _NON_RETRYABLE:
         if auth_failure:
             return _SWITCH_KEY_REPORTING_IT if at.rotates and at.other_key_live else _MOVE_ON_REPORTING_KEY
         return _NEXT_ENTRY
-    if cls is ErrorClass.CONTEXT_WINDOW:
+    if cls is _CONTEXT_WINDOW:
         return _NEXT_ENTRY if at.larger_entry_remains else _STOP
-    if cls is ErrorClass.REFUSAL:
+    if cls is _REFUSAL:
         return _NEXT_ENTRY if at.refusal_fallback else _STOP
-    if cls is ErrorClass.TIMEOUT:
+    if cls is _TIMEOUT:
         return _RETRY_UNHEALTHY if at.last_entry else _MOVE_ON_UNHEALTHY
     raise AssertionError(f"unhandled error class {cls!r}")  # pragma: no cover - ErrorClass is closed

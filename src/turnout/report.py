@@ -37,7 +37,7 @@ PROBE_TAKEN = "probe_taken"
 
 def outcome_of(cls: ErrorClass) -> Outcome:
     """The ledger outcome of an error class (the same names)."""
-    return cls.value
+    return cls._value_  # the stored value: ``value`` is a Python-level property on CPython 3.11
 
 
 def error_detail(exc: BaseException) -> str:
