@@ -166,10 +166,12 @@ _wire_dict = st.one_of(
     st.fixed_dictionaries({"role": st.just("user"), "content": st.none() | st.integers()}),
     st.fixed_dictionaries({"role": st.just("user"), "content": st.text(max_size=4), "name": st.just("n")}),
     st.fixed_dictionaries({"role": st.just("assistant")}),
+    st.fixed_dictionaries({"role": st.just(["user"]), "content": st.text(max_size=4)}),
+    st.fixed_dictionaries({"content": st.text(max_size=4), "name": st.just("n")}),
 )
 
 
-@given(dicts=st.lists(_wire_dict, min_size=1, max_size=4))
+@given(dicts=st.lists(_wire_dict | _message | st.text(max_size=2), min_size=1, max_size=4))
 def test_plain_messages_are_built_as_the_general_conversion_builds_them(dicts: list[dict[str, object]]) -> None:
     """``ChatRequest.of`` gives the same messages as the general conversion, and plain ones their wire dicts."""
     try:
@@ -184,7 +186,9 @@ def test_plain_messages_are_built_as_the_general_conversion_builds_them(dicts: l
     assert request.messages == general
     assert request == ChatRequest(messages=general)
     roles = ("system", "user", "assistant")
-    plain = all(len(d) == 2 and d["role"] in roles and type(d["content"]) is str for d in dicts)
+    plain = all(
+        type(d) is dict and len(d) == 2 and d.get("role") in roles and type(d.get("content")) is str for d in dicts
+    )
     assert (request.openai_messages is not None) == plain
     adapter = _adapter("openai.a", merge=False)
     expected = adapter._messages(general)

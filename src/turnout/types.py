@@ -8,9 +8,9 @@ wherever a message list is (see :func:`coerce_messages`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, cast
 
 import orjson
 
@@ -520,15 +520,18 @@ def _plain_messages(messages: list[Any]) -> tuple[tuple[Message, ...], list[dict
     """
     out: list[Message] = []
     wire: list[dict[str, Any]] = []
-    for m in messages:
-        if type(m) is not dict or len(m) != 2:
-            return None
-        role = m.get("role")
-        content = m.get("content")
-        if type(content) is not str or role not in _SIMPLE_ROLES:
-            return None
-        out.append(new_message(role=role, content=content))
-        wire.append({"role": role, "content": content})
+    try:  # subscripts rather than ``get`` calls: a missing key or an unhashable role raises, and is not plain
+        for m in messages:
+            if m.__class__ is not dict or len(m) != 2:
+                return None
+            role = m["role"]
+            content = m["content"]
+            if content.__class__ is not str or role not in _SIMPLE_ROLES:
+                return None
+            out.append(_plain_message(role, content))
+            wire.append({"role": role, "content": content})
+    except (KeyError, TypeError):
+        return None
     return tuple(out), wire
 
 
@@ -615,6 +618,8 @@ def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpe
 # Records every call builds, without the class call (see :mod:`turnout._fast`): the request and its messages
 # (``ChatRequest.of``), the answer and its usage (the adapters' parsers).
 new_message = fast_new(Message)
+#: A message of a role and its text, by position (no keywords to match; see ``_plain_messages``).
+_plain_message = cast(Callable[[Role, str], Message], new_message)
 new_chat_request = fast_new(ChatRequest)
 new_chat_response = fast_new(ChatResponse)
 new_usage = fast_new(Usage)
