@@ -9,6 +9,7 @@ Mistral's content parts, error bodies) live in :mod:`turnout.providers.openai_co
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -59,6 +60,13 @@ _loads = orjson.loads
 #: than ``new_text_delta``; tests hold the two to the same event.
 _new_event = cast(Callable[[type[TextDelta]], TextDelta], object.__new__)
 _set_text = cast(Callable[[TextDelta, str], None], vars(TextDelta)["text"].__set__)
+#: A template's slot may hold these bytes as they stand: no quote, no escape, no control character (anything
+#: else is read by the general path, which also reports what JSON forbids).
+_plain_slot = re.compile(rb'[^"\\\x00-\x1f]*').fullmatch
+_starts = bytes.startswith
+_ends = bytes.endswith
+#: How many chunks of one stream may be tried as a template (see :meth:`ChatStreamDecoder._learn`).
+_LEARN = 3
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -420,22 +428,40 @@ class ChatStreamDecoder(StreamDecoder):
         self._usage: Mapping[str, Any] | None = None
         self._finish: str | None = None
         self._chunks = 0
+        self._template: tuple[bytes, bytes, int, int] | None = None
+        self._learning = _LEARN
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """Consume body bytes; an in-band error, refusal or malformed chunk is raised after the events before it.
 
-        The common chunk (one choice whose delta is only text) is decoded inline; every other event takes
-        the general path (:meth:`_event`, :meth:`_object`). A read that opens with two or more inline text
+        The common chunk (one choice whose delta is only text) is decoded inline, and once one has served as
+        the stream's template (:meth:`_learn`) the chunks alike are read without parsing; every other event
+        takes the general path (:meth:`_event`, :meth:`_object`). A read that opens with two or more inline text
         events, none of which can hold a ``<``, comes back as a :class:`~turnout.streams.TextRun`.
         """
         out: list[StreamEvent] = []
         if self.done:
             return out
         run = -1  # the events decoded inline before the first one that was not (-1: every one so far was)
+        template = self._template
+        prefix, suffix, lo, hi = template if template is not None else (None, b"", 0, 0)
         try:
             payloads, rest = self._sse.lead(chunk)
             other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
             for data in payloads:
+                # A chunk that is the stream's template with other plain text in its slot (see _learn).
+                if prefix is not None and _starts(data, prefix) and _ends(data, suffix) and len(data) >= lo + hi:
+                    piece = data[lo : len(data) - hi]
+                    if _plain_slot(piece) is not None:
+                        try:
+                            text = piece.decode()
+                        except UnicodeDecodeError:
+                            pass  # the general path reports it
+                        else:
+                            if text:
+                                out.append(event := _new_event(TextDelta))
+                                _set_text(event, text)
+                            continue
                 # Module names rather than locals: a global call needs no PUSH_NULL, and ``out.append`` is
                 # specialised by the interpreter (a bound method held in a local is not).
                 try:  # the common shape (a KeyError, TypeError or ValueError: another one)
@@ -458,6 +484,8 @@ class ChatStreamDecoder(StreamDecoder):
                         if content:
                             out.append(event := _new_event(TextDelta))
                             _set_text(event, content)
+                            if self._learning and self._learn(data, obj, content):
+                                prefix, suffix, lo, hi = cast(tuple[bytes, bytes, int, int], self._template)
                         continue
                 except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
                     if run < 0:
@@ -488,6 +516,35 @@ class ChatStreamDecoder(StreamDecoder):
             if lead > 1:
                 return TextRun(out, lead)
         return out
+
+    def _learn(self, data: bytes, obj: dict[str, Any], content: str) -> bool:
+        """Take a plain text chunk as the template of the ones after it; True if it is one.
+
+        Within one stream a provider usually sends its text chunks alike byte for byte but for the text (the
+        same id, model and fields). The bytes before and after the text are the template: a later chunk that
+        starts and ends with them, with only plain string bytes between, is the same chunk with that text,
+        which :meth:`feed` takes without parsing it. To be a template, putting other text in the slot must
+        parse to this chunk with that text (the slot is the content string and nothing else). A stream whose
+        chunks differ elsewhere (a counter, padding) stops trying after :data:`_LEARN` chunks.
+        """
+        self._learning -= 1
+        quoted = orjson.dumps(content)
+        if data.count(quoted) != 1:
+            return False
+        lo = data.index(quoted) + 1
+        prefix, suffix = data[:lo], data[lo + len(quoted) - 2 :]
+        # Other text in the slot must parse to this chunk with that text: were the slot in another string, that
+        # string would differ; between two strings, a letter is no JSON.
+        filler = b"a" if content != "a" else b"b"
+        try:
+            probe = _loads(prefix + filler + suffix)
+            probe["choices"][0]["delta"]["content"] = content
+        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+            return False
+        if probe != obj:
+            return False
+        self._template = (prefix, suffix, lo, len(suffix))
+        return True
 
     def finish(self) -> list[StreamEvent]:
         """End of body: complete after ``[DONE]`` or a finish chunk, else ``StreamTruncated``."""
