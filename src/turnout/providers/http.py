@@ -94,10 +94,11 @@ class _Watchdog:
         self._last = now
         self.fired: str | None = None  # the phase whose bound ended the header wait
 
-    def attach(self, content: aiohttp.StreamReader, now: float) -> None:
+    def attach(self, content: aiohttp.StreamReader) -> None:
         """The headers arrived: watch the body from now on."""
         self._content = content
-        self._last = now
+        # The task's own loop: ``asyncio.get_running_loop()`` asks the kernel for the process id every time.
+        self._last = self._task.get_loop().time()
 
     def due(self, now: float) -> float:
         """When this attempt should next be checked."""
@@ -376,7 +377,7 @@ class HttpClient:
         if deadlines is None or deadlines._loop is not loop:
             deadlines = self._deadlines = _Deadlines(loop)
         start = loop.time()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)  # given the loop, it is not looked up again
         assert task is not None
         watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
         deadlines.add(watchdog, start)
@@ -445,7 +446,7 @@ class HttpClient:
             resp = await request
         except _SEND_FAILURES as exc:
             raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
-        watchdog.attach(resp.content, asyncio.get_running_loop().time())
+        watchdog.attach(resp.content)
         return resp, watchdog
 
     def _finish(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
@@ -481,7 +482,7 @@ class HttpClient:
             resp = await request
         except _SEND_FAILURES as exc:
             raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
-        watchdog.attach(resp.content, asyncio.get_running_loop().time())
+        watchdog.attach(resp.content)
         try:
             length = resp.content_length
             if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
