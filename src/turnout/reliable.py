@@ -307,6 +307,9 @@ class ReliableProvider(Provider):
             walk.probing = False
             return None
         response, choice, started, t0 = answer
+        # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
+        # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
+        walk.last_failure = None
         usage = response.usage
         walk.record(
             new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
