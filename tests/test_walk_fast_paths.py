@@ -245,6 +245,28 @@ def test_a_skip_is_recorded_as_attempt_records_it(state: State) -> None:
         assert general == a and a.outcome in ("cooldown_skip", "breaker_skip")
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(_states)
+def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state: State) -> None:
+    """The walk's own profile-then-keys lookup skips an entry as ``cooling_until`` does, until the same deadline."""
+
+    async def go() -> None:
+        store = LongWay()
+        route = _route(store)
+        await _fill(store, route, state)
+        for i, entry in enumerate(route.entries):
+            until = route.cooling_until(entry, NOW)
+            w = Walk(route, None, "m", None)
+            w.admits(i, entry, "m", req(), False, stream=False)
+            skips = [a for a in w.attempts if a.outcome == "cooldown_skip"]
+            if until is None:
+                assert skips == []
+            else:
+                assert [a.retry_after for a in skips] == [until - NOW]
+
+    asyncio.run(go())
+
 _hints = st.sampled_from([None, 0.0, -1.0, 0.5, 90.0])
 
 
