@@ -245,7 +245,6 @@ def test_a_skip_is_recorded_as_attempt_records_it(state: State) -> None:
         assert general == a and a.outcome in ("cooldown_skip", "breaker_skip")
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(_states)
 def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state: State) -> None:
@@ -266,6 +265,7 @@ def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state
                 assert [a.retry_after for a in skips] == [until - NOW]
 
     asyncio.run(go())
+
 
 _hints = st.sampled_from([None, 0.0, -1.0, 0.5, 90.0])
 
@@ -311,7 +311,6 @@ def test_a_failure_settled_without_updates_has_none_to_make(
             await updates
 
     asyncio.run(go())
-
 
 
 class RateLimited(Scripted):
