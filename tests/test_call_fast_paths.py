@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import turnout.call
-from turnout.classify import ErrorFacts, new_error_facts, provider_error
+from turnout.classify import ErrorFacts, classify, is_dead_key_error, new_error_facts, provider_error
 from turnout.config.schema import Profile
 from turnout.errors import ProviderError, RefusalError
 from turnout.keys import KeyPool
@@ -245,3 +245,29 @@ def test_provider_error_builds_what_the_class_call_builds(
     assert type(made) in (ProviderError, RefusalError)
     assert made.args == called.args == (made.message,) and str(made) == str(called)
     assert vars(made) == vars(called)
+
+
+@given(status=st.none() | st.integers(min_value=-10, max_value=1000), etype=st.none() | st.text(max_size=3))
+def test_a_status_tag_is_the_status_formatted(status: int | None, etype: str | None) -> None:
+    """The tag kept for a status is the one formatting it gives, for any status (and none)."""
+    tag = error_detail(ProviderError("m", status=status, error_type=etype))
+    assert tag == (f"http_{status}" if status is not None else (etype or "provider_error"))
+
+
+_facts = st.builds(
+    ErrorFacts,
+    status=st.none() | st.sampled_from([400, 401, 402, 403, 404, 408, 429, 500, 503]),
+    error_type=st.none() | st.sampled_from(["", "Requests", "RATE_LIMIT_ERROR", "server_error", "UNAUTHENTICATED"]),
+    error_code=st.none() | st.sampled_from(["", "Insufficient_Quota", "context_length_exceeded", "invalid_api_key"]),
+    reason=st.none() | st.sampled_from(["", "API_KEY_INVALID", "content_filter"]),
+    message=st.sampled_from(["", "Rate limit reached. Try again", "Request too large", "QUOTA", "flagged", "x"]),
+    headers=st.sampled_from([{}, {"retry-after": "0"}, {"retry-after-ms": "20"}]),
+)
+
+
+@given(facts=_facts)
+def test_provider_error_classifies_as_the_classifier_does(facts: ErrorFacts) -> None:
+    """The error's class and key verdict are what ``classify`` and ``is_dead_key_error`` say of its facts."""
+    made = provider_error(facts, provider="openai.a", model="m")
+    assert made.error_class is classify(facts)
+    assert made.auth_failure == is_dead_key_error(facts)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from dataclasses import dataclass, replace
 
 import pytest
@@ -19,7 +21,7 @@ from turnout.health import Breakers
 from turnout.keys import KeyChoice
 from turnout.reliable import ReliableProvider
 from turnout.state import MemoryStore
-from turnout.types import ChatResponse
+from turnout.types import ChatRequest, ChatResponse
 from turnout.walk import Admission, Walk
 
 NOW = 1_000_000.0
@@ -243,6 +245,28 @@ def test_a_skip_is_recorded_as_attempt_records_it(state: State) -> None:
         assert general == a and a.outcome in ("cooldown_skip", "breaker_skip")
 
 
+@settings(max_examples=200, deadline=None)
+@given(_states)
+def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state: State) -> None:
+    """The walk's own profile-then-keys lookup skips an entry as ``cooling_until`` does, until the same deadline."""
+
+    async def go() -> None:
+        store = LongWay()
+        route = _route(store)
+        await _fill(store, route, state)
+        for i, entry in enumerate(route.entries):
+            until = route.cooling_until(entry, NOW)
+            w = Walk(route, None, "m", None)
+            w.admits(i, entry, "m", req(), False, stream=False)
+            skips = [a for a in w.attempts if a.outcome == "cooldown_skip"]
+            if until is None:
+                assert skips == []
+            else:
+                assert [a.retry_after for a in skips] == [until - NOW]
+
+    asyncio.run(go())
+
+
 _hints = st.sampled_from([None, 0.0, -1.0, 0.5, 90.0])
 
 
@@ -287,3 +311,33 @@ def test_a_failure_settled_without_updates_has_none_to_make(
             await updates
 
     asyncio.run(go())
+
+
+class RateLimited(Scripted):
+    """Raises a new 429 on every call, as an adapter does (no local holds it), keeping weak references to them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: list[weakref.ref[ProviderError]] = []
+
+    def _error(self) -> ProviderError:
+        error = err(429, "slow down", headers={"retry-after": "0"})
+        self.raised.append(weakref.ref(error))
+        return error
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        raise self._error()
+
+
+async def test_a_served_failover_leaves_nothing_for_the_garbage_collector() -> None:
+    """A call served after a failed try frees that failure by reference counting: no cycle waits for the collector."""
+    primary = RateLimited()
+    route = walk(E("openai.a", "m", [primary]), E("openai.b", "m", [Scripted("ok")]))
+    gc.disable()
+    try:
+        with dispatch_scope() as scope:
+            assert (await route.chat(req(), "m")).text == "ok"
+        assert [a.outcome for a in scope.attempts] == ["rate_limited", "ok"]
+        assert len(primary.raised) == 1 and primary.raised[0]() is None
+    finally:
+        gc.enable()

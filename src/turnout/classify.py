@@ -399,7 +399,12 @@ def provider_error(
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
     message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
-    code, etype, reason, text = _lowered(facts)
+    # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer)
+    code, etype, reason, text = facts.error_code, facts.error_type, facts.reason, facts.message
+    code = code.lower() if code else ""
+    etype = etype.lower() if etype else ""
+    reason = reason.lower() if reason else ""
+    text = text.lower() if text else ""
     error_class = _classify(facts, code, etype, reason, text)
     kind = RefusalError if error_class is _REFUSAL else ProviderError
     headers = facts.headers

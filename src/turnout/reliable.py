@@ -37,7 +37,7 @@ from turnout.errors import (
 )
 from turnout.health import Breakers
 from turnout.hedge import Hedging
-from turnout.keys import KeyChoice
+from turnout.keys import KeyChoice, KeyPool
 from turnout.policy import Action, Position, decide
 from turnout.pricing import Catalogue, default_catalogue
 from turnout.provider import Provider, flatten
@@ -104,6 +104,8 @@ class ReliableProvider(Provider):
         if not entries:
             raise ValueError("a reliable provider needs at least one entry")
         self.entries = tuple(entries)
+        #: The route has one entry (it never skips one: read on every walk).
+        self.single = len(self.entries) == 1
         self.tries = provider_retries + 1
         self.retries = provider_retries
         self.base_backoff = max(provider_backoff_ms / 1000.0, MIN_BACKOFF_S)
@@ -194,7 +196,11 @@ class ReliableProvider(Provider):
         until = self.store.cooldown_until(entry.profile, now)
         if until is not None:
             return until
-        pool = entry.keys
+        return self.keys_cooling_until(entry.keys, now)
+
+    @staticmethod
+    def keys_cooling_until(pool: KeyPool, now: float) -> float | None:
+        """When the first key of a pool whose every live key is cooling down is free again (None: one is usable)."""
         if pool.rotates and not pool.all_dead() and not pool.has_usable(now):
             return pool.soonest_key_free(now)
         return None
@@ -307,6 +313,9 @@ class ReliableProvider(Provider):
             walk.probing = False
             return None
         response, choice, started, t0 = answer
+        # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
+        # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
+        walk.last_failure = None
         usage = response.usage
         walk.record(
             new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
@@ -543,7 +552,7 @@ class ReliableProvider(Provider):
                 (
                     tries_left,
                     index == walk.order[-1],
-                    len(self.entries) == 1,
+                    self.single,
                     rotates,
                     rotates and pool.other_usable(choice.index, now),
                     rotates and pool.other_live(choice.index, now),

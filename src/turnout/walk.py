@@ -155,21 +155,28 @@ class Walk:
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
         owner = self.owner
-        checks = stream or images or self.limits is not None
-        if (checks or request.response_format is not None or request.native is not None) and not self.capable(
-            entry, served, request, images, stream=stream
-        ):
+        if (
+            stream
+            or images
+            or self.limits is not None
+            or request.response_format is not None
+            or request.native is not None
+        ) and not self.capable(entry, served, request, images, stream=stream):
             return SKIP
-        if len(owner.entries) == 1 or owner.store.calm():
+        store = owner.store
+        if owner.single or store.calm():
             return TRY  # nothing is cooling down and no breaker is open: no entry to look up
         now = owner.clock()
-        until = owner.cooling_until(entry, now)
+        # ``owner.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
+        until = store.cooldown_until(entry.profile, now)
+        if until is None and entry.keys.rotates:
+            until = owner.keys_cooling_until(entry.keys, now)
         if until is not None:
-            since = owner.store.cooldown_since(entry.profile)
+            since = store.cooldown_since(entry.profile)
             self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
             return SKIP
         if owner.breakers is not None:
-            record = owner.store.breaker(entry.health_key(served))
+            record = store.breaker(entry.health_key(served))
             if record is not None:  # open, or half-open once its interval is over
                 if now >= record.until:
                     return PROBE
@@ -245,19 +252,20 @@ class Walk:
         stream: bool,
         detail: str | None = None,
     ) -> None:
-        self.record(
-            new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
-                provider=entry.profile,
-                model=served,
-                outcome=outcome,
-                started_at=now,
-                retry_after=until - now,
-                entry=i,
-                try_number=0,
-                stream=stream,
-                detail=detail,
-            )
+        attempt = new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
+            provider=entry.profile,
+            model=served,
+            outcome=outcome,
+            started_at=now,
+            retry_after=until - now,
+            entry=i,
+            try_number=0,
+            stream=stream,
+            detail=detail,
         )
+        self.attempts.append(attempt)  # what :meth:`record` does, without its call
+        if self.log is not None:
+            self.log.attempts.append(attempt)
         if self.unavailable is None:
             self.unavailable = []
         self.unavailable.append((since, i, outcome == "breaker_skip"))
