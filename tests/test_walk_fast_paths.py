@@ -16,7 +16,7 @@ from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_s
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call
 from turnout.entry import Served, new_served
-from turnout.errors import ErrorClass, ProviderError, TurnoutError
+from turnout.errors import AllProvidersFailed, ErrorClass, ProviderError, TurnoutError
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
 from turnout.reliable import ReliableProvider
@@ -339,5 +339,22 @@ async def test_a_served_failover_leaves_nothing_for_the_garbage_collector() -> N
             assert (await route.chat(req(), "m")).text == "ok"
         assert [a.outcome for a in scope.attempts] == ["rate_limited", "ok"]
         assert len(primary.raised) == 1 and primary.raised[0]() is None
+    finally:
+        gc.enable()
+
+
+async def test_a_call_that_every_entry_failed_leaves_nothing_for_the_garbage_collector() -> None:
+    """Once the caller lets go of ``AllProvidersFailed``, its failures are freed by reference counting."""
+    first, second = RateLimited(), RateLimited()
+    route = walk(E("openai.a", "m", [first]), E("openai.b", "m", [second]))
+    gc.disable()
+    try:
+        caught: list[bool] = []
+        try:
+            await route.chat(req(), "m")
+        except AllProvidersFailed as exc:
+            caught.append(exc.last_error is not None)
+        assert caught == [True] and len(first.raised) >= 1 and len(second.raised) >= 1
+        assert [r() for r in first.raised + second.raised] == [None] * len(first.raised + second.raised)
     finally:
         gc.enable()

@@ -288,13 +288,15 @@ class ReliableProvider(Provider):
             answer = await self._complete(walk, resort, entry, entry.served_model(model), 1, request, temperature)
             if answer is not None:
                 return answer
+        # The walk lets go of its last failure, whose traceback holds the walk (a cycle for the collector).
+        failure, walk.last_failure = walk.last_failure, None
         if walk.limits is not None:
             raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
             raise UnsupportedRequest("the request has images and no entry of this route accepts images")
         if not any(can_serve(e.capabilities(model), request) for e in self.entries):
             raise UnsupportedRequest(unservable_reason(request))
-        last = walk.last_failure[0] if walk.last_failure is not None else None
+        last = failure[0] if failure is not None else None
         raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts, last_error=last)
 
     async def _complete(
