@@ -110,3 +110,15 @@ def test_subclasses_keep_their_own_message_and_attributes(fields: dict[str, Any]
     assert refusal.args == ("the model refused to answer",) and refusal.attempts == ()
     empty = EmptyCompletion(**fields)
     assert empty.usage is None and empty.status == fields.get("status")
+
+
+def test_a_subclass_keeps_what_it_set_before_the_base_init() -> None:
+    """``ProviderError.__init__`` adds its attributes to the error's own; it does not replace them."""
+
+    class Tagged(ProviderError):
+        def __init__(self, message: str) -> None:
+            self.tag = "early"
+            super().__init__(message, provider="openai.x")
+
+    error = Tagged("boom")
+    assert (error.tag, error.provider, error.message, error.args) == ("early", "openai.x", "boom", ("boom",))
