@@ -23,6 +23,7 @@ from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutEr
 from turnout.gateway.policy import Admitted
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
+    CLIENT_CLOSED,
     Failure,
     RequestRejected,
     attribution_headers,
@@ -33,9 +34,6 @@ from turnout.gateway.wire import (
 if TYPE_CHECKING:
     from turnout.gateway.app import Exchange, Gateway
     from turnout.reply import Reply
-
-#: The status logged for a request whose client went away before the answer was complete.
-CLIENT_CLOSED = 499
 
 log = logging.getLogger("turnout.gateway")
 
