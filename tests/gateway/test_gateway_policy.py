@@ -12,8 +12,11 @@ from gateway_support import GATEWAY_KEY, Raw, fake_gateway, get, post
 
 from fakes import Fleet
 from turnout import Client
+from turnout.config import load_config_toml
 from turnout.errors import ConfigError
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.auth import named_keys
+from turnout.gateway.policy import ANONYMOUS, Admitted, Policy
 
 TEAM_KEY = "gw-team-key-2"
 VIP_KEY = "gw-vip-key-3"
@@ -318,3 +321,15 @@ def test_a_policy_that_names_nothing_configured_fails_at_start(extra: str, path:
         Gateway(client)
     assert info.value.path == path
     assert TEAM_KEY not in str(info.value) and GATEWAY_KEY not in str(info.value)
+
+
+def test_a_listed_name_is_admitted_as_its_route_with_the_key_s_sender() -> None:
+    """Each listed name of each key is admitted as the route it names, with the key's bound sender (made once)."""
+    config = load_config_toml(BASE + KEYS)
+    policy = Policy(config)
+    callers = [c for _, c in policy.callers([GATEWAY_KEY], named_keys(config))] + [policy.caller(ANONYMOUS)]
+    assert {c.sender for c in callers} == {None, "vip"}
+    for caller in callers:
+        assert caller.names
+        for name, public in caller.names.items():
+            assert policy.admit(caller, name) == Admitted(public.choice.model, public.choice.provider, caller.sender)

@@ -281,7 +281,19 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
         return None
     out: list[Message] = []
     for m in messages:
-        if type(m) is not dict or not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
+        if type(m) is not dict:
+            return None
+        if len(m) == 2:  # the usual message, {"role", "content"}: two lookups (another pair of keys raises one)
+            try:
+                plain = _PLAIN_ROLES[m["role"]]
+                text = m["content"]
+            except (KeyError, TypeError):  # a key missing, or a role that is no string (unhashable)
+                return None
+            if type(text) is not str:
+                return None
+            out.append(_new_message(role=plain, content=text))
+            continue
+        if not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
             return None
         kind = m.get("role")
         role = _PLAIN_ROLES.get(kind) if type(kind) is str else None
