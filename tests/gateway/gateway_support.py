@@ -15,8 +15,22 @@ from multidict import CIMultiDictProxy
 
 from fakes import FakeClock, Fleet
 from turnout import Client
+from turnout.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ended:
+    """A finished request as the metrics and the recent attempts read it (what the gateway's exchange holds)."""
+
+    surface: str = "openai"
+    status: int = 200
+    seconds: float = 0.0
+    attempts: tuple[Attempt, ...] | None = None
+    fallback: tuple[str, str] | None = None
+    ended: float = 0.0
+
 
 GATEWAY_KEY = "gw-test-key-1"
 MESSAGES: Any = [{"role": "user", "content": "What is the weather in Paris?"}]

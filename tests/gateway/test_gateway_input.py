@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from gateway_support import GATEWAY_KEY, fake_gateway, get, post
+from gateway_support import GATEWAY_KEY, Ended, fake_gateway, get, post
 
 from fakes import Fleet
 from turnout.gateway import GatewayServer
@@ -158,8 +158,7 @@ def test_histogram_buckets_count_a_value_at_a_bound_in_that_bucket() -> None:
     from turnout.gateway.metrics import Metrics
 
     m = Metrics()
-    for seconds in (0.005, 0.0050001, 1000.0):
-        m.request("openai", 200, seconds)
+    m.fold([Ended(surface="openai", status=200, seconds=seconds) for seconds in (0.005, 0.0050001, 1000.0)])
     text = m.render().decode()
     assert 'turnout_gateway_request_duration_seconds_bucket{le="0.005",surface="openai"} 1.0' in text
     assert 'turnout_gateway_request_duration_seconds_bucket{le="0.01",surface="openai"} 2.0' in text

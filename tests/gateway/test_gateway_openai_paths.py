@@ -1,17 +1,25 @@
-"""The OpenAI surface's shortcut for plain requests holds to its general path (pydantic, split, translate)."""
+"""The OpenAI surface's shortcuts hold to their general paths: plain requests (pydantic, split, translate) and
+plain answers (the completion object, encoded).
+"""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.gateway.openai_surface import OpenAISurface, _general_call, _plain_call
+from turnout.attribution import RouteRef
+from turnout.gateway import openai_surface
+from turnout.gateway.openai_surface import OpenAISurface, _general_call, _plain_call, completion_object
 from turnout.gateway.surface import ChatCall
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, RequestRejected
+from turnout.reply import Reply, new_reply
+from turnout.types import ToolCall, Usage
 
 _DROP = object()
 _ODD = [None, 0, 1, -1, 1.5, True, False, "1", [], {}]
@@ -160,3 +168,42 @@ def test_parse_gives_the_general_paths_call_for_a_plain_body() -> None:
     """The surface's parse returns the same call for a plain body as the general path does."""
     raw = PLAIN[1]
     assert OpenAISurface().parse(orjson.dumps(raw)) == _general_call(raw)
+
+
+_reply = st.builds(
+    new_reply,
+    text=st.text(),
+    tool_calls=st.sampled_from([(), (ToolCall(id="c1", name="f", arguments='{"a":1}'),)]),
+    usage=st.none()
+    | st.builds(
+        Usage,
+        input_tokens=st.integers(0, 2**40),
+        output_tokens=st.integers(0, 10**6),
+        cached_input_tokens=st.integers(0, 99),
+    ),
+    finish_reason=st.sampled_from([None, "stop", "length", "tool_calls", "content_filter", "other"]),
+    reasoning=st.sampled_from([None, "", "thought"]),
+    requested=st.just(RouteRef(provider="openai.primary", model="m")),
+    served=st.builds(RouteRef, provider=st.just("openai.primary"), model=st.text(max_size=30)),
+    fallback=st.none(),
+    attempts=st.just(()),
+    call_id=st.text(max_size=40),
+    native=st.none() | st.just({"id": "upstream"}),
+)
+
+
+@given(_reply, st.sampled_from(PLAIN))
+def test_an_answer_encodes_to_the_general_paths_bytes(reply: Reply, raw: dict[str, Any]) -> None:
+    """A plain text answer put in the encoded completion is the bytes the completion object encodes to."""
+    call = _plain_call(raw)
+    assert call is not None
+    with patch.object(openai_surface, "time", SimpleNamespace(time=lambda: 1764596000.75)):
+        try:
+            general: bytes | str = orjson.dumps(completion_object(reply))
+        except orjson.JSONEncodeError as exc:  # a lone surrogate: neither path can encode it
+            general = f"error: {exc}"
+        try:
+            fast: bytes | str = OpenAISurface().reply_body(reply, call)
+        except orjson.JSONEncodeError as exc:
+            fast = f"error: {exc}"
+    assert fast == general

@@ -12,8 +12,11 @@ from gateway_support import GATEWAY_KEY, Raw, fake_gateway, get, post
 
 from fakes import Fleet
 from turnout import Client
+from turnout.config import key_id, load_config_toml
 from turnout.errors import ConfigError
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.auth import named_keys
+from turnout.gateway.policy import ANONYMOUS, Admitted, Policy
 
 TEAM_KEY = "gw-team-key-2"
 VIP_KEY = "gw-vip-key-3"
@@ -318,3 +321,58 @@ def test_a_policy_that_names_nothing_configured_fails_at_start(extra: str, path:
         Gateway(client)
     assert info.value.path == path
     assert TEAM_KEY not in str(info.value) and GATEWAY_KEY not in str(info.value)
+
+
+def test_a_listed_name_is_admitted_as_its_route_with_the_key_s_sender() -> None:
+    """Each listed name of each key is admitted as the route it names, with the key's bound sender (made once)."""
+    config = load_config_toml(BASE + KEYS)
+    policy = Policy(config)
+    callers = [c for _, c in policy.callers([GATEWAY_KEY], named_keys(config))] + [policy.caller(ANONYMOUS)]
+    assert {c.sender for c in callers} == {None, "vip"}
+    for caller in callers:
+        assert caller.names
+        for name, public in caller.names.items():
+            assert policy.admit(caller, name) == Admitted(public.choice.model, public.choice.provider, caller.sender)
+
+
+@pytest.mark.parametrize("key", [GATEWAY_KEY, VIP_KEY])
+@pytest.mark.parametrize(
+    "body",
+    [
+        CHAT,
+        {"model": "hint:fast", "temperature": 0.5, "max_tokens": 9, "user": "u-1", "messages": CHAT["messages"]},
+        {"model": "gpt-4o", "tools": [{"type": "function", "function": {"name": "f"}}], "messages": CHAT["messages"]},
+    ],
+)
+async def test_a_call_gets_the_same_options_whole_or_streamed(
+    monkeypatch: pytest.MonkeyPatch, key: str, body: dict[str, Any]
+) -> None:
+    """The options a request's call gets (route, sender, settings, caller) are the same whether it streams or not."""
+    seen: dict[str, dict[str, Any]] = {}
+    real_chat, real_stream = Client.chat, Client.stream
+
+    async def chat(self: Client, messages: Any, **options: Any) -> Any:
+        seen["chat"] = options
+        return await real_chat(self, messages, **options)
+
+    def stream(self: Client, messages: Any, **options: Any) -> Any:
+        seen["stream"] = options
+        return real_stream(self, messages, **options)
+
+    monkeypatch.setattr(Client, "chat", chat)
+    monkeypatch.setattr(Client, "stream", stream)
+    async with served(Fleet()) as server:
+        assert (await post(server, "/v1/chat/completions", body, key=key)).status == 200
+        assert (await post(server, "/v1/chat/completions", {**body, "stream": True}, key=key)).status == 200
+    whole, streamed = seen["chat"], seen["stream"]
+    assert streamed.pop("show_reasoning") is True
+    assert whole.pop("call_id") != streamed.pop("call_id")  # each request's own id
+    native, streamed_native = whole.pop("native"), streamed.pop("native")
+    assert native.body == body and streamed_native.body == {**body, "stream": True}
+    assert (native.protocol, native.headers, native.only) == (
+        streamed_native.protocol,
+        streamed_native.headers,
+        streamed_native.only,
+    )
+    assert whole == streamed
+    assert whole["caller"] in ("vip", key_id(GATEWAY_KEY))

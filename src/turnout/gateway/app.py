@@ -16,6 +16,8 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -28,7 +30,7 @@ from turnout.errors import ConfigError, UnsupportedRequest
 from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, logged_path, round_ms
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
-from turnout.gateway.chat import CLIENT_CLOSED, JSON, serve_chat
+from turnout.gateway.chat import JSON, serve_chat
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
@@ -41,6 +43,7 @@ from turnout.gateway.spend import SpendBook
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
+    CLIENT_CLOSED,
     INTERNAL,
     MAX_FIELD_CHARS,
     MAX_MODEL_CHARS,
@@ -61,6 +64,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("turnout.gateway")
 
 _HEALTH_OK = b'{"status":"ok"}'
+#: Finished requests counted at once (or sooner, when anything reads the totals).
+FOLD_EVERY = 256
+_ATTEMPTS = attrgetter("attempts")
+_ENDED = attrgetter("ended")
 _HEALTH_DRAINING = b'{"status":"draining"}'
 
 
@@ -71,17 +78,22 @@ class Exchange:
         "attempts",
         "call_id",
         "caller",
+        "ended",
         "fallback",
         "interrupted",
         "model",
         "provider",
         "request_id",
         "route",
+        "seconds",
         "stamped",
         "status",
         "stream",
         "surface",
     )
+    #: Set when the request ends: its time in the gateway, and the wall-clock time it ended.
+    seconds: float
+    ended: float
 
     def __init__(self, surface: str, request_id: str) -> None:
         self.surface = surface
@@ -165,6 +177,8 @@ class Gateway:
         self.started = time.time()
         self._idle: asyncio.Event | None = None
         self._lines: BatchedLines | None = None
+        #: Finished requests not yet counted in the metrics and recent attempts (see ``_fold``).
+        self._done: list[Exchange] = []
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
@@ -350,6 +364,7 @@ class Gateway:
         factory = self.client.factory
         now = factory.clock()
         store = factory.store
+        self._fold()
         counters, histograms = self.metrics.export()
         return Totals(
             worker=self.worker,
@@ -426,18 +441,19 @@ class Gateway:
         ex.model = model
 
     def _finish(self, request: web.Request, ex: Exchange, t0: float) -> None:
-        seconds = time.perf_counter() - t0
-        now = time.time()
-        self.metrics.request(ex.surface, ex.status, seconds)
+        ex.seconds = seconds = time.perf_counter() - t0
+        ex.ended = now = time.time()
         attempts = ex.attempts
         caller = ex.caller
         if attempts is not None:
-            self.metrics.call(
-                ex.surface, attempts, fallback=ex.fallback, seconds=None if ex.status == CLIENT_CLOSED else seconds
-            )
-            self.recent.add(attempts, now)
+            if attempts.__class__ is not tuple:  # a stream's list, which may still grow: what it holds now
+                ex.attempts = attempts = tuple(attempts)
             if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
                 self.spend.add(caller.name, attempts)
+        done = self._done
+        done.append(ex)
+        if len(done) >= FOLD_EVERY:
+            self._fold()
         sink = self._lines
         if sink is None and not access_log.isEnabledFor(logging.INFO):
             return
@@ -463,6 +479,13 @@ class Gateway:
             sink.write(line)
         else:
             access_log.info(line.decode())
+
+    def _fold(self) -> None:
+        """Count the requests finished since the last fold in the metrics and the recent attempts."""
+        done, self._done = self._done, []
+        self.metrics.fold(done)
+        calls = list(compress(done, map(is_not, map(_ATTEMPTS, done), repeat(None))))
+        self.recent.fold(list(map(_ATTEMPTS, calls)), list(map(_ENDED, calls)))
 
     # --- draining -------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ every configured entry (``family.alias/model``) and ``turnout_breaker_transition
 the process's counts. An entry whose model the configuration does not name is labelled ``family.alias/other``
 (its state is the highest among such entries of the profile).
 
-Counting is on every request's path, so it is a dict update per counter and a bucket update per histogram
-(the event loop is the only writer, so no lock); ``prometheus_client`` only formats the totals, when
-``/metrics`` is scraped. What is formatted is a :class:`~turnout.gateway.workers.Totals`: this process's own
-(:meth:`Metrics.export`), or with several workers the whole server's (:func:`turnout.gateway.workers.merge`).
+Counting is on every request's path, so the gateway keeps its finished requests and hands them over in
+batches (:meth:`Metrics.fold`, before anything reads the totals): a batch is counted mostly in C, a dict
+update per counter label and a bucket update per histogram label (the event loop is the only writer, so no
+lock); ``prometheus_client`` only formats the totals, when ``/metrics`` is scraped. What is formatted is a
+:class:`~turnout.gateway.workers.Totals`: this process's own (:meth:`Metrics.export`), or with several workers
+the whole server's (:func:`turnout.gateway.workers.merge`).
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from itertools import accumulate
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from functools import reduce
+from itertools import accumulate, chain, compress, repeat
+from operator import add, attrgetter, is_not, ne, not_, sub, truediv
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.attribution import SKIPS, Attempt
 from turnout.breaker import BreakerRecord, Gate, entry_key, gate, split_entry_key
+from turnout.gateway.wire import CLIENT_CLOSED
 from turnout.gateway.workers import Totals
 from turnout.health import Breakers
 from turnout.hedge import HedgeTally
@@ -44,6 +49,62 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 BREAKER_STATES = {Gate.CLOSED: 0, Gate.OPEN: 1, Gate.DUE: 2}
 
 Labels = tuple[str, ...]
+K = TypeVar("K", bound=Hashable)
+
+
+class Finished(Protocol):
+    """A finished request, as the metrics count it (the gateway's record of one request)."""
+
+    @property
+    def surface(self) -> str:
+        """The endpoint family (``openai``, ``anthropic``, ``models`` ...)."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status answered (:data:`~turnout.gateway.wire.CLIENT_CLOSED` when the client went away)."""
+
+    @property
+    def seconds(self) -> float:
+        """The request's time in the gateway."""
+
+    @property
+    def attempts(self) -> Sequence[Attempt] | None:
+        """The attempts of its call; None when it made none."""
+
+    @property
+    def fallback(self) -> tuple[str, str] | None:
+        """(requested, served) profile when another entry than the one requested answered."""
+
+
+_SURFACE = attrgetter("surface")
+_STATUS = attrgetter("status")
+_SECONDS = attrgetter("seconds")
+_ATTEMPTS = attrgetter("attempts")
+_FALLBACK = attrgetter("fallback")
+_ATTEMPT_KEY = attrgetter("provider", "model", "outcome", "try_number")
+_PROVIDER_MODEL = attrgetter("provider", "model")
+_OUTCOME = attrgetter("outcome")
+_DURATION = attrgetter("duration_ms")
+_TTFT = attrgetter("ttft_ms")
+
+
+def _grouped(keys: list[K], values: list[float]) -> Iterable[tuple[K, list[float]]]:
+    """``values`` by their key, each key's in their order, keys in the order they first appear."""
+    if not keys or keys.count(keys[0]) == len(keys):  # the usual batch: one key (counted in C)
+        return [(keys[0], values)] if keys else []
+    groups: dict[K, list[float]] = {}
+    for key, value in zip(keys, values, strict=True):
+        groups.setdefault(key, []).append(value)
+    return groups.items()
+
+
+def _upstream_ms(attempts: Sequence[Attempt]) -> float:
+    """The time a call spent in upstream attempts (skips take none), summed in order."""
+    upstream = 0.0
+    for a in attempts:
+        if a.outcome not in SKIPS:
+            upstream += a.duration_ms
+    return upstream
 
 
 class _Counter:
@@ -55,9 +116,10 @@ class _Counter:
         self.name, self.doc, self.labels = name, doc, labels
         self.totals: dict[Labels, float] = {}
 
-    def inc(self, key: Labels) -> None:
+    def add(self, key: Labels, n: int) -> None:
+        """Count ``n`` more under ``key``."""
         totals = self.totals
-        totals[key] = totals.get(key, 0.0) + 1.0
+        totals[key] = totals.get(key, 0.0) + n
 
     def family(self, totals: Mapping[Labels, float]) -> Metric:
         out = CounterMetricFamily(self.name, self.doc, labels=self.labels)
@@ -75,12 +137,15 @@ class _Histogram:
         self.name, self.doc, self.labels, self.bounds = name, doc, labels, bounds
         self.rows: dict[Labels, list[float]] = {}
 
-    def observe(self, key: Labels, value: float) -> None:
+    def observe(self, key: Labels, values: list[float]) -> None:
+        """Observe each of ``values`` under ``key``, in order (the sum adds them one by one, as they came)."""
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = [0.0] * (len(self.bounds) + 2)  # buckets, +Inf, then the sum
-        row[bisect_left(self.bounds, value)] += 1.0  # the first bucket whose bound is >= value (le)
-        row[-1] += value
+        # each value counts in the first bucket whose bound is >= it (le)
+        for bucket, n in Counter(map(bisect_left, repeat(self.bounds), values)).items():
+            row[bucket] += n
+        row[-1] = reduce(add, values, row[-1])
 
     def family(self, rows: Mapping[Labels, Sequence[float]]) -> Metric:
         out = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
@@ -176,45 +241,68 @@ class Metrics:
     def _model(self, provider: str, model: str) -> str:
         return model if (provider, model) in self._labelled else "other"
 
-    def request(self, surface: str, status: int, seconds: float) -> None:
-        """Count one finished request."""
+    def _code(self, status: int) -> str:
         code = self._statuses.get(status)
         if code is None:
             code = self._statuses[status] = str(status)
-        self.requests.inc((surface, code))
-        self.duration.observe((surface,), seconds)
+        return code
 
-    def call(
-        self,
-        surface: str,
-        attempts: Iterable[Attempt],
-        *,
-        fallback: tuple[str, str] | None,
-        seconds: float | None,
-    ) -> None:
-        """Record the attempts of one call, its fallback (requested, served profile) and the gateway overhead.
+    def fold(self, done: Sequence[Finished]) -> None:
+        """Count finished requests, as one by one in their order.
 
-        ``seconds`` is the request's time in the gateway; None leaves the overhead unobserved (a call the
-        client abandoned).
+        Each request: its status and duration. One that made a call (``attempts`` not None): its attempts (the
+        upstream latency and time to first token of those that were not skips), retries, its fallback and,
+        unless the client went away, the gateway's overhead (its time outside upstream attempts).
+
+        A batch is read in columns (``attrgetter``), counted with ``Counter`` and its histogram values grouped by
+        label, each label's in order: every count and every sum is what counting one request at a time gives
+        (``tests/gateway/test_gateway_metrics.py`` holds the two together).
         """
-        upstream = 0.0
+        if not done:
+            return
+        surfaces = list(map(_SURFACE, done))
+        for (surface, status), n in Counter(zip(surfaces, map(_STATUS, done), strict=True)).items():
+            self.requests.add((surface, self._code(status)), n)
+        for surface, values in _grouped(surfaces, list(map(_SECONDS, done))):
+            self.duration.observe((surface,), values)
+        calls = list(compress(done, map(is_not, map(_ATTEMPTS, done), repeat(None))))
+        if not calls:
+            return
+        per_call: list[Sequence[Attempt]] = list(map(_ATTEMPTS, calls))
+        attempts = list(chain.from_iterable(per_call))
+        skipped = list(map(SKIPS.__contains__, map(_OUTCOME, attempts)))
+        self._count(attempts, list(compress(attempts, map(not_, skipped))) if any(skipped) else attempts)
+        for pair, n in Counter(filter(None, map(_FALLBACK, calls))).items():
+            self.fallbacks.add(pair, n)
+        if len(attempts) == len(per_call) and not any(skipped) and list(map(len, per_call)).count(1) == len(per_call):
+            upstream = list(map(_DURATION, attempts))  # one attempt per call, none skipped: its own time
+        else:
+            upstream = list(map(_upstream_ms, per_call))
+        kept = list(map(ne, map(_STATUS, calls), repeat(CLIENT_CLOSED)))  # the client waited for the answer
+        upstream_s = map(truediv, compress(upstream, kept), repeat(1000.0))
+        in_gateway = map(sub, compress(map(_SECONDS, calls), kept), upstream_s)
+        overhead = list(map(max, repeat(0.0), in_gateway))
+        for surface, values in _grouped(list(compress(map(_SURFACE, calls), kept)), overhead):
+            self.overhead.observe((surface,), values)
+
+    def _count(self, attempts: list[Attempt], live: list[Attempt]) -> None:
+        """Count attempts and retries, and observe the latency and time to first token of the ``live`` ones."""
         labelled = self._labelled
-        for a in attempts:
-            provider = a.provider
-            model = a.model if (provider, a.model) in labelled else "other"
-            self.attempts.inc((provider, model, a.outcome))
-            if a.outcome in SKIPS:
-                continue
-            if a.try_number > 1:
-                self.retries.inc((provider, model))
-            upstream += a.duration_ms
-            self.latency.observe((provider, model), a.duration_ms / 1000.0)
-            if a.ttft_ms is not None:
-                self.ttft.observe((provider, model), a.ttft_ms / 1000.0)
-        if fallback is not None:
-            self.fallbacks.inc(fallback)
-        if seconds is not None:
-            self.overhead.observe((surface,), max(0.0, seconds - upstream / 1000.0))
+        for (provider, model, outcome, try_number), n in Counter(map(_ATTEMPT_KEY, attempts)).items():
+            label = model if (provider, model) in labelled else "other"
+            self.attempts.add((provider, label, outcome), n)
+            if try_number > 1 and outcome not in SKIPS:
+                self.retries.add((provider, label), n)
+        pairs = list(map(_PROVIDER_MODEL, live))
+        labels = {pair: (pair[0], pair[1] if pair in labelled else "other") for pair in set(pairs)}
+        keys = list(map(labels.__getitem__, pairs))
+        for key, values in _grouped(keys, list(map(truediv, map(_DURATION, live), repeat(1000.0)))):
+            self.latency.observe(key, values)
+        timed = list(map(is_not, map(_TTFT, live), repeat(None)))
+        if any(timed):
+            ttfts = list(map(truediv, compress(map(_TTFT, live), timed), repeat(1000.0)))
+            for key, values in _grouped(list(compress(keys, timed)), ttfts):
+                self.ttft.observe(key, values)
 
     def export(self) -> tuple[dict[str, dict[Labels, float]], dict[str, dict[Labels, list[float]]]]:
         """Copies of the counters' and histograms' totals, by metric name (what a worker's totals carry)."""

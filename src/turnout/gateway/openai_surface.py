@@ -281,7 +281,19 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
         return None
     out: list[Message] = []
     for m in messages:
-        if type(m) is not dict or not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
+        if type(m) is not dict:
+            return None
+        if len(m) == 2:  # the usual message, {"role", "content"}: two lookups (another pair of keys raises one)
+            try:
+                plain = _PLAIN_ROLES[m["role"]]
+                text = m["content"]
+            except (KeyError, TypeError):  # a key missing, or a role that is no string (unhashable)
+                return None
+            if type(text) is not str:
+                return None
+            out.append(_new_message(role=plain, content=text))
+            continue
+        if not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
             return None
         kind = m.get("role")
         role = _PLAIN_ROLES.get(kind) if type(kind) is str else None
@@ -304,6 +316,14 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
 # --- responses ----------------------------------------------------------------------------------
 
 _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "content_filter": "content_filter"}
+_FINISH_JSON = {reason: orjson.dumps(finish) for reason, finish in _FINISH.items()}
+_STOP_JSON = _FINISH_JSON["stop"]
+_dumps = orjson.dumps
+#: A ``chat.completion`` of plain text, encoded but for its values (what ``reply_body``'s dict encodes to).
+_PLAIN_COMPLETION = (
+    b'{"id":%s,"object":"chat.completion","created":%d,"model":%s,"choices":[{"index":0,"message":'
+    b'{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":%s}],"usage":%s}'
+)
 
 
 def _usage(u: Usage | None) -> dict[str, Any] | None:
@@ -319,6 +339,30 @@ def _usage(u: Usage | None) -> dict[str, Any] | None:
 
 def _tool_call(c: ToolCall) -> dict[str, Any]:
     return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+
+
+def completion_object(reply: Reply) -> dict[str, Any]:
+    """The ``chat.completion`` object of ``reply`` (in Turnout's terms: any text, tool calls or reasoning)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
+    if reply.tool_calls:
+        message["tool_calls"] = [_tool_call(c) for c in reply.tool_calls]
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
+    return {
+        "id": f"chatcmpl-{reply.call_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": reply.served.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _FINISH.get(reply.finish_reason or "stop", "stop"),
+            }
+        ],
+        "usage": _usage(reply.usage),
+    }
 
 
 _ERROR_TYPES: dict[str, str] = {
@@ -365,28 +409,17 @@ class OpenAISurface:
         """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""
         if reply.native is not None and call.native is not None and call.native.only:
             return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
-        if reply.tool_calls:
-            message["tool_calls"] = [_tool_call(c) for c in reply.tool_calls]
-        if reply.reasoning:
-            message["reasoning_content"] = reply.reasoning
-        return orjson.dumps(
-            {
-                "id": f"chatcmpl-{reply.call_id}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": reply.served.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "logprobs": None,
-                        "finish_reason": _FINISH.get(reply.finish_reason or "stop", "stop"),
-                    }
-                ],
-                "usage": _usage(reply.usage),
-            }
-        )
+        if not (reply.tool_calls or reply.reasoning):  # plain text: its values put in the encoded rest (same bytes)
+            usage = reply.usage
+            return _PLAIN_COMPLETION % (
+                _dumps(f"chatcmpl-{reply.call_id}"),
+                int(time.time()),
+                _dumps(reply.served.model),
+                _dumps(reply.text or None),
+                _FINISH_JSON.get(reply.finish_reason or "stop", _STOP_JSON),
+                b"null" if usage is None else _dumps(_usage(usage)),
+            )
+        return orjson.dumps(completion_object(reply))
 
     def refusal_body(self, exc: RefusalError, model: str, call: ChatCall, call_id: str) -> bytes:
         """A completion whose message carries ``refusal`` and finishes with ``content_filter``."""

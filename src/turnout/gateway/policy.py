@@ -71,6 +71,7 @@ class Caller:
             when its names reach the default target (the default profile or one of its models; a hint to a
             default pool).
         models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
+        admitted: What a request for each of its names is admitted as (made once, not per request).
     """
 
     name: str
@@ -80,6 +81,11 @@ class Caller:
     daily_limit_usd: float | None = None
     default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
+    admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        admitted = {n: Admitted(p.choice.model, p.choice.provider, self.sender) for n, p in self.names.items()}
+        object.__setattr__(self, "admitted", admitted)
 
 
 @fast_init  # one per request
@@ -307,13 +313,15 @@ class Policy:
         """
         if len(model) > MAX_MODEL_CHARS:
             raise invalid(f"model is longer than {MAX_MODEL_CHARS} characters", param="model")
-        known = caller.names.get(model)
-        choice = known.choice if known is not None else self._beyond_names(caller, model)
+        admitted = caller.admitted.get(model)
+        if admitted is None:
+            choice = self._beyond_names(caller, model)
+            admitted = Admitted(choice.model, choice.provider, caller.sender)
         if caller.daily_limit_usd is not None and self.spend is not None:
             spent = self.spend.spent(caller.name)
             if spent >= caller.daily_limit_usd:
                 raise RequestRejected(daily_limit(caller, spent))
-        return Admitted(choice.model, choice.provider, caller.sender)
+        return admitted
 
     def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
         """The empty model, a model of an unpinned profile, or anything under ``allow_any_model``."""

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 RECENT_WINDOW_S = 900
 BUCKET_S = 60
 
+_PROVIDER_OUTCOME = attrgetter("provider", "outcome")
+
 
 class RecentAttempts:
     """Attempt counts per (profile, outcome) over the last :data:`RECENT_WINDOW_S` seconds, in minute buckets.
@@ -54,17 +58,37 @@ class RecentAttempts:
 
     def add(self, attempts: Iterable[Attempt], now: float | None = None) -> None:
         """Count the attempts of one call (that ended at ``now``, default: the clock's time)."""
-        bucket = int((self._clock() if now is None else now) // BUCKET_S)
+        counts = self._bucket(int((self._clock() if now is None else now) // BUCKET_S))
+        for a in attempts:
+            key = (a.provider, a.outcome)
+            counts[key] = counts.get(key, 0) + 1
+        self.last.extend(attempts)
+
+    def fold(self, calls: Sequence[Sequence[Attempt]], ends: Sequence[float]) -> None:
+        """Count the attempts of calls in order, each of which ended at the time ``ends`` holds for it.
+
+        Calls that all ended within one bucket (nearly every batch) are counted in C, with ``Counter.update``.
+        """
+        if not ends:
+            return
+        bucket = int(min(ends) // BUCKET_S)
+        if int(max(ends) // BUCKET_S) != bucket:  # the batch spans buckets: call by call
+            for attempts, now in zip(calls, ends, strict=True):
+                self.add(attempts, now)
+            return
+        attempts = list(chain.from_iterable(calls))
+        self._bucket(bucket).update(map(_PROVIDER_OUTCOME, attempts))
+        self.last.extend(attempts)
+
+    def _bucket(self, bucket: int) -> Counter[tuple[str, str]]:
+        """The counts of ``bucket``; a new bucket drops those that left the window."""
         counts = self._buckets.get(bucket)
         if counts is None:
             oldest = bucket - RECENT_WINDOW_S // BUCKET_S
             for b in [b for b in self._buckets if b <= oldest]:
                 del self._buckets[b]
             counts = self._buckets[bucket] = Counter()
-        for a in attempts:
-            key = (a.provider, a.outcome)
-            counts[key] = counts.get(key, 0) + 1
-        self.last.extend(attempts)
+        return counts
 
     def buckets(self) -> dict[int, dict[tuple[str, str], int]]:
         """A copy of the counts per minute bucket (what :class:`~turnout.gateway.workers.Totals` carries)."""

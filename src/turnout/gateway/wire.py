@@ -82,6 +82,9 @@ class Failure:
 MAX_MODEL_CHARS = 256
 MAX_FIELD_CHARS = 400
 
+#: The status logged for a request whose client went away before the answer was complete.
+CLIENT_CLOSED = 499
+
 
 class RequestRejected(Exception):
     """The request cannot be served as sent (raised by parsing and routing, answered by the surface)."""
