@@ -100,24 +100,35 @@ _SLOTS = st.one_of(
     slots=st.lists(_SLOTS, max_size=12),
     spaced=st.booleans(),
     varying=st.booleans(),
+    padded=st.booleans(),
+    pads=st.lists(_SLOTS, max_size=4),
     cuts=st.lists(st.integers(min_value=0, max_value=14), max_size=4),
 )
-@example(slots=[b"a", b"b", b"c", b"d"], spaced=False, varying=False, cuts=[])
-@example(slots=[b"a", b"b", b'c"', b"d\x01", b"\xff", b"e"], spaced=True, varying=False, cuts=[3])
-@example(slots=[b"a", b"b", b"c", b"d", b"e"], spaced=False, varying=True, cuts=[2])
+@example(slots=[b"a", b"b", b"c", b"d"], spaced=False, varying=False, padded=False, pads=[], cuts=[])
+@example(
+    slots=[b"a", b"b", b'c"', b"d\x01", b"\xff", b"e"], spaced=True, varying=False, padded=False, pads=[], cuts=[3]
+)
+@example(slots=[b"a", b"b", b"c", b"d", b"e"], spaced=False, varying=True, padded=False, pads=[], cuts=[2])
+@example(
+    slots=[b"a", b"b", b"c", b"d"], spaced=False, varying=False, padded=True, pads=[b"x", b"", b'"', b"\\"], cuts=[]
+)
 def test_text_chunks_taken_by_template_decode_as_the_general_path_does(
-    slots: list[bytes], spaced: bool, varying: bool, cuts: list[int]
+    slots: list[bytes], spaced: bool, varying: bool, padded: bool, pads: list[bytes], cuts: list[int]
 ) -> None:
     """Chunks alike but for their text slot, holding any bytes, in any grouping of reads: ``_event``'s events.
 
-    ``varying``: a field outside the text differs from chunk to chunk (as OpenAI's ``obfuscation`` padding does),
-    so that no chunk is another's template.
+    ``varying``: a field outside the text differs from chunk to chunk, so that no chunk is another's template.
+    ``padded``: the chunks end with OpenAI's ``obfuscation`` padding, whose bytes are drawn as the text's are.
     """
-    marker = "\x00slot\x00"
+    marker, pad_marker = "\x00slot\x00", "\x00pad\x00"
     payloads = []
     for i, slot in enumerate(slots):
-        extra = {"obfuscation": "x" * (i % 5)} if varying else {}
-        before, after = _dump(_chunk(marker, **extra), spaced).split(orjson.dumps(marker)[1:-1])
+        if padded:  # OpenAI's padding, last in the chunk, its bytes drawn as the text's are
+            wire = _dump(_chunk(marker, obfuscation=pad_marker), spaced)
+            wire = wire.replace(orjson.dumps(pad_marker)[1:-1], pads[i % len(pads)] if pads else b"")
+        else:
+            wire = _dump(_chunk(marker, **({"created": i % 3} if varying else {})), spaced)
+        before, after = wire.split(orjson.dumps(marker)[1:-1])
         payloads.append(before + slot + after)
     payloads += [_dump({**_chunk(""), "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, spaced)]
     payloads.append(b"[DONE]")
@@ -133,17 +144,31 @@ def test_a_stream_of_like_chunks_is_read_by_its_template() -> None:
     events = [e for read in reads for e in decoder.feed(read)]
     assert events == [TextDelta(text=f"w{i} ") for i in range(5)]
     assert decoder._template is not None
-    prefix, suffix, lo, hi = decoder._template
+    prefix, suffix, lo, hi, padded = decoder._template
     assert prefix.endswith(b'"content":"') and suffix.startswith(b'"}') and (lo, hi) == (len(prefix), len(suffix))
-    assert decoder._learning == 2  # learnt once
+    assert not padded and decoder._learning == 2  # learnt once
+
+
+def test_a_stream_padded_by_openai_is_read_by_its_template() -> None:
+    """OpenAI's ``obfuscation`` padding differs on every chunk: the template leaves it a slot of its own."""
+    decoder = _decoder()
+    reads = [b"data: " + orjson.dumps(_chunk(f"w{i} ", obfuscation="x" * (i % 7))) + b"\n\n" for i in range(6)]
+    events = [e for read in reads for e in decoder.feed(read)]
+    assert events == [TextDelta(text=f"w{i} ") for i in range(6)]
+    assert decoder._template is not None and decoder._template[4] and decoder._learning == 2
+    assert decoder._template[1].endswith(b'"obfuscation":"')
 
 
 def test_chunks_that_differ_elsewhere_stop_the_learning() -> None:
     """A field that changes every chunk: each try fails to match the next chunk, and learning stops."""
     decoder = _decoder()
     for i in range(8):
-        decoder.feed(b"data: " + orjson.dumps(_chunk("hi", obfuscation="x" * i)) + b"\n\n")
+        decoder.feed(b"data: " + orjson.dumps(_chunk("hi", created=i)) + b"\n\n")
     assert decoder._learning == 0
+    padded_too = _decoder()  # the padding is not last: no padded template
+    for i in range(8):
+        padded_too.feed(b"data: " + orjson.dumps({"obfuscation": "x" * i, **_chunk("hi")}) + b"\n\n")
+    assert padded_too._learning == 0
 
 
 def test_a_slot_that_is_not_the_text_is_no_template() -> None:

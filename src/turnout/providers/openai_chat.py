@@ -63,6 +63,11 @@ _set_text = cast(Callable[[TextDelta, str], None], vars(TextDelta)["text"].__set
 #: A template's slot may hold these bytes as they stand: no quote, no escape, no control character (anything
 #: else is read by the general path, which also reports what JSON forbids).
 _plain_slot = re.compile(rb'[^"\\\x00-\x1f]*').fullmatch
+#: The rest of a padded chunk after its template's middle: the padding, printable ASCII but for the quote and the
+#: backslash (so valid UTF-8 and a JSON string as it stands; OpenAI's is letters and digits), then ``"}``.
+_padding = re.compile(rb'[\x20\x21\x23-\x5b\x5d-\x7e]*"}').fullmatch
+#: OpenAI's padding field (random text of random length on every chunk, against side channels on sizes).
+_PAD = "obfuscation"
 _starts = bytes.startswith
 _ends = bytes.endswith
 #: How many chunks of one stream may be tried as a template (see :meth:`ChatStreamDecoder._learn`).
@@ -428,7 +433,7 @@ class ChatStreamDecoder(StreamDecoder):
         self._usage: Mapping[str, Any] | None = None
         self._finish: str | None = None
         self._chunks = 0
-        self._template: tuple[bytes, bytes, int, int] | None = None
+        self._template: tuple[bytes, bytes, int, int, bool] | None = None
         self._learning = _LEARN
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
@@ -444,24 +449,33 @@ class ChatStreamDecoder(StreamDecoder):
             return out
         run = -1  # the events decoded inline before the first one that was not (-1: every one so far was)
         template = self._template
-        prefix, suffix, lo, hi = template if template is not None else (None, b"", 0, 0)
+        prefix, suffix, lo, hi, padded = template if template is not None else (None, b"", 0, 0, False)
         try:
             payloads, rest = self._sse.lead(chunk)
             other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
             for data in payloads:
                 # A chunk that is the stream's template with other plain text in its slot (see _learn).
-                if prefix is not None and _starts(data, prefix) and _ends(data, suffix) and len(data) >= lo + hi:
-                    piece = data[lo : len(data) - hi]
-                    if _plain_slot(piece) is not None:
-                        try:
-                            text = piece.decode()
-                        except UnicodeDecodeError:
-                            pass  # the general path reports it
-                        else:
-                            if text:
-                                out.append(event := _new_event(TextDelta))
-                                _set_text(event, text)
-                            continue
+                # The template's bytes before the slot; then, after the slot (which holds no quote), its bytes to
+                # the end of the chunk or, in a padded template, to the padding, then the padding and the end.
+                if prefix is not None and _starts(data, prefix):
+                    if padded:
+                        end = data.find(b'"', lo)
+                        ok = _starts(data, suffix, end) and _padding(data, end + hi) is not None
+                    else:
+                        end = len(data) - hi
+                        ok = end >= lo and _ends(data, suffix)
+                    if ok:
+                        piece = data[lo:end]
+                        if _plain_slot(piece) is not None:
+                            try:
+                                text = piece.decode()
+                            except UnicodeDecodeError:
+                                pass  # the general path reports it
+                            else:
+                                if text:
+                                    out.append(event := _new_event(TextDelta))
+                                    _set_text(event, text)
+                                continue
                 # Module names rather than locals: a global call needs no PUSH_NULL, and ``out.append`` is
                 # specialised by the interpreter (a bound method held in a local is not).
                 try:  # the common shape (a KeyError, TypeError or ValueError: another one)
@@ -485,7 +499,9 @@ class ChatStreamDecoder(StreamDecoder):
                             out.append(event := _new_event(TextDelta))
                             _set_text(event, content)
                             if self._learning and self._learn(data, obj, content):
-                                prefix, suffix, lo, hi = cast(tuple[bytes, bytes, int, int], self._template)
+                                prefix, suffix, lo, hi, padded = cast(
+                                    tuple[bytes, bytes, int, int, bool], self._template
+                                )
                         continue
                 except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
                     if run < 0:
@@ -524,8 +540,10 @@ class ChatStreamDecoder(StreamDecoder):
         same id, model and fields). The bytes before and after the text are the template: a later chunk that
         starts and ends with them, with only plain string bytes between, is the same chunk with that text,
         which :meth:`feed` takes without parsing it. To be a template, putting other text in the slot must
-        parse to this chunk with that text (the slot is the content string and nothing else). A stream whose
-        chunks differ elsewhere (a counter, padding) stops trying after :data:`_LEARN` chunks.
+        parse to this chunk with that text (the slot is the content string and nothing else). OpenAI ends every
+        chunk with padding of random text (``obfuscation``): when it is the chunk's last field, the template keeps
+        its value as a second slot, which the chunk's events do not depend on. A stream whose chunks differ
+        elsewhere (a counter, padding not at the end) stops trying after :data:`_LEARN` chunks.
         """
         self._learning -= 1
         quoted = orjson.dumps(content)
@@ -533,17 +551,27 @@ class ChatStreamDecoder(StreamDecoder):
             return False
         lo = data.index(quoted) + 1
         prefix, suffix = data[:lo], data[lo + len(quoted) - 2 :]
-        # Other text in the slot must parse to this chunk with that text: were the slot in another string, that
+        # A chunk that ends with OpenAI's padding: the padding's text is a second slot, at the very end.
+        pad = obj.get(_PAD)
+        padded = type(pad) is str
+        if padded:
+            tail = b'"' + _PAD.encode() + b'":' + orjson.dumps(pad) + b"}"
+            if not suffix.endswith(tail):
+                return False
+            suffix = suffix[: len(suffix) - len(tail) + len(_PAD) + 4]  # up to the padding's opening quote
+        # Other text in each slot must parse to this chunk with that text: were a slot in another string, that
         # string would differ; between two strings, a letter is no JSON.
         filler = b"a" if content != "a" else b"b"
         try:
-            probe = _loads(prefix + filler + suffix)
+            probe = _loads(prefix + filler + suffix + ((b"a" if pad != "a" else b"b") + b'"}' if padded else b""))
             probe["choices"][0]["delta"]["content"] = content
+            if padded:
+                probe[_PAD] = pad
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
             return False
         if probe != obj:
             return False
-        self._template = (prefix, suffix, lo, len(suffix))
+        self._template = (prefix, suffix, lo, len(suffix), padded)
         return True
 
     def finish(self) -> list[StreamEvent]:
