@@ -172,3 +172,13 @@ def make_adapter(
         fields["api_key"] = api_key
     cfg = load_config_dict({"providers": {"models": {family: {"test": fields}}}}, env={})
     return build_adapter(f"{family}.test", cfg.profiles()[f"{family}.test"], http, api_key)
+
+
+def decoded(decode: Callable[[list[StreamEvent]], None]) -> tuple[list[StreamEvent], str | None]:
+    """The events ``decode`` appends up to its first error, and that error's type (None: the stream completed)."""
+    events: list[StreamEvent] = []
+    try:
+        decode(events)
+    except TurnoutError as exc:
+        return events, type(exc).__name__
+    return events, None

@@ -9,9 +9,8 @@ from typing import Any
 import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from provider_kit import make_adapter
+from provider_kit import decoded, make_adapter
 
-from turnout.errors import TurnoutError
 from turnout.providers import HttpClient
 from turnout.providers.openai_chat import ChatStreamDecoder
 from turnout.types import StreamEvent, TextDelta
@@ -39,16 +38,6 @@ def _chunk(text: str, **extra: Any) -> dict[str, Any]:
 def _dump(obj: Any, spaced: bool) -> bytes:
     """Compact as most providers write it, or with spaces as Python's ``json`` module does."""
     return json.dumps(obj).encode() if spaced else orjson.dumps(obj)
-
-
-def _outcome(decode: Any) -> tuple[list[StreamEvent], str | None]:
-    """The events up to the first error, and that error's type (None: the stream completed)."""
-    events: list[StreamEvent] = []
-    try:
-        decode(events)
-    except TurnoutError as exc:
-        return events, type(exc).__name__
-    return events, None
 
 
 def _by_feed(wire: list[bytes], bounds: list[int]) -> Any:
@@ -134,7 +123,7 @@ def test_text_chunks_taken_by_template_decode_as_the_general_path_does(
     payloads.append(b"[DONE]")
     wire = [b"data: " + p + b"\n\n" for p in payloads]
     bounds = sorted({0, len(wire), *(min(c, len(wire)) for c in cuts)})
-    assert _outcome(_by_feed(wire, bounds)) == _outcome(_by_general_path(payloads))
+    assert decoded(_by_feed(wire, bounds)) == decoded(_by_general_path(payloads))
 
 
 def test_a_stream_of_like_chunks_is_read_by_its_template() -> None:

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from provider_kit import Reply, bytewise, fixture_path, make_adapter, random_splits, two_way_splits
+from provider_kit import Reply, bytewise, decoded, fixture_path, make_adapter, random_splits, two_way_splits
 
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import HttpClient
@@ -252,7 +252,7 @@ def test_comments_pings_and_blank_data_are_ignored() -> None:
     assert collect(decode([noisy])) == EXPECTED[TEXT_SSE]
 
 
-def test_only_choice_zero_is_decoded() -> None:
+def test_only_choice_zero_isdecoded() -> None:
     """With n>1, deltas and finish reasons of other choices are ignored."""
     body = (
         b'data: {"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"mine"}}]}\n\n'
@@ -798,16 +798,6 @@ def _payload(chunk: Any) -> bytes:
     return chunk if isinstance(chunk, bytes) else orjson.dumps(chunk)
 
 
-def _decoded(decode: Any) -> tuple[list[StreamEvent], str | None]:
-    """The events up to the first error, and that error's type (None: the stream completed)."""
-    events: list[StreamEvent] = []
-    try:
-        decode(events)
-    except TurnoutError as exc:
-        return events, type(exc).__name__
-    return events, None
-
-
 def _by_object(chunks: list[Any], events: list[StreamEvent]) -> None:
     """The general path's events for ``chunks`` (each parsed already, or raw bytes), then ``[DONE]``."""
     decoder: Any = adapter().decoder(MODEL)
@@ -854,7 +844,7 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole:
             events += decoder.feed(read)
         events += decoder.finish()
 
-    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
+    assert decoded(by_feed) == decoded(functools.partial(_by_object, chunks))
 
 
 @settings(max_examples=300, deadline=None)
@@ -870,7 +860,7 @@ def test_chunks_read_in_any_grouping_decode_as_the_general_path_does(chunks: lis
             events += decoder.feed(b"".join(wire[start:end]))
         events += decoder.finish()
 
-    assert _decoded(by_feed) == _decoded(functools.partial(_by_object, chunks))
+    assert decoded(by_feed) == decoded(functools.partial(_by_object, chunks))
 
 
 def _is_plain_text(event: StreamEvent) -> bool:
