@@ -72,6 +72,8 @@ _starts = bytes.startswith
 _ends = bytes.endswith
 #: How many chunks of one stream may be tried as a template (see :meth:`ChatStreamDecoder._learn`).
 _LEARN = 3
+#: A stream's template: the bytes before the text, after it (to the padding, if ``padded``), their lengths, padded.
+_Template = tuple[bytes, bytes, int, int, bool]
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -433,7 +435,7 @@ class ChatStreamDecoder(StreamDecoder):
         self._usage: Mapping[str, Any] | None = None
         self._finish: str | None = None
         self._chunks = 0
-        self._template: tuple[bytes, bytes, int, int, bool] | None = None
+        self._template: _Template | None = None
         self._learning = _LEARN
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
@@ -498,10 +500,8 @@ class ChatStreamDecoder(StreamDecoder):
                         if content:
                             out.append(event := _new_event(TextDelta))
                             _set_text(event, content)
-                            if self._learning and self._learn(data, obj, content):
-                                prefix, suffix, lo, hi, padded = cast(
-                                    tuple[bytes, bytes, int, int, bool], self._template
-                                )
+                            if self._learning and (learnt := self._learn(data, obj, content)) is not None:
+                                prefix, suffix, lo, hi, padded = learnt
                         continue
                 except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
                     if run < 0:
@@ -533,8 +533,8 @@ class ChatStreamDecoder(StreamDecoder):
                 return TextRun(out, lead)
         return out
 
-    def _learn(self, data: bytes, obj: dict[str, Any], content: str) -> bool:
-        """Take a plain text chunk as the template of the ones after it; True if it is one.
+    def _learn(self, data: bytes, obj: dict[str, Any], content: str) -> _Template | None:
+        """Take a plain text chunk as the template of the ones after it (None: it is none).
 
         Within one stream a provider usually sends its text chunks alike byte for byte but for the text (the
         same id, model and fields). The bytes before and after the text are the template: a later chunk that
@@ -548,7 +548,7 @@ class ChatStreamDecoder(StreamDecoder):
         self._learning -= 1
         quoted = orjson.dumps(content)
         if data.count(quoted) != 1:
-            return False
+            return None
         lo = data.index(quoted) + 1
         prefix, suffix = data[:lo], data[lo + len(quoted) - 2 :]
         # A chunk that ends with OpenAI's padding: the padding's text is a second slot, at the very end.
@@ -557,7 +557,7 @@ class ChatStreamDecoder(StreamDecoder):
         if padded:
             tail = b'"' + _PAD.encode() + b'":' + orjson.dumps(pad) + b"}"
             if not suffix.endswith(tail):
-                return False
+                return None
             suffix = suffix[: len(suffix) - len(tail) + len(_PAD) + 4]  # up to the padding's opening quote
         # Other text in each slot must parse to this chunk with that text: were a slot in another string, that
         # string would differ; between two strings, a letter is no JSON.
@@ -568,11 +568,11 @@ class ChatStreamDecoder(StreamDecoder):
             if padded:
                 probe[_PAD] = pad
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-            return False
+            return None
         if probe != obj:
-            return False
-        self._template = (prefix, suffix, lo, len(suffix), padded)
-        return True
+            return None
+        template = self._template = (prefix, suffix, lo, len(suffix), padded)
+        return template
 
     def finish(self) -> list[StreamEvent]:
         """End of body: complete after ``[DONE]`` or a finish chunk, else ``StreamTruncated``."""
