@@ -28,7 +28,7 @@ from turnout.pools import leading_members, pool_loads, pools_status
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
-from turnout.router import Router, Target
+from turnout.router import HINT_PREFIX, Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
 from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from turnout.tracing import Tracing
 
 _new_object = object.__new__
+
+#: The most routes a client keeps resolved (overrides are few in practice; a caller may send many models).
+_ROUTES_KEPT = 256
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -123,7 +126,10 @@ class Client:
             chance=chance,
         )
         self.router = self.factory.router()
-        self._default: tuple[Target, RouteRef, frozenset[int]] | None = None
+        #: Routes resolved so far by ``(model, provider, sender)``: what :meth:`route` gives is fixed by the
+        #: configuration, and resolving a named profile costs a call about 10k instructions (the gateway names
+        #: one on every request). Bounded, oldest first out, as the factory's routers.
+        self._routes: dict[tuple[str | None, str | None, str | None], tuple[Target, RouteRef, frozenset[int]]] = {}
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -274,17 +280,18 @@ class Client:
         request: ChatRequest | None = None,
         operation: Operation | None = None,
     ) -> tuple[Target, Call]:
-        """The target these options select, and a new call to it (the default route's is resolved once)."""
-        if model is None and provider is None and sender is None:
-            default = self._default
-            if default is None:
-                target = self.route()
-                default = self._default = (target, requested_route(target), leading_members(target.walk.entries))
-            target, requested, peers = default
-        else:
+        """The target these options select, and a new call to it (each route is resolved once, see ``_routes``)."""
+        key = (model, provider, sender)
+        resolved = self._routes.get(key)
+        if resolved is None:
             target = self.route(model=model, provider=provider, sender=sender)
-            requested = requested_route(target)
-            peers = leading_members(target.walk.entries)
+            resolved = (target, requested_route(target), leading_members(target.walk.entries))
+            # an unknown hint is not kept: resolving it warns, on every call
+            if target.hint is not None or model is None or not model.startswith(HINT_PREFIX):
+                if len(self._routes) >= _ROUTES_KEPT:
+                    self._routes.pop(next(iter(self._routes)))
+                self._routes[key] = resolved
+        target, requested, peers = resolved
         # ``Call(...)`` would pack these keywords into a dict for ``__init__`` (about 4k instructions a call);
         # calling ``__init__`` on a new instance passes them as they are.
         call = _new_object(Call)
