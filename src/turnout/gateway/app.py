@@ -276,7 +276,7 @@ class Gateway:
                             self._idle.set()
                         if ex.status == CLIENT_CLOSED:
                             self._finish(request, ex, t0)
-            if not (response.prepared or ex.stamped):  # a stream was stamped before it was prepared
+            if not (ex.stamped or response.prepared):  # a stream was stamped before it was prepared
                 self.edges.stamp(request, response, ex.request_id)
             if ex.status != CLIENT_CLOSED:
                 ex.status = response.status
@@ -426,11 +426,12 @@ class Gateway:
 
     def observe_reply(self, reply: Reply, ex: Exchange) -> None:
         """Note the accepted reply of the request (recorded when the request ends)."""
-        ex.provider = reply.served.provider
-        ex.model = reply.served.model
+        served = reply.served
+        ex.provider = served.provider
+        ex.model = served.model
         ex.attempts = reply.attempts
         ex.call_id = reply.call_id
-        ex.fallback = (reply.requested.provider, reply.served.provider) if reply.fallback is not None else None
+        ex.fallback = (reply.requested.provider, served.provider) if reply.fallback is not None else None
 
     def observe_attempts(
         self, attempts: Sequence[Attempt], ex: Exchange, *, provider: str | None = None, model: str | None = None

@@ -102,9 +102,10 @@ def _complete(
     gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
 ) -> web.Response:
     gw.observe_reply(reply, ex)
+    served = reply.served
     headers = attribution_headers(
-        reply.served.provider,
-        reply.served.model,
+        served.provider,
+        served.model,
         len(reply.attempts),
         reply.fallback.text if reply.fallback is not None else None,
         reply.call_id,

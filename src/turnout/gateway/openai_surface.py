@@ -239,6 +239,8 @@ _READ_FIELDS = frozenset(
 )
 _PLAIN_FIELDS = frozenset(("model", "messages", "stream", "temperature", "max_tokens", "max_completion_tokens", "user"))
 _SPECIAL_FIELDS = _READ_FIELDS - _PLAIN_FIELDS
+#: The plain fields beyond ``model`` and ``messages`` (a request without any is read without looking for each).
+_OPTION_FIELDS = _PLAIN_FIELDS - {"model", "messages"}
 #: Message fields the general path reads beyond ``role``, ``content`` and ``name``.
 _SPECIAL_MESSAGE_FIELDS = frozenset(_Message.model_fields) - {"role", "content", "name"}
 #: The records a plain request builds, without the class call (see :mod:`turnout._fast`).
@@ -262,22 +264,8 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
     messages = raw.get("messages")
     if type(model) is not str or len(model) > MAX_MODEL_CHARS or type(messages) is not list or not messages:
         return None
-    stream = raw.get("stream")
-    if stream is not None and type(stream) is not bool:
-        return None
-    temperature = raw.get("temperature")
-    if temperature is not None:
-        if type(temperature) is int:
-            temperature = float(temperature)
-        if type(temperature) is not float or not 0 <= temperature <= 2:
-            return None
-    max_tokens = raw.get("max_tokens")
-    most = raw.get("max_completion_tokens")
-    for limit in (max_tokens, most):
-        if limit is not None and (type(limit) is not int or limit <= 0):
-            return None
-    user = raw.get("user")
-    if user is not None and (type(user) is not str or len(user) > MAX_FIELD_CHARS):
+    options = None if _OPTION_FIELDS.isdisjoint(raw) else _plain_options(raw)  # most requests set none
+    if options is False:
         return None
     out: list[Message] = []
     for m in messages:
@@ -302,15 +290,41 @@ def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
         if role is None or type(content) is not str or (name is not None and type(name) is not str):
             return None
         out.append(_new_message(role=role, content=content, name=name if role == "user" else None))
+    native = _new_native(protocol="openai-chat", body=raw, headers={}, only=())
+    if options is None:
+        return _new_call(model=model, messages=tuple(out), native=native)
+    temperature, max_tokens, stream, user = options
     return _new_call(
         model=model,
         messages=tuple(out),
         temperature=temperature,
-        max_tokens=most or max_tokens,
-        stream=bool(stream),
+        max_tokens=max_tokens,
+        stream=stream,
         sender=user,
-        native=_new_native(protocol="openai-chat", body=raw, headers={}, only=()),
+        native=native,
     )
+
+
+def _plain_options(raw: dict[str, Any]) -> tuple[float | None, int | None, bool, str | None] | Literal[False]:
+    """``(temperature, max_tokens, stream, user)`` of a plain request, or False when one is not plain."""
+    stream = raw.get("stream")
+    if stream is not None and type(stream) is not bool:
+        return False
+    temperature = raw.get("temperature")
+    if temperature is not None:
+        if type(temperature) is int:
+            temperature = float(temperature)
+        if type(temperature) is not float or not 0 <= temperature <= 2:
+            return False
+    max_tokens = raw.get("max_tokens")
+    most = raw.get("max_completion_tokens")
+    for limit in (max_tokens, most):
+        if limit is not None and (type(limit) is not int or limit <= 0):
+            return False
+    user = raw.get("user")
+    if user is not None and (type(user) is not str or len(user) > MAX_FIELD_CHARS):
+        return False
+    return temperature, most or max_tokens, bool(stream), user
 
 
 # --- responses ----------------------------------------------------------------------------------
@@ -407,7 +421,8 @@ class OpenAISurface:
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
         """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""
-        if reply.native is not None and call.native is not None and call.native.only:
+        native = call.native
+        if native is not None and native.only and reply.native is not None:
             return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
         if not (reply.tool_calls or reply.reasoning):  # plain text: its values put in the encoded rest (same bytes)
             usage = reply.usage
