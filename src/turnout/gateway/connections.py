@@ -221,6 +221,10 @@ class ConnectionGuard:
         self._timer = loop.call_later(limits.tick, self._sweep)
 
 
+#: aiohttp's own ``data_received``, called directly: ``super()`` would make a proxy object on every read.
+_parse = RequestHandler.data_received
+
+
 class GuardedHandler(RequestHandler):
     """aiohttp's connection handler, reporting its phase to a :class:`ConnectionGuard`.
 
@@ -264,7 +268,7 @@ class GuardedHandler(RequestHandler):
         The phase's start is left for the guard's next check to stamp (``_UNSTAMPED``): that costs a timeout
         at most one check interval and saves reading the clock on every request.
         """
-        super().data_received(data)
+        _parse(self, data)
         if self._messages:
             self.guard_phase, self.guard_since = _BUSY, _UNSTAMPED
         elif self.guard_phase == _IDLE or (self.guard_phase == _BUSY and not self.serving()):
