@@ -157,7 +157,7 @@ def test_accept_gives_the_notice_the_fallback_rule_gives(
     requested = RouteRef(provider="openai.a", model="m")
     if same_object and served == requested:
         served = requested
-    call = Call(CallPlan(requested, stream=False, peers=frozenset(peers), intra_family=intra_family))
+    call = Call(CallPlan(requested=requested, operation="chat", peers=frozenset(peers), intra_family=intra_family))
     reply = call.accept(ChatResponse(text="ok"), served, entry)
     assert reply.fallback == call.fallback(served, entry)
 

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import os
 import time
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
 from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
@@ -73,42 +74,32 @@ class CallTracer(Protocol):
         """``call`` ended without an answer, with ``exc``."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CallPlan:
     """What every call of one kind to one route shares, made once: the client keeps one per route and kind.
 
-    Args:
+    Attributes:
         requested: The profile and model the caller asked for.
-        stream: Whether the calls stream.
+        operation: What kind of call it is: ``chat``, ``stream`` or ``turn``.
         ledger: Where a finished call is recorded (None: nowhere).
         surface: The ledger's label for where the calls come from (``library``, ``gateway``, ``cli``).
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
         peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
-        operation: What kind of call it is (default: ``stream`` for a stream, else ``chat``).
         tracer: Records a finished call as trace spans (None: tracing is off).
     """
 
-    __slots__ = ("intra_family", "ledger", "operation", "peers", "requested", "stream", "surface", "tracer")
+    requested: RouteRef
+    operation: Operation
+    ledger: Ledger | None = None
+    surface: str = "library"
+    intra_family: bool = False
+    peers: frozenset[int] = frozenset()
+    tracer: CallTracer | None = None
 
-    def __init__(
-        self,
-        requested: RouteRef,
-        *,
-        stream: bool,
-        ledger: Ledger | None = None,
-        surface: str = "library",
-        intra_family: bool = False,
-        peers: frozenset[int] = frozenset(),
-        operation: Operation | None = None,
-        tracer: CallTracer | None = None,
-    ) -> None:
-        self.requested = requested
-        self.peers = peers
-        self.stream = stream
-        self.ledger = ledger
-        self.surface = surface
-        self.intra_family = intra_family
-        self.operation: Operation = operation or ("stream" if stream else "chat")
-        self.tracer = tracer
+    @property
+    def stream(self) -> bool:
+        """Whether the calls stream (a stream or a turn)."""
+        return self.operation != "chat"
 
 
 class Call(DispatchScope):

@@ -304,13 +304,12 @@ class Client:
         """
         target = self.route(model=model, provider=provider, sender=sender)
         plan = CallPlan(
-            requested_route(target),
-            peers=leading_members(target.walk.entries),
-            stream=stream,
+            requested=requested_route(target),
+            operation=operation or ("stream" if stream else "chat"),
             ledger=self.ledger,
             surface=self.surface,
             intra_family=self.config.notices.intra_family,
-            operation=operation,
+            peers=leading_members(target.walk.entries),
             tracer=self.tracing,
         )
         if model is None or not model.startswith("hint:") or target.hint is not None:
