@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from turnout.attribution import Attempt, Outcome, RouteRef
-from turnout.call import Call, call_outcome, new_call_id
+from turnout.call import Call, CallPlan, call_outcome, new_call_id
 from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -45,28 +45,28 @@ def attempt(
 
 def test_a_pure_retry_of_the_first_entry_is_no_fallback() -> None:
     """The requested route answering from entry 0 (after any number of retries) has no notice."""
-    call = Call(SONNET, stream=False)
+    call = Call(CallPlan(requested=SONNET, operation="chat"))
     call.log.add(attempt("retryable"))
     assert call.fallback(SONNET, 0) is None
 
 
 def test_another_model_of_the_first_entry_is_a_fallback() -> None:
     """Entry 0 serving another model than the requested one is a fallback."""
-    notice = Call(SONNET, stream=False).fallback(HAIKU, 0)
+    notice = Call(CallPlan(requested=SONNET, operation="chat")).fallback(HAIKU, 0)
     assert notice is not None and notice.served == HAIKU and notice.requested == SONNET
 
 
 def test_a_later_entry_is_a_fallback_even_with_the_requested_route() -> None:
     """An answer from a later entry is a fallback, whatever it serves."""
-    assert Call(SONNET, stream=False).fallback(SONNET, 1) is not None
-    assert Call(SONNET, stream=False).fallback(HAIKU, 1) is not None
+    assert Call(CallPlan(requested=SONNET, operation="chat")).fallback(SONNET, 1) is not None
+    assert Call(CallPlan(requested=SONNET, operation="chat")).fallback(HAIKU, 1) is not None
 
 
 def test_the_notice_follows_the_calls_intra_family_setting() -> None:
     """A same-family notice is shown only when the call was opened with intra_family; cross-family always."""
-    hidden = Call(SONNET, stream=False).fallback(HAIKU, 1)
-    shown = Call(SONNET, stream=False, intra_family=True).fallback(HAIKU, 1)
-    cross = Call(SONNET, stream=False).fallback(GPT, 2)
+    hidden = Call(CallPlan(requested=SONNET, operation="chat")).fallback(HAIKU, 1)
+    shown = Call(CallPlan(requested=SONNET, operation="chat", intra_family=True)).fallback(HAIKU, 1)
+    cross = Call(CallPlan(requested=SONNET, operation="chat")).fallback(GPT, 2)
     assert hidden is not None and not hidden.shown
     assert shown is not None and shown.shown
     assert cross is not None and cross.shown and cross.cross_family
@@ -78,7 +78,7 @@ def test_the_notice_follows_the_calls_intra_family_setting() -> None:
 def test_accept_builds_the_reply_from_the_response_and_exactly_the_calls_attempts() -> None:
     """The reply carries the response's fields, both routes, the notice, the call id and the call's attempts."""
     ledger = RecordingLedger()
-    call = Call(SONNET, stream=False, ledger=ledger)
+    call = Call(CallPlan(requested=SONNET, operation="chat", ledger=ledger))
     attempts = [attempt("retryable"), attempt("retryable", model="claude-haiku-4-5", entry=1)]
     attempts.append(attempt("ok", provider="openai.backup", model="gpt-4.1", entry=2))
     for a in attempts:
@@ -102,7 +102,7 @@ def test_accept_builds_the_reply_from_the_response_and_exactly_the_calls_attempt
 def test_accept_writes_one_ledger_record_with_the_accepted_index() -> None:
     """One record: outcome ok, both routes, fallback flag, the attempts, and the index of the ok attempt."""
     ledger = RecordingLedger()
-    call = Call(GPT, stream=True, ledger=ledger, surface="gateway")
+    call = Call(CallPlan(requested=GPT, operation="stream", ledger=ledger, surface="gateway"))
     for a in (attempt("cooldown_skip"), attempt("empty", provider="openai.backup", model="gpt-4.1", entry=1)):
         call.log.add(a)
     call.log.add(attempt("ok", provider="openai.backup", model="gpt-4.1", entry=1))
@@ -125,7 +125,7 @@ def test_accept_writes_one_ledger_record_with_the_accepted_index() -> None:
 def test_accept_of_a_direct_answer_records_no_fallback() -> None:
     """A first-entry answer of the requested route is recorded with fallback false and no notice."""
     ledger = RecordingLedger()
-    call = Call(SONNET, stream=False, ledger=ledger)
+    call = Call(CallPlan(requested=SONNET, operation="chat", ledger=ledger))
     call.log.add(attempt("retryable"))
     call.log.add(attempt("ok"))
     reply = call.accept(ChatResponse(text="hi"), SONNET, 0)
@@ -135,13 +135,15 @@ def test_accept_of_a_direct_answer_records_no_fallback() -> None:
 
 def test_accept_moves_think_spans_into_the_reasoning() -> None:
     """An answer with inline <think> keeps only the answer as text, the thought as reasoning."""
-    reply = Call(SONNET, stream=False).accept(ChatResponse(text="<think>plan</think>done"), SONNET, 0)
+    reply = Call(CallPlan(requested=SONNET, operation="chat")).accept(
+        ChatResponse(text="<think>plan</think>done"), SONNET, 0
+    )
     assert (reply.text, reply.reasoning) == ("done", "plan")
 
 
 def test_accept_without_a_ledger_records_nothing_and_still_replies() -> None:
     """A call without a ledger gives its reply (no accepted index is needed)."""
-    reply = Call(SONNET, stream=False).accept(ChatResponse(text="ok"), SONNET, 0)
+    reply = Call(CallPlan(requested=SONNET, operation="chat")).accept(ChatResponse(text="ok"), SONNET, 0)
     assert reply.text == "ok" and reply.attempts == ()
 
 
@@ -165,7 +167,7 @@ def test_fail_records_the_outcome_name_of_call_outcome(exc: BaseException, outco
     """A failed call is one record with the ledger's outcome name, nothing served, and its attempts."""
     assert call_outcome(exc) == outcome
     ledger = RecordingLedger()
-    call = Call(SONNET, stream=False, ledger=ledger, surface="cli")
+    call = Call(CallPlan(requested=SONNET, operation="chat", ledger=ledger, surface="cli"))
     call.log.add(attempt("retryable"))
     call.fail(exc)
     (record,) = ledger.records
@@ -176,7 +178,7 @@ def test_fail_records_the_outcome_name_of_call_outcome(exc: BaseException, outco
 
 def test_fail_without_a_ledger_does_nothing() -> None:
     """Failing a call that has no ledger is a no-op (no error)."""
-    Call(SONNET, stream=False).fail(AllProvidersFailed("x"))
+    Call(CallPlan(requested=SONNET, operation="chat")).fail(AllProvidersFailed("x"))
 
 
 # --- ids -----------------------------------------------------------------------------------------
@@ -188,4 +190,7 @@ def test_call_ids_are_unique_and_of_one_shape() -> None:
     assert len(set(ids)) == len(ids)
     assert {len(i) for i in ids} == {22}
     assert all(int(i, 16) >= 0 for i in ids)
-    assert Call(SONNET, stream=False).call_id != Call(SONNET, stream=False).call_id
+    assert (
+        Call(CallPlan(requested=SONNET, operation="chat")).call_id
+        != Call(CallPlan(requested=SONNET, operation="chat")).call_id
+    )

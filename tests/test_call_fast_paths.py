@@ -201,6 +201,29 @@ def test_plain_messages_are_built_as_the_general_conversion_builds_them(dicts: l
     assert merged.build_body(request, "m", None, False)["messages"] == merged._messages(general)
 
 
+class _OwnMessage(Message):
+    """A message of a subclass: the general conversion takes it as it is, the tuple shortcut does not look at it."""
+
+    __slots__ = ()
+
+
+@given(items=st.lists(_wire_dict | _message | _message.map(lambda m: _OwnMessage(role=m.role, content=m.content))))
+def test_a_tuple_of_messages_is_coerced_as_the_general_conversion_coerces_it(items: list[object]) -> None:
+    """A tuple (the gateway's messages) gives what the same list gives, or the same error; one of messages, itself."""
+    try:
+        general: tuple[Message, ...] | str = coerce_messages(items)  # type: ignore[arg-type]
+    except TypeError as exc:
+        general = str(exc)
+    given_tuple = tuple(items)
+    try:
+        fast: tuple[Message, ...] | str = coerce_messages(given_tuple)  # type: ignore[arg-type]
+    except TypeError as exc:
+        fast = str(exc)
+    assert fast == general
+    if all(type(m) is Message for m in items):
+        assert fast is given_tuple
+
+
 def test_a_replaced_request_does_not_keep_the_wire_messages_of_the_one_it_was_made_from() -> None:
     """``dataclasses.replace`` with other messages starts without the kept wire list."""
     request = ChatRequest.of([{"role": "user", "content": "one"}])

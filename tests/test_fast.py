@@ -56,6 +56,21 @@ def test_fields_outside_init_get_their_defaults() -> None:
         _Cached(name="x", memo=[])  # type: ignore[call-arg]
 
 
+def test_fast_new_takes_fields_outside_init_only_when_asked() -> None:
+    """``also`` makes a non-parameter field a parameter of the constructor (its default when left out), and no other."""
+    make = fast_new(_Cached, also=("memo",))
+    memo = ["kept"]
+    given = make(name="x", memo=memo)  # type: ignore[call-arg]
+    assert given == _Cached(name="x") and given.memo is memo and given.seen == [] and type(given) is _Cached
+    assert make(name="x").memo is None
+    with pytest.raises(TypeError):
+        fast_new(_Cached)(name="x", memo=memo)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="outside its parameters"):
+        fast_new(_Cached, also=("name",))
+    with pytest.raises(TypeError, match="no plain default"):
+        fast_new(_Cached, also=("seen",))
+
+
 def test_fast_init_rejects_non_frozen_classes() -> None:
     @dataclass(slots=True)
     class Mutable:

@@ -13,7 +13,7 @@ import pytest
 
 import turnout.ledger as ledger_module
 from turnout.attribution import Attempt, Outcome, RouteRef
-from turnout.call import Call
+from turnout.call import Call, CallPlan
 from turnout.config.secrets import key_id
 from turnout.errors import AllProvidersFailed, ConfigError
 from turnout.ledger import CallRecord, Ledger, summarize
@@ -189,12 +189,12 @@ async def test_no_prompt_response_error_text_or_key_reaches_the_file(path: Path)
     """Calls accepted and failed through Call leave no answer, reasoning, tool argument, error text or key."""
     led = Ledger(path, batch_delay=0)
     secret = "sk-PLANTED-KEY-123456"
-    accepted = Call(OPENAI, stream=False, ledger=led)
+    accepted = Call(CallPlan(requested=OPENAI, operation="chat", ledger=led))
     accepted.log.add(attempt("ok", key_id=key_id(secret), usage=Usage(input_tokens=5, output_tokens=5)))
     tool = ToolCall(id="t1", name="lookup", arguments='{"q": "PLANTED-ARGUMENT"}')
     response = ChatResponse(text="PLANTED-ANSWER", reasoning="PLANTED-THOUGHT", tool_calls=(tool,))
     accepted.accept(response, OPENAI, 0)
-    failed = Call(OPENAI, stream=False, ledger=led)
+    failed = Call(CallPlan(requested=OPENAI, operation="chat", ledger=led))
     failed.log.add(attempt("retryable", status=500, detail="http_500"))
     failed.fail(AllProvidersFailed("PLANTED-ERROR-TEXT " + secret))
     await asyncio.wait_for(led.aclose(), BOUND)

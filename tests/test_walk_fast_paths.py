@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
 from turnout.breaker import BreakerRecord, entry_key
-from turnout.call import Call
+from turnout.call import Call, CallPlan
 from turnout.entry import Served, new_served
 from turnout.errors import AllProvidersFailed, ErrorClass, ProviderError, TurnoutError
 from turnout.health import Breakers
@@ -157,7 +157,7 @@ def test_accept_gives_the_notice_the_fallback_rule_gives(
     requested = RouteRef(provider="openai.a", model="m")
     if same_object and served == requested:
         served = requested
-    call = Call(requested, stream=False, peers=frozenset(peers), intra_family=intra_family)
+    call = Call(CallPlan(requested=requested, operation="chat", peers=frozenset(peers), intra_family=intra_family))
     reply = call.accept(ChatResponse(text="ok"), served, entry)
     assert reply.fallback == call.fallback(served, entry)
 

@@ -57,17 +57,28 @@ def _twin(cls: type[Any]) -> type[Any] | None:
 
 
 def _setters(
-    fields: list[dataclasses.Field[Any]], namespace: dict[str, Any], cls: type[Any], *, plain: bool
+    fields: list[dataclasses.Field[Any]],
+    namespace: dict[str, Any],
+    cls: type[Any],
+    *,
+    plain: bool,
+    also: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str], list[str]]:
     """``(positional params, keyword-only params, body lines)`` setting every field on ``self``.
 
     ``plain``: each field is a plain store (on the twin instance); otherwise a call to the slot's descriptor.
+    ``also``: fields that are not parameters of the class (``init=False``) but are of this constructor.
     """
     positional: list[str] = []
     keyword: list[str] = []
     body: list[str] = []
     for i, f in enumerate(fields):
-        if not f.init:  # not a parameter: always its default, as the dataclass's own __init__ sets it
+        if not f.init and f.name in also:  # a parameter here, defaulting to what the class would set
+            if f.default is dataclasses.MISSING:
+                raise TypeError(f"{cls.__name__}.{f.name} has no plain default")
+            namespace[f"_default{i}"] = f.default
+            param, value = f"{f.name}=_default{i}", f.name
+        elif not f.init:  # not a parameter: always its default, as the dataclass's own __init__ sets it
             if f.default is not dataclasses.MISSING:
                 namespace[f"_default{i}"] = f.default
                 param, value = "", f"_default{i}"
@@ -124,19 +135,27 @@ def fast_init(cls: type[T]) -> type[T]:
     return cls
 
 
-def fast_new(cls: Callable[P, T]) -> Callable[P, T]:
+def fast_new(cls: Callable[P, T], *, also: tuple[str, ...] = ()) -> Callable[P, T]:
     """A constructor for ``cls`` without ``__init__``: it builds exactly what ``cls(...)`` builds, faster.
 
     It takes the same arguments, and also every field by position (in declaration order). Calling a class
     with keywords packs them into a dict for ``__init__``; calling this function does not, so it costs about
     a third. Only for classes without ``__post_init__``.
+
+    ``also`` names fields that are no parameters of the class (``init=False``, with a plain default) that this
+    constructor takes too, for the code that fills them as the record is made (the returned callable's type
+    does not show them: the caller casts it).
     """
     if not isinstance(cls, type):
         raise TypeError(f"{cls!r} is not a class")
     fields, namespace = _plan(cls)
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__")
-    positional, keyword, body = _setters(fields, namespace, cls, plain=namespace["_twin"] is not None)
+    extra = frozenset(also)
+    if not extra <= {f.name for f in fields if not f.init}:
+        raise TypeError(f"{cls.__name__} has no fields {sorted(extra)} outside its parameters")
+    plain = namespace["_twin"] is not None
+    positional, keyword, body = _setters(fields, namespace, cls, plain=plain, also=extra)
     params = ", ".join([*positional, *keyword])
     name = f"new_{cls.__name__}"
     if namespace["_twin"] is not None:

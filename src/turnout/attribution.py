@@ -167,9 +167,12 @@ def _notice(requested: RouteRef, served: RouteRef, intra_family: bool) -> Fallba
     )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class DispatchScope:
     """The attempt records of one logical call (a chat, a stream, a turn), in order.
+
+    A client's :class:`turnout.call.Call` is the scope of its own attempts (a subclass); scopes are told apart by
+    identity, never compared.
 
     Attributes:
         attempts: Every attempt, in order.

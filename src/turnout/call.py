@@ -1,11 +1,12 @@
 """One logical call (a chat, a stream, a turn): what it asked for, its attempts, and the answer it accepts.
 
-The client opens a :class:`Call` for every request; the walk records the call's attempts in its
-:attr:`Call.log`, and returns the route that answered. Only when the caller accepts that answer does
-:meth:`Call.accept` commit the served route, decide the fallback notice (SPEC 8, the one place that rule
-lives) and write the ledger record; a failure is recorded by :meth:`Call.fail` with the outcome names the
-ledger uses. With tracing on, both also hand the finished call to its :class:`CallTracer`, which makes its
-spans from the records after the fact, so nothing is traced while the call is in flight.
+The client opens a :class:`Call` for every request, with the :class:`CallPlan` it keeps for the route; the
+call is the dispatch scope in which the walk records its attempts, and the walk returns the route that
+answered. Only when the caller accepts that answer does :meth:`Call.accept` commit the served route, decide
+the fallback notice (SPEC 8, the one place that rule lives) and write the ledger record; a failure is
+recorded by :meth:`Call.fail` with the outcome names the ledger uses. With tracing on, both also hand the
+finished call to its :class:`CallTracer`, which makes its spans from the records after the fact, so nothing
+is traced while the call is in flight.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import itertools
 import os
 import time
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
 from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
@@ -72,99 +74,124 @@ class CallTracer(Protocol):
         """``call`` ended without an answer, with ``exc``."""
 
 
-class Call:
-    """One logical call in flight.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallPlan:
+    """What every call of one kind to one route shares, made once: the client keeps one per route and kind.
+
+    Attributes:
+        requested: The profile and model the caller asked for.
+        operation: What kind of call it is: ``chat``, ``stream`` or ``turn``.
+        ledger: Where a finished call is recorded (None: nowhere).
+        surface: The ledger's label for where the calls come from (``library``, ``gateway``, ``cli``).
+        intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
+        peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
+        tracer: Records a finished call as trace spans (None: tracing is off).
+    """
+
+    requested: RouteRef
+    operation: Operation
+    ledger: Ledger | None = None
+    surface: str = "library"
+    intra_family: bool = False
+    peers: frozenset[int] = frozenset()
+    tracer: CallTracer | None = None
+
+    @property
+    def stream(self) -> bool:
+        """Whether the calls stream (a stream or a turn)."""
+        return self.operation != "chat"
+
+
+class Call(DispatchScope):
+    """One logical call in flight: the dispatch scope of its own attempts.
+
+    Everything a call shares with the other calls of its kind to its route is its :class:`CallPlan`, made
+    once; a call itself only gets its id, its attempt log, its start time, its caller and its request.
 
     Args:
-        requested: The profile and model the caller asked for.
-        stream: Whether the call streams.
-        ledger: Where the finished call is recorded (None: nowhere).
-        surface: The ledger's label for where the call came from (``library``, ``gateway``, ``cli``).
-        intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
+        plan: What the call asks for and where it is recorded.
         call_id: The call's id (default: a new one; the gateway passes its request id).
         caller: Who makes the call (the gateway's client key name), recorded in the ledger.
-        peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
-        operation: What kind of call it is (default: ``stream`` for a stream, else ``chat``).
         request: The request (kept for a tracer that records content).
-        tracer: Records the finished call as trace spans (None: tracing is off).
 
     Attributes:
         call_id: The id of the call in the ledger.
-        log: The attempts of the call, in order.
+        attempts: The attempts of the call, in order (the walk records them: the call is its dispatch scope).
     """
 
-    __slots__ = (
-        "call_id",
-        "caller",
-        "intra_family",
-        "ledger",
-        "log",
-        "operation",
-        "peers",
-        "request",
-        "requested",
-        "started",
-        "stream",
-        "surface",
-        "tracer",
-    )
+    __slots__ = ("caller", "plan", "request", "started")
+    call_id: str  # always set, where a scope's may be None
 
     def __init__(
         self,
-        requested: RouteRef,
-        *,
-        stream: bool,
-        ledger: Ledger | None = None,
-        surface: str = "library",
-        intra_family: bool = False,
+        plan: CallPlan,
         call_id: str | None = None,
         caller: str | None = None,
-        peers: frozenset[int] = frozenset(),
-        operation: Operation | None = None,
         request: ChatRequest | None = None,
-        tracer: CallTracer | None = None,
     ) -> None:
-        self.requested = requested
-        self.peers = peers
-        self.stream = stream
-        self.ledger = ledger
-        self.surface = surface
-        self.intra_family = intra_family
-        self.caller = caller
-        self.operation: Operation = operation or ("stream" if stream else "chat")
-        self.request = request
-        self.tracer = tracer
+        self.plan = plan
+        self.attempts = []
         self.call_id = call_id if call_id is not None else new_call_id()
-        self.log = DispatchScope([], self.call_id)  # by position: a class called with keywords packs a dict
+        self.caller = caller
+        self.request = request
         self.started = time.time()
+
+    @property
+    def log(self) -> DispatchScope:
+        """The call's attempt log: the call itself."""
+        return self
+
+    @property
+    def requested(self) -> RouteRef:
+        """The profile and model the caller asked for."""
+        return self.plan.requested
+
+    @property
+    def stream(self) -> bool:
+        """Whether the call streams."""
+        return self.plan.stream
+
+    @property
+    def surface(self) -> str:
+        """Where the call came from (``library``, ``gateway``, ``cli``)."""
+        return self.plan.surface
+
+    @property
+    def operation(self) -> Operation:
+        """What kind of call it is: ``chat``, ``stream`` or ``turn``."""
+        return self.plan.operation
 
     def fallback(self, served: RouteRef, entry: int) -> FallbackNotice | None:
         """The notice for an answer from ``served`` (entry ``entry`` of the walk), or None when it is no fallback.
 
         A fallback is an answer from a later entry or from another model than the requested one; a pure
         retry of the first entry is not, and neither is an answer from another member of the pool the call
-        asked for (:attr:`peers`: the members are interchangeable).
+        asked for (:attr:`CallPlan.peers`: the members are interchangeable).
         """
-        if entry == 0 and (served is self.requested or served == self.requested):
+        plan = self.plan
+        requested = plan.requested
+        if entry == 0 and (served is requested or served == requested):
             return None
-        if entry in self.peers:
+        if entry in plan.peers:
             return None
-        return fallback_notice(self.requested, served, intra_family=self.intra_family)
+        return fallback_notice(requested, served, intra_family=plan.intra_family)
 
     def accept(self, response: ChatResponse, served: RouteRef, entry: int) -> Reply:
         """Commit ``response`` from ``served`` (entry ``entry``) as the call's answer and record the call."""
+        plan = self.plan
+        requested = plan.requested
         # The requested route's own answer (the common case) is no fallback: known without asking the rule.
-        notice = None if entry == 0 and served is self.requested else self.fallback(served, entry)
-        attempts = tuple(self.log.attempts)
-        if self.ledger is not None:
+        notice = None if entry == 0 and served is requested else self.fallback(served, entry)
+        attempts = tuple(self.attempts)
+        if plan.ledger is not None:
             accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
-            self.ledger.record(
+            plan.ledger.record(
                 CallRecord(
                     call_id=self.call_id,
                     ts=self.started,
-                    surface=self.surface,
-                    stream=self.stream,
-                    requested=self.requested,
+                    surface=plan.surface,
+                    stream=plan.stream,
+                    requested=requested,
                     served=served,
                     fallback=notice is not None,
                     outcome="ok",
@@ -175,15 +202,15 @@ class Call:
             )
         if "<think>" in response.text:
             response = without_think(response)
-        if self.tracer is not None:
-            self.tracer.accepted(self, response, served, notice)
+        if plan.tracer is not None:
+            plan.tracer.accepted(self, response, served, notice)
         return new_reply(
             text=response.text,
             tool_calls=response.tool_calls,
             usage=response.usage,
             finish_reason=response.finish_reason,
             reasoning=response.reasoning,
-            requested=self.requested,
+            requested=requested,
             served=served,
             fallback=notice,
             attempts=attempts,
@@ -193,21 +220,22 @@ class Call:
 
     def fail(self, exc: BaseException) -> None:
         """Record the call as failed with ``exc`` (its attempts stay in the ledger; nothing is served)."""
-        if self.tracer is not None:
-            self.tracer.failed(self, exc)
-        if self.ledger is None:
+        plan = self.plan
+        if plan.tracer is not None:
+            plan.tracer.failed(self, exc)
+        if plan.ledger is None:
             return
-        self.ledger.record(
+        plan.ledger.record(
             CallRecord(
                 call_id=self.call_id,
                 ts=self.started,
-                surface=self.surface,
-                stream=self.stream,
-                requested=self.requested,
+                surface=plan.surface,
+                stream=plan.stream,
+                requested=plan.requested,
                 served=None,
                 fallback=False,
                 outcome=call_outcome(exc),
-                attempts=tuple(self.log.attempts),
+                attempts=tuple(self.attempts),
                 caller=self.caller,
             )
         )

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from turnout.attribution import RouteRef
-from turnout.call import Call, Operation
+from turnout.call import Call, CallPlan, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
@@ -28,7 +28,7 @@ from turnout.pools import leading_members, pool_loads, pools_status
 from turnout.pricing import Catalogue
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
-from turnout.router import HINT_PREFIX, Router, Target
+from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
 from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
@@ -39,9 +39,8 @@ if TYPE_CHECKING:
     from turnout.tracing import Tracing
 
 _new_object = object.__new__
-
-#: The most routes a client keeps resolved (overrides are few in practice; a caller may send many models).
-_ROUTES_KEPT = 256
+#: How many sets of call options keep their resolved target and plan (options are few in practice; bound them anyway).
+_KEPT_PLANS = 256
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -126,10 +125,8 @@ class Client:
             chance=chance,
         )
         self.router = self.factory.router()
-        #: Routes resolved so far by ``(model, provider, sender)``: what :meth:`route` gives is fixed by the
-        #: configuration, and resolving a named profile costs a call about 10k instructions (the gateway names
-        #: one on every request). Bounded, oldest first out, as the factory's routers.
-        self._routes: dict[tuple[str | None, str | None, str | None], tuple[Target, RouteRef, frozenset[int]]] = {}
+        #: The target and call plan of each set of options calls were made with (see :meth:`_plan`).
+        self._plans: dict[tuple[str | None, str | None, str | None, Operation], tuple[Target, CallPlan]] = {}
         if isinstance(ledger, Ledger):
             self.ledger: Ledger | None = ledger
         elif ledger and config.ledger.enabled:
@@ -258,11 +255,15 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        target, call = self._call(
-            model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
-        )
+        # What ``_call`` does, written out: one frame fewer on every call.
+        found = self._plans.get((model, provider, sender, "chat"))
+        if found is None:
+            found = self._plan(model, provider, sender, False, None)
+        target, plan = found
+        call = _new_object(Call)
+        Call.__init__(call, plan, call_id, caller, request)
         try:
-            served = await target.walk.run(request, target.model, temperature, call.log)
+            served = await target.walk.run(request, target.model, temperature, call)
         except BaseException as exc:
             call.fail(exc)
             raise
@@ -280,36 +281,43 @@ class Client:
         request: ChatRequest | None = None,
         operation: Operation | None = None,
     ) -> tuple[Target, Call]:
-        """The target these options select, and a new call to it (each route is resolved once, see ``_routes``)."""
-        key = (model, provider, sender)
-        resolved = self._routes.get(key)
-        if resolved is None:
-            target = self.route(model=model, provider=provider, sender=sender)
-            resolved = (target, requested_route(target), leading_members(target.walk.entries))
-            # an unknown hint is not kept: resolving it warns, on every call
-            if target.hint is not None or model is None or not model.startswith(HINT_PREFIX):
-                if len(self._routes) >= _ROUTES_KEPT:
-                    self._routes.pop(next(iter(self._routes)))
-                self._routes[key] = resolved
-        target, requested, peers = resolved
-        # ``Call(...)`` would pack these keywords into a dict for ``__init__`` (about 4k instructions a call);
-        # calling ``__init__`` on a new instance passes them as they are.
+        """The target these options select, and a new call to it.
+
+        The target and the plan its calls share are resolved once per options and kind of call (see :meth:`_plan`).
+        """
+        found = self._plans.get((model, provider, sender, operation or ("stream" if stream else "chat")))
+        if found is None:
+            found = self._plan(model, provider, sender, stream, operation)
+        target, plan = found
+        # ``Call(...)`` goes through the class's ``__call__``; calling ``__init__`` on a new instance does not.
         call = _new_object(Call)
-        Call.__init__(
-            call,
-            requested,
-            peers=peers,
-            stream=stream,
+        Call.__init__(call, plan, call_id, caller, request)
+        return target, call
+
+    def _plan(
+        self, model: str | None, provider: str | None, sender: str | None, stream: bool, operation: Operation | None
+    ) -> tuple[Target, CallPlan]:
+        """Resolve these options to their target and its calls' plan, and keep both for the next call with them.
+
+        The route of a set of options never changes (the configuration is fixed); the kept ones are bounded, and an
+        unknown hint is not kept, so that each call with it is warned about.
+        """
+        target = self.route(model=model, provider=provider, sender=sender)
+        plan = CallPlan(
+            requested=requested_route(target),
+            operation=operation or ("stream" if stream else "chat"),
             ledger=self.ledger,
             surface=self.surface,
             intra_family=self.config.notices.intra_family,
-            call_id=call_id,
-            caller=caller,
-            operation=operation,
-            request=request,
+            peers=leading_members(target.walk.entries),
             tracer=self.tracing,
         )
-        return target, call
+        if model is None or not model.startswith("hint:") or target.hint is not None:
+            plans = self._plans
+            if len(plans) >= _KEPT_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[(model, provider, sender, plan.operation)] = (target, plan)
+        return target, plan
 
     def stream(
         self,

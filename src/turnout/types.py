@@ -267,17 +267,22 @@ class ChatRequest:
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
         plain = _plain_messages(messages) if type(messages) is list else None
-        request = (new_chat_request if cls is ChatRequest else cls)(
-            messages=coerce_messages(messages) if plain is None else plain[0],
-            tools=coerce_tools(tools) if tools else (),
+        kept, wire = (coerce_messages(messages), None) if plain is None else plain
+        specs = coerce_tools(tools) if tools else ()
+        stops = tuple(stop) if stop else ()
+        if cls is ChatRequest:  # the wire messages are kept as the record is made (setting them after costs a call)
+            return _new_request(kept, specs, max_tokens, tool_choice, stops, response_format, native, wire)
+        request = cls(
+            messages=kept,
+            tools=specs,
             max_tokens=max_tokens,
             tool_choice=tool_choice,
-            stop=tuple(stop) if stop else (),
+            stop=stops,
             response_format=response_format,
             native=native,
         )
-        if plain is not None:
-            object.__setattr__(request, "openai_messages", plain[1])
+        if wire is not None:
+            object.__setattr__(request, "openai_messages", wire)
         return request
 
     @property
@@ -493,6 +498,12 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
     """
     if isinstance(messages, str):
         return (Message(role="user", content=messages),)
+    if type(messages) is tuple:  # a tuple of messages (what the gateway's surfaces pass) is the answer itself
+        for m in messages:
+            if m.__class__ is not Message:
+                break
+        else:
+            return messages
     out: list[Message] = []
     add = out.append
     for m in messages:  # each message adds one: its index is len(out), no enumerate needed
@@ -621,6 +632,23 @@ new_message = fast_new(Message)
 #: A message of a role and its text, by position (no keywords to match; see ``_plain_messages``).
 _plain_message = cast(Callable[[Role, str], Message], new_message)
 new_chat_request = fast_new(ChatRequest)
+#: ``new_chat_request`` taking the wire messages to keep too (``openai_messages``, no parameter of the class).
+_new_request = cast(
+    Callable[
+        [
+            tuple[Message, ...],
+            tuple[ToolSpec, ...],
+            int | None,
+            str | None,
+            tuple[str, ...],
+            ResponseFormat | None,
+            NativeRequest | None,
+            list[dict[str, Any]] | None,
+        ],
+        ChatRequest,
+    ],
+    fast_new(ChatRequest, also=("openai_messages",)),
+)
 new_chat_response = fast_new(ChatResponse)
 new_usage = fast_new(Usage)
 #: ``TextDelta(text=...)`` without the class call, for the stream decoders (one per streamed token).
