@@ -11,6 +11,8 @@ import email.utils
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakes import CW, NR, REF, RL, RNR, R
 from turnout.classify import (
@@ -23,6 +25,7 @@ from turnout.classify import (
     provider_error,
     retry_after_seconds,
 )
+from turnout.config.secrets import scrub
 from turnout.errors import (
     EmptyCompletion,
     ErrorClass,
@@ -596,3 +599,42 @@ def test_moderation_403_does_not_kill_the_key() -> None:
     assert not is_dead_key_error(facts)
     assert is_dead_key_error(ErrorFacts(status=403, message="Permission denied"))
     assert not is_dead_key_error(provider_error(facts, provider="openrouter.main", model="m"))
+
+
+_facts = st.builds(
+    ErrorFacts,
+    status=st.one_of(st.none(), st.sampled_from([400, 401, 402, 403, 404, 408, 429, 500, 503])),
+    error_type=st.one_of(st.none(), st.sampled_from(["requests", "rate_limit_error", "invalid_request_error", "X"])),
+    error_code=st.one_of(
+        st.none(), st.sampled_from(["rate_limit_exceeded", "content_filter", "invalid_api_key", "insufficient_quota"])
+    ),
+    message=st.one_of(st.text(max_size=40), st.sampled_from(["prompt is too long", "key sk-abcdefghijk leaked"])),
+    headers=st.dictionaries(
+        st.sampled_from(["retry-after", "retry-after-ms", "x-request-id", "request-id"]),
+        st.sampled_from(["0", "2", "soon", "req-1"]),
+    ),
+    reason=st.one_of(st.none(), st.just("API_KEY_INVALID")),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(facts=_facts, request_id=st.one_of(st.none(), st.just("req-given")), secret=st.sampled_from(["", "leaked"]))
+def test_provider_error_is_what_the_class_call_makes(facts: ErrorFacts, request_id: str | None, secret: str) -> None:
+    """``provider_error`` makes the error its class makes of the classifier's facts: same type, args and attributes."""
+    made = provider_error(facts, provider="openai.a", model="m", request_id=request_id, secrets=(secret,))
+    error_class = classify(facts)
+    kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
+    expected = kind(
+        scrub((facts.message or "provider error")[:2000], (secret,)),
+        error_class=error_class,
+        provider="openai.a",
+        model="m",
+        status=facts.status,
+        error_type=facts.error_type,
+        error_code=facts.error_code,
+        retry_after=retry_after_seconds(facts),
+        request_id=request_id or facts.headers.get("x-request-id") or facts.headers.get("request-id"),
+        auth_failure=is_dead_key_error(facts),
+    )
+    assert type(made) is type(expected)
+    assert made.args == expected.args and vars(made) == vars(expected) and str(made) == str(expected)

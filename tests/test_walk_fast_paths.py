@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import weakref
 from dataclasses import dataclass, replace
@@ -15,13 +16,24 @@ from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call, CallPlan
+from turnout.classify import error_class_of
 from turnout.entry import Served, new_served
-from turnout.errors import AllProvidersFailed, ErrorClass, ProviderError, TurnoutError
+from turnout.errors import (
+    AllProvidersFailed,
+    EmptyCompletion,
+    ErrorClass,
+    ProtocolError,
+    ProviderError,
+    ProviderTimeout,
+    RefusalError,
+    TurnoutError,
+)
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
 from turnout.reliable import ReliableProvider
+from turnout.report import outcome_of
 from turnout.state import MemoryStore
-from turnout.types import ChatRequest, ChatResponse
+from turnout.types import ChatRequest, ChatResponse, Usage
 from turnout.walk import Admission, Walk
 
 NOW = 1_000_000.0
@@ -190,6 +202,59 @@ async def test_the_ok_record_is_what_attempt_makes_of_a_success(
     )
     assert replace(general, duration_ms=ok.duration_ms) == ok
     assert ok.try_number == failures + 1 and ok.entry == 1 and (ok.cost_usd is not None) == (price is not None)
+
+
+_failures = st.one_of(
+    st.builds(
+        ProviderError,
+        st.just("failed"),
+        error_class=st.sampled_from([c for c in ErrorClass if c is not ErrorClass.REFUSAL]),
+        status=st.one_of(st.none(), st.integers(100, 599), st.integers(600, 999)),
+        error_type=st.one_of(st.none(), st.just(""), st.just("server_error")),
+        retry_after=st.one_of(st.none(), st.floats(0, 120)),
+        auth_failure=st.booleans(),
+    ),
+    st.builds(ProviderTimeout, st.just("slow"), phase=st.sampled_from(["connect", "first_token", "total"])),
+    st.builds(ProtocolError, st.just("bad json"), status=st.one_of(st.none(), st.just(200))),
+    st.builds(EmptyCompletion, usage=st.one_of(st.none(), st.just(Usage(input_tokens=3, output_tokens=0)))),
+    st.builds(RefusalError, status=st.one_of(st.none(), st.just(400))),
+    st.builds(ValueError, st.just("not a provider error")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(failure=_failures, keys=st.sampled_from([(), ("sk-one",), ("sk-one", "sk-two")]), price=st.booleans())
+def test_a_failed_try_is_recorded_as_attempt_records_it(failure: Exception, keys: tuple[str, ...], price: bool) -> None:
+    """Any failure of a try (a plain HTTP error, a subclass, another exception) is the record ``attempt`` makes."""
+
+    async def fail() -> tuple[ReliableProvider, list[Attempt]]:
+        providers = [Scripted(failure) for _ in keys or ("",)]
+        route = walk(
+            E("openai.a", "m", providers, keys=list(keys), price=(1.0, 2.0) if price else None),
+            E("openai.b", "m", [Scripted("ok")]),
+            retries=0,
+        )
+        with dispatch_scope() as scope, contextlib.suppress(TurnoutError):
+            await route.chat(req(), "m")
+        return route, scope.attempts
+
+    route, attempts = asyncio.run(fail())
+    failed = attempts[0]
+    entry = route.entries[0]
+    index = entry.keys.ids.index(failed.key_id) if failed.key_id is not None else 0
+    general = route.attempt(
+        entry,
+        0,
+        "m",
+        outcome_of(error_class_of(failure)),
+        try_number=1,
+        choice=KeyChoice(index, failed.key_id),
+        started=failed.started_at,
+        elapsed=failed.duration_ms / 1000.0,
+        usage=failure.usage if isinstance(failure, EmptyCompletion) else None,
+        error=failure,
+    )
+    assert replace(general, duration_ms=failed.duration_ms) == failed
 
 
 def test_new_served_is_the_named_tuple_the_class_makes() -> None:

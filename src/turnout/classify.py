@@ -406,24 +406,41 @@ def provider_error(
     reason = reason.lower() if reason else ""
     text = text.lower() if text else ""
     error_class = _classify(facts, code, etype, reason, text)
-    kind = RefusalError if error_class is _REFUSAL else ProviderError
     headers = facts.headers
-    # Made as the class call makes it (``__new__``, then ``__init__``), without the dict a class call packs its
-    # keywords into (one error per failed try: about 4k instructions less).
-    error = _new_exception(kind, message)
-    kind.__init__(
-        error,
-        message,
-        error_class=error_class,
-        provider=provider,
-        model=model,
-        status=facts.status,
-        error_type=facts.error_type,
-        error_code=facts.error_code,
-        retry_after=retry_after_seconds(facts),
-        request_id=request_id or headers.get("x-request-id") or headers.get("request-id"),
-        auth_failure=_key_rejected(facts.status, code, etype, reason, text),
-    )
+    status = facts.status
+    retry_after = retry_after_seconds(facts)
+    request_id = request_id or headers.get("x-request-id") or headers.get("request-id")
+    auth_failure = _key_rejected(status, code, etype, reason, text)
+    if error_class is _REFUSAL:
+        return RefusalError(
+            message,
+            error_class=error_class,
+            provider=provider,
+            model=model,
+            status=status,
+            error_type=facts.error_type,
+            error_code=facts.error_code,
+            retry_after=retry_after,
+            request_id=request_id,
+            auth_failure=auth_failure,
+        )
+    # What ``ProviderError(message, ...)`` makes, without its ``__init__``: the new error's attributes are given as
+    # one dict (an exception keeps them in a dict of its own; merging ten keys into an empty one costs about 3k
+    # instructions more, and the call with ten keywords more still: one error per failed try). ``BaseException``'s
+    # ``__new__`` sets ``args``. ``tests/test_classify.py`` holds it to the class call.
+    error = _new_exception(ProviderError, message)
+    error.__dict__ = {
+        "message": message,
+        "auth_failure": auth_failure,
+        "error_class": error_class,
+        "provider": provider,
+        "model": model,
+        "status": status,
+        "error_type": facts.error_type,
+        "error_code": facts.error_code,
+        "retry_after": retry_after,
+        "request_id": request_id,
+    }
     return error
 
 

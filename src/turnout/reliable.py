@@ -276,12 +276,19 @@ class ReliableProvider(Provider):
                 continue
             if self.hedging is not None and not walk.tried and not walk.probing and resume is None:
                 answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
-            else:
-                answer = await self._complete(
-                    walk, i, entry, served, 1 if walk.probing else tries, request, temperature
-                )
-            if answer is not None:
+                if answer is not None:
+                    return answer
+                continue
+            # What :meth:`_complete` does, in this frame: a walk's tries need no coroutine of their own per entry.
+            done = await walk.tries(
+                i, entry, served, 1 if walk.probing else tries, answer_of, request, temperature, check=refuse_empty
+            )
+            if done is not None:
+                answer, closing = self._served(walk, i, entry, served, done)
+                if closing is not None:
+                    await closing
                 return answer
+            walk.probing = False
         resort = walk.last_resort()
         if resort is not None:  # every entry was open or cooling down: one try on the one unavailable longest
             entry = self.entries[resort]
@@ -310,11 +317,20 @@ class ReliableProvider(Provider):
         temperature: float | None,
     ) -> Served | None:
         """Up to ``tries`` non-streaming tries on entry ``i``: the answer, or None when the walk moves on."""
-        answer = await walk.tries(i, entry, served, tries, answer_of, request, temperature, check=refuse_empty)
-        if answer is None:
+        done = await walk.tries(i, entry, served, tries, answer_of, request, temperature, check=refuse_empty)
+        if done is None:
             walk.probing = False
             return None
-        response, choice, started, t0 = answer
+        answer, closing = self._served(walk, i, entry, served, done)
+        if closing is not None:
+            await closing
+        return answer
+
+    def _served(
+        self, walk: Walk, i: int, entry: Entry, served: str, done: tuple[ChatResponse, KeyChoice, float, float]
+    ) -> tuple[Served, Awaitable[None] | None]:
+        """Entry ``i`` answered: its attempt recorded, the answer, and the closing of a probed breaker to await."""
+        response, choice, started, t0 = done
         # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
         # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
         walk.last_failure = None
@@ -333,9 +349,7 @@ class ReliableProvider(Provider):
                 try_number=walk.try_number,
             )
         )
-        if (closing := walk.healthy(entry, served)) is not None:
-            await closing
-        return new_served(response, entry.route(served), i)
+        return new_served(response, entry.route(served), i), walk.healthy(entry, served)
 
     async def _hedged(
         self,

@@ -43,7 +43,7 @@ def outcome_of(cls: ErrorClass) -> Outcome:
 def error_detail(exc: BaseException) -> str:
     """A content-free tag for an exception (no message text)."""
     if type(exc) is ProviderError:  # the usual HTTP error: none of the subclasses below (one per failed try)
-        return _provider_detail(exc)
+        return provider_detail(exc)
     if isinstance(exc, ProviderTimeout):
         return f"timeout:{exc.phase}"
     if isinstance(exc, StreamTruncated):
@@ -57,7 +57,7 @@ def error_detail(exc: BaseException) -> str:
     if isinstance(exc, EmptyCompletion):
         return "empty_response"
     if isinstance(exc, ProviderError):
-        return _provider_detail(exc)
+        return provider_detail(exc)
     return type(exc).__name__
 
 
@@ -65,7 +65,8 @@ def error_detail(exc: BaseException) -> str:
 _HTTP_TAGS = {status: f"http_{status}" for status in range(100, 600)}
 
 
-def _provider_detail(exc: ProviderError) -> str:
+def provider_detail(exc: ProviderError) -> str:
+    """The tag of a provider error that is none of the subclasses :func:`error_detail` names (a plain HTTP error)."""
     if exc.auth_failure:
         return KEY_REJECTED
     status = exc.status

@@ -23,7 +23,7 @@ from turnout.errors import ContextWindowExceeded, EmptyCompletion, ProtocolError
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.provider import Provider, chat_using_tools
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of, provider_detail
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 
 if TYPE_CHECKING:
@@ -367,9 +367,25 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
-                cls = error_class_of(exc)
-                self.record(
-                    owner.attempt(
+                if type(exc) is ProviderError:  # the usual failed try, an HTTP error answer: no usage, no subclass
+                    cls = exc.error_class
+                    attempt = new_attempt(  # what ``owner.attempt`` makes of it, built directly
+                        provider=entry.profile,
+                        model=served,
+                        outcome=outcome_of(cls),
+                        status=exc.status,
+                        key_id=choice.key_id,
+                        started_at=started,
+                        duration_ms=elapsed * 1000.0,
+                        retry_after=exc.retry_after,
+                        entry=i,
+                        try_number=t,
+                        stream=stream,
+                        detail=provider_detail(exc),
+                    )
+                else:
+                    cls = error_class_of(exc)
+                    attempt = owner.attempt(
                         entry,
                         i,
                         served,
@@ -382,7 +398,9 @@ class Walk:
                         error=exc,
                         stream=stream,
                     )
-                )
+                self.attempts.append(attempt)  # what :meth:`record` does, without its call
+                if self.log is not None:
+                    self.log.attempts.append(attempt)
                 action, updates = owner.settle(self, i, entry, served, choice, exc, cls, tries - t)
                 if updates is not None:  # the usual failed try updates nothing: no coroutine to await
                     await updates
