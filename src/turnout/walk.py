@@ -160,7 +160,7 @@ class Walk:
             or images
             or self.limits is not None
             or request.response_format is not None
-            or request.native is not None
+            or (request.native is not None and request.native.only)  # a native body alone needs nothing
         ) and not self.capable(entry, served, request, images, stream=stream):
             return SKIP
         store = owner.store
