@@ -107,7 +107,7 @@ async def test_token_limit_goes_under_the_name_the_upstream_reads() -> None:
 
 
 def test_with_native_is_replace_for_every_field() -> None:
-    """The pass-through answer's fast copy keeps every field of the response, as dataclasses.replace does."""
+    """The pass-through answer given its native body keeps every other field, as dataclasses.replace does."""
     values: dict[str, Any] = {
         "text": "t",
         "tool_calls": (ToolCall(id="c1", name="f", arguments="{}"),),
@@ -121,6 +121,7 @@ def test_with_native_is_replace_for_every_field() -> None:
     assert set(values) == {f.name for f in fields(ChatResponse)}  # a new field must be added here and there
     response = ChatResponse(**values)
     body = {"id": "x"}
+    expected = replace(response, native=body)
     made = with_native(response, body)
-    assert made == replace(response, native=body)
+    assert made == expected
     assert type(made) is ChatResponse and made.native is body

@@ -25,7 +25,7 @@ from turnout.provider import Provider, flatten
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, new_chat_response
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
@@ -36,17 +36,16 @@ _loads = orjson.loads
 
 
 def with_native(response: ChatResponse, native: Mapping[str, Any]) -> ChatResponse:
-    """``replace(response, native=native)``, at a fifth of its cost: every pass-through answer makes one."""
-    return new_chat_response(
-        text=response.text,
-        tool_calls=response.tool_calls,
-        usage=response.usage,
-        reasoning=response.reasoning,
-        finish_reason=response.finish_reason,
-        model=response.model,
-        request_id=response.request_id,
-        native=native,
-    )
+    """``response`` with its ``native`` field set to ``native``, in place: what ``replace`` gives, without a copy.
+
+    Only for an answer this call has just parsed, which nothing else holds yet: every pass-through answer gets
+    one, and building a second record for it cost about 70 Python bytecodes a call.
+    """
+    _set_field(response, "native", native)
+    return response
+
+
+_set_field = object.__setattr__
 
 
 #: Parse failures that mean "the provider sent something malformed", never a crash.
