@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from servers import RedisServer
 from turnout.breaker import BreakerRecord
 from turnout.cli import app
+from turnout.state.dead_keys import rejected
 from turnout.state.redis import RedisStore
 
 pytestmark = pytest.mark.redis
@@ -152,7 +153,9 @@ async def test_a_probe_taken_in_one_process_is_skipped_by_the_others(redis_url: 
     try:
         await a.start()
         await b.start()
-        past = time.time() - 3600  # confirmed an hour ago: its first rest is over
+        # confirmed two minutes ago: its first rest (a minute) is over, and its first rejection's record, kept in
+        # Redis until its confirmation window ends, is still there when the second one confirms it
+        past = time.time() - 120
         await a.report_auth_failure("feedf00d", witness="x", now=past)
         await a.report_auth_failure("feedf00d", witness="y", now=past)
         assert await b.wait_until(lambda: b.key_health("feedf00d") is not None, within=5)
@@ -194,3 +197,30 @@ def test_cli_status_shows_dead_keys_with_their_rest(redis_url: str, tmp_path: Pa
         assert 59 < dead["remaining_seconds"] <= 60
     else:
         assert re.search(r"dead key a1b2c3d4  dead  strikes=1  probed in (59|60)s", result.output)
+
+
+def test_an_older_announcement_does_not_take_a_key_back() -> None:
+    """A process hears its own changes announced after it wrote them: an older record arriving late is ignored."""
+    store = RedisStore("redis://127.0.0.1:1", prefix="t9:")
+    now = time.time()
+    suspected = rejected(None, "feedf00d", "x", now - 120)
+    dead = rejected(suspected, "feedf00d", "y", now - 120)
+    probing = dead.probing(now)
+    store._keys["feedf00d"] = probing
+    for older in (suspected, dead):
+        store._apply(b"key feedf00d " + older.encode())
+        assert store._keys["feedf00d"] == probing
+    again = rejected(probing, "feedf00d", "z", now)  # the probe rejected: a longer rest
+    store._apply(b"key feedf00d " + again.encode())
+    assert store._keys["feedf00d"] == again
+
+
+def test_a_key_that_recovered_takes_any_announcement() -> None:
+    """Once a key's record has ended (its probe's lease over), a new first rejection replaces it."""
+    store = RedisStore("redis://127.0.0.1:1", prefix="t9:")
+    now = time.time()
+    dead = rejected(rejected(None, "feedf00d", "x", now - 7200), "feedf00d", "y", now - 7200)
+    store._keys["feedf00d"] = dead.probing(now - 3600)  # probed an hour ago, never rejected again: recovered
+    fresh = rejected(None, "feedf00d", "w", now)
+    store._apply(b"key feedf00d " + fresh.encode())
+    assert store._keys["feedf00d"] == fresh

@@ -149,6 +149,21 @@ def rejected(current: KeyHealth | None, key_id: str, witness: str, now: float) -
     return KeyHealth(key_id=key_id, since=now, strikes=strikes, dead_until=now + rest_seconds(strikes))
 
 
+def supersedes(announced: KeyHealth, known: KeyHealth | None, now: float) -> bool:
+    """Whether an announced record of a key replaces the one a process knows.
+
+    A process writes its own changes to its mirror at once, and hears them announced later, after older
+    announcements still on their way: those must not take the key back to where it was (a dead key seen as
+    suspected again, a probe's lease forgotten). Every change moves a record forward in confirmations, then
+    in its probe's lease, then in time, except a rejection after the key recovered, which starts again from
+    suspected: so a record that has ended (``healthy`` now) is replaced by anything.
+    """
+    if known is None or known.state(now) == "healthy":
+        return True
+    order = (announced.strikes, announced.probe_until, announced.since)
+    return order >= (known.strikes, known.probe_until, known.since)
+
+
 def stronger(shared: KeyHealth | None, local: KeyHealth) -> KeyHealth:
     """Of two records of one key, the one that says more (more confirmations, then the later one)."""
     if shared is None or (local.strikes, local.since) > (shared.strikes, shared.since):

@@ -42,7 +42,7 @@ from redis.exceptions import RedisError, WatchError
 
 from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
-from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger
+from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger, supersedes
 
 log = logging.getLogger("turnout.state")
 
@@ -473,7 +473,9 @@ class RedisStore(StateStore):
             self._breakers.pop(key, None)
         elif kind == "key":
             health = decode(key)
-            if health is not None and health.key_id == value:
+            known = self._keys.get(value)
+            # an older record arriving late (this process wrote a newer one to its mirror already) is ignored
+            if health is not None and health.key_id == value and supersedes(health, known, self.clock()):
                 self._keys[value] = health
 
     async def _resync(self) -> None:
