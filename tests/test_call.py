@@ -46,7 +46,7 @@ def attempt(
 def test_a_pure_retry_of_the_first_entry_is_no_fallback() -> None:
     """The requested route answering from entry 0 (after any number of retries) has no notice."""
     call = Call(CallPlan(requested=SONNET, operation="chat"))
-    call.log.add(attempt("retryable"))
+    call.add(attempt("retryable"))
     assert call.fallback(SONNET, 0) is None
 
 
@@ -82,7 +82,7 @@ def test_accept_builds_the_reply_from_the_response_and_exactly_the_calls_attempt
     attempts = [attempt("retryable"), attempt("retryable", model="claude-haiku-4-5", entry=1)]
     attempts.append(attempt("ok", provider="openai.backup", model="gpt-4.1", entry=2))
     for a in attempts:
-        call.log.add(a)
+        call.add(a)
     tool = ToolCall(id="c1", name="lookup", arguments='{"q": 1}')
     usage = Usage(input_tokens=7, output_tokens=3)
     response = ChatResponse(text="answer", tool_calls=(tool,), usage=usage, finish_reason="tool_calls", reasoning="r")
@@ -104,8 +104,8 @@ def test_accept_writes_one_ledger_record_with_the_accepted_index() -> None:
     ledger = RecordingLedger()
     call = Call(CallPlan(requested=GPT, operation="stream", ledger=ledger, surface="gateway"))
     for a in (attempt("cooldown_skip"), attempt("empty", provider="openai.backup", model="gpt-4.1", entry=1)):
-        call.log.add(a)
-    call.log.add(attempt("ok", provider="openai.backup", model="gpt-4.1", entry=1))
+        call.add(a)
+    call.add(attempt("ok", provider="openai.backup", model="gpt-4.1", entry=1))
     call.accept(ChatResponse(text="hi"), GPT, 1)
     (record,) = ledger.records
     assert record == CallRecord(
@@ -117,7 +117,7 @@ def test_accept_writes_one_ledger_record_with_the_accepted_index() -> None:
         served=GPT,
         fallback=True,  # entry 1 is a later entry
         outcome="ok",
-        attempts=tuple(call.log.attempts),
+        attempts=tuple(call.attempts),
         accepted_index=2,
     )
 
@@ -126,8 +126,8 @@ def test_accept_of_a_direct_answer_records_no_fallback() -> None:
     """A first-entry answer of the requested route is recorded with fallback false and no notice."""
     ledger = RecordingLedger()
     call = Call(CallPlan(requested=SONNET, operation="chat", ledger=ledger))
-    call.log.add(attempt("retryable"))
-    call.log.add(attempt("ok"))
+    call.add(attempt("retryable"))
+    call.add(attempt("ok"))
     reply = call.accept(ChatResponse(text="hi"), SONNET, 0)
     assert reply.fallback is None
     assert [(r.fallback, r.accepted_index) for r in ledger.records] == [(False, 1)]
@@ -168,12 +168,12 @@ def test_fail_records_the_outcome_name_of_call_outcome(exc: BaseException, outco
     assert call_outcome(exc) == outcome
     ledger = RecordingLedger()
     call = Call(CallPlan(requested=SONNET, operation="chat", ledger=ledger, surface="cli"))
-    call.log.add(attempt("retryable"))
+    call.add(attempt("retryable"))
     call.fail(exc)
     (record,) = ledger.records
     assert (record.outcome, record.served, record.fallback, record.accepted_index) == (outcome, None, False, None)
     assert (record.call_id, record.requested, record.surface, record.stream) == (call.call_id, SONNET, "cli", False)
-    assert record.attempts == tuple(call.log.attempts)
+    assert record.attempts == tuple(call.attempts)
 
 
 def test_fail_without_a_ledger_does_nothing() -> None:

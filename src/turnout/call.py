@@ -137,11 +137,6 @@ class Call(DispatchScope):
         self.started = time.time()
 
     @property
-    def log(self) -> DispatchScope:
-        """The call's attempt log: the call itself."""
-        return self
-
-    @property
     def requested(self) -> RouteRef:
         """The profile and model the caller asked for."""
         return self.plan.requested

@@ -179,13 +179,13 @@ class Tracing:
             "turnout.profile": call.requested.provider,
             "turnout.call_id": call.call_id,
             "turnout.surface": call.surface,
-            "turnout.attempts": len(call.log.attempts),
+            "turnout.attempts": len(call.attempts),
         }
         if call.stream:
             attributes["gen_ai.request.stream"] = True
         if call.caller is not None:
             attributes["turnout.caller"] = call.caller
-        cost = total_cost(call.log.attempts)
+        cost = total_cost(call.attempts)
         if cost is not None:
             attributes["turnout.cost_usd"] = cost
         request = call.request
@@ -205,7 +205,7 @@ class Tracing:
             CALL_SPANS[call.operation], kind=SpanKind.INTERNAL, attributes=attributes, start_time=_ns(call.started)
         )
         parent = trace.set_span_in_context(span)
-        attempts = call.log.attempts
+        attempts = call.attempts
         # the answer is the last ``ok`` attempt (the ledger's rule: a stream settled as empty is no longer ``ok``)
         accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None) if exc is None else None
         for i, attempt in enumerate(attempts):

@@ -60,7 +60,7 @@ class ReplyStream:
     @property
     def attempts(self) -> Sequence[Attempt]:
         """The attempts so far (a live view: attempts are added as they end)."""
-        return self._turn.call.log.attempts
+        return self._turn.call.attempts
 
     @property
     def attempt_count(self) -> int:

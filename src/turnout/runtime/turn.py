@@ -176,7 +176,7 @@ class Turn:
     @property
     def attempt_count(self) -> int:
         """The attempts so far, counting a stream still open (it records itself when it ends)."""
-        return len(self.call.log.attempts) + (self.stream is not None and self.stream.in_flight)
+        return len(self.call.attempts) + (self.stream is not None and self.stream.in_flight)
 
     # --- the turn ---------------------------------------------------------------------------------
 
@@ -192,7 +192,7 @@ class Turn:
             error: TurnoutError | None = None
             try:
                 stream = self.stream = await self.walk.open_stream(
-                    self.request, self.model, self.temperature, self.call.log
+                    self.request, self.model, self.temperature, self.call
                 )
             except StreamingUnsupported:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
@@ -331,7 +331,7 @@ class Turn:
                 f"the stream failed after output was shown ({type(error).__name__}); it is not replayed",
                 partial_text=self.partial_text,
                 usage=self.builder.usage,
-                attempts=self.call.log.attempts,
+                attempts=self.call.attempts,
                 cause_class=cause,
             )
             self.call.fail(interrupted)
@@ -350,7 +350,7 @@ class Turn:
         """The non-streaming recovery before output, and the events that show its answer."""
         self._recovering = True
         try:
-            served = await self.walk.run(self.request, self.model, self.temperature, self.call.log, resume=resume)
+            served = await self.walk.run(self.request, self.model, self.temperature, self.call, resume=resume)
         except TurnoutError as exc:
             self._fail(exc)
         self.served, self.entry = served.route, served.entry
@@ -376,7 +376,7 @@ class Turn:
     def _fail(self, exc: TurnoutError) -> NoReturn:
         """Record the turn as failed with ``exc`` (carrying every attempt of the turn) and raise it."""
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
-            exc.attempts = tuple(self.call.log.attempts)
+            exc.attempts = tuple(self.call.attempts)
         self.call.fail(exc)
         raise exc
 
@@ -384,7 +384,7 @@ class Turn:
         if self.stream is not None and not self._recovering:
             self.stream.settle("cancelled", self.builder.usage)
         if isinstance(exc, TurnCancelled):
-            exc.attempts = tuple(self.call.log.attempts)
+            exc.attempts = tuple(self.call.attempts)
         self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)
 
 
@@ -421,7 +421,7 @@ async def drive(turn: Turn, events: Sink | None) -> Reply:
         if watcher is None or not watcher.fired:
             raise
         watcher.uncancel()
-        raise TurnCancelled(partial_text=turn.partial_text, attempts=call.log.attempts) from None
+        raise TurnCancelled(partial_text=turn.partial_text, attempts=call.attempts) from None
     finally:
         if watcher is not None:
             watcher.close()
