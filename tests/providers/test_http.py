@@ -287,6 +287,7 @@ async def test_steady_drip_hits_total_bound(http: HttpClient, lab: Lab) -> None:
         await _read_all(http, lab.url + "/drip", _bounds(first=0.3, idle=0.3, total=0.5))
     elapsed = loop.time() - start
     assert info.value.phase == "total"
+    assert info.value.seconds == 0.5  # the bound, not the loop time it ended at
     assert 0.5 <= elapsed < 0.7
 
 

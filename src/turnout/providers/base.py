@@ -396,7 +396,7 @@ class HTTPAdapter(Provider):
             headers=self._headers if request.native is None else self.request_headers(request),
             body=_dumps(self.build_body(request, model, temperature, False)),
             timeouts=settings.timeouts,
-            target=self.target(model),
+            target=self._targets.get(model) or self.target(model),  # no call once the model's is made
             max_bytes=settings.max_response_bytes,
             ssl_context=self._ssl,
         )

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -38,6 +39,19 @@ class Timeouts:
     first_token: float = 60.0
     idle: float = 60.0
     total: float = 120.0
+    #: How long after its start an attempt is first due to be checked (worked out here, not per attempt).
+    first_check: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "first_check", min(_step(self.idle), self.first_token, self.total))
+
+
+def _step(idle: float) -> float:
+    """How often an attempt's body is checked: a few times per idle period.
+
+    Before the first byte too: the idle bound must start as soon as bytes flow, not at the first-token deadline.
+    """
+    return max(idle / 4, 0.01)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,54 +78,53 @@ class _Watchdog:
     """The time bounds of one attempt: the wait for the response headers, then the body's bytes.
 
     Before the headers it cancels the waiting task at the first-token (or total) deadline; the caller turns
-    that cancellation into :class:`ProviderTimeout`. Once the body is attached, instead of re-arming a timer
-    on every chunk, it checks the connection's byte counter a few times per idle period and injects a
-    :class:`ProviderTimeout` into the body reader when a bound has passed. It owns no timer: the client's
-    :class:`_Deadlines` checks every attempt in flight from one.
+    that cancellation into :class:`ProviderTimeout`. Once the body is attached (``_content`` set), instead of
+    re-arming a timer on every chunk, it checks the connection's byte counter a few times per idle period and
+    injects a :class:`ProviderTimeout` into the body reader when a bound has passed. It owns no timer: the
+    client's :class:`_Deadlines` checks every attempt in flight from one.
+
+    Made once per attempt, so making one is all it costs: it joins its deadlines as it is made, and leaves them
+    with one ``pop``. Its deadlines are worked out from ``_start`` and ``_timeouts`` only when it is checked,
+    and the slots that would start empty (``_content``, ``_seen``, ``_last``, ``fired``) stay unset until they
+    get a value: an attempt that ends in time never stores them (their readers give the empty value).
     """
 
-    __slots__ = ("_content", "_first", "_idle", "_last", "_seen", "_step", "_target", "_task", "_total", "fired")
+    __slots__ = ("_content", "_last", "_seen", "_start", "_target", "_task", "_timeouts", "fired")
+
+    _content: aiohttp.StreamReader  # set when the headers arrived
+    _seen: int  # the body's byte count when last checked, once bytes flowed
+    _last: float  # when that count last changed
+    fired: str  # the phase whose bound ended the header wait
 
     def __init__(
-        self,
-        task: asyncio.Task[Any],
-        now: float,
-        first_deadline: float,
-        idle: float,
-        total_deadline: float,
-        target: Target,
+        self, deadlines: _Deadlines, task: asyncio.Task[Any], start: float, timeouts: Timeouts, target: Target
     ) -> None:
         self._task = task
-        self._content: aiohttp.StreamReader | None = None
-        self._first = first_deadline
-        self._idle = idle
-        # Poll before the first byte too: the idle bound must start as soon as bytes flow, not at the
-        # first-token deadline.
-        self._step = max(idle / 4, 0.01)
-        self._total = total_deadline
+        self._start = start
+        self._timeouts = timeouts
         self._target = target
-        self._seen = -1
-        self._last = now
-        self.fired: str | None = None  # the phase whose bound ended the header wait
-
-    def attach(self, content: aiohttp.StreamReader) -> None:
-        """The headers arrived: watch the body from now on."""
-        self._content = content
-        # The task's own loop: ``asyncio.get_running_loop()`` asks the kernel for the process id every time.
-        self._last = self._task.get_loop().time()
+        deadlines._watched[self] = None
+        due = start + timeouts.first_check  # the first ``due``: ``min`` of the three, each ``start +``
+        if due < deadlines._when:
+            deadlines._arm(due, start)
 
     def due(self, now: float) -> float:
         """When this attempt should next be checked."""
-        if self._seen <= 0:
-            return min(now + self._step, self._first, self._total)
-        return min(now + self._step, self._last + self._idle, self._total)
+        timeouts = self._timeouts
+        total = self._start + timeouts.total
+        if getattr(self, "_seen", 0) <= 0:
+            return min(now + _step(timeouts.idle), self._start + timeouts.first_token, total)
+        return min(now + _step(timeouts.idle), self._last + timeouts.idle, total)
 
     def check(self, now: float) -> float | None:
         """Enforce the bounds at ``now``; the next time to check, or None when there is nothing left to watch."""
-        content = self._content
+        timeouts = self._timeouts
+        first = self._start + timeouts.first_token
+        total = self._start + timeouts.total
+        content: aiohttp.StreamReader | None = getattr(self, "_content", None)
         if content is None:  # still waiting for the headers
-            if now >= self._total or now >= self._first:
-                self.fired = "first_token" if self._first <= self._total else "total"
+            if now >= total or now >= first:
+                self.fired = "first_token" if first <= total else "total"
                 self._task.cancel()
                 return None
             return self.due(now)
@@ -119,15 +132,15 @@ class _Watchdog:
             # The whole body arrived: a consumer slower than the bounds must still read it.
             return None
         seen = content.total_raw_bytes
-        if seen != self._seen and seen > 0:
+        if seen > 0 and seen != getattr(self, "_seen", 0):
             self._seen = seen
             self._last = now
-        if now >= self._total:
-            self._fire(content, "total", self._total)
-        elif self._seen <= 0 and now >= self._first:
+        if now >= total:
+            self._fire(content, "total", timeouts.total)
+        elif seen <= 0 and now >= first:
             self._fire(content, "first_token", None)
-        elif self._seen > 0 and now - self._last >= self._idle:
-            self._fire(content, "idle", self._idle)
+        elif seen > 0 and now - self._last >= timeouts.idle:
+            self._fire(content, "idle", timeouts.idle)
         else:
             return self.due(now)
         return None
@@ -145,34 +158,33 @@ class _Watchdog:
         )
 
 
+_loop_time = asyncio.BaseEventLoop.time
+
+
 class _Deadlines:
     """One timer for all the attempts in flight on an event loop.
 
     A timer per attempt (armed, then cancelled when the answer arrives in time) costs more than the rest of
-    the transport; here an attempt only joins and leaves a set. The timer fires when the soonest attempt is
-    due, checks every attempt, and re-arms for the next; with nothing in flight it is not re-armed.
+    the transport; here an attempt only joins (:class:`_Watchdog`) and leaves (``_watched.pop``) a dict. The
+    timer fires when the soonest attempt is due, checks every attempt, and re-arms for the next; with nothing
+    in flight it is not re-armed. A client starts with one bound to no loop, which no attempt uses.
+
+    Attributes:
+        clock: The loop's clock: ``time.monotonic`` itself when the loop's ``time`` is asyncio's own (which
+            returns just that, through a Python call), else the loop's ``time``.
     """
 
-    __slots__ = ("_handle", "_loop", "_watched", "_when")
+    __slots__ = ("_handle", "_loop", "_watched", "_when", "clock")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self._loop = loop
         self._watched: dict[_Watchdog, None] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf
-
-    def add(self, watchdog: _Watchdog, now: float) -> None:
-        """Watch an attempt."""
-        self._watched[watchdog] = None
-        due = watchdog.due(now)
-        if due < self._when:
-            self._arm(due, now)
-
-    def discard(self, watchdog: _Watchdog) -> None:
-        """Stop watching an attempt."""
-        self._watched.pop(watchdog, None)
+        self.clock: Callable[[], float] = time.monotonic if loop is None or type(loop).time is _loop_time else loop.time
 
     def _arm(self, when: float, now: float) -> None:
+        assert self._loop is not None  # attempts join only deadlines bound to their loop
         if self._handle is not None:
             self._handle.cancel()
         self._when = when
@@ -181,7 +193,7 @@ class _Deadlines:
     def _tick(self) -> None:
         self._handle = None
         self._when = math.inf
-        now = self._loop.time()
+        now = self.clock()
         soonest = math.inf
         watched = self._watched
         for watchdog in list(watched):
@@ -304,8 +316,8 @@ class HttpClient:
         self._limit = connection_limit
         self._ssl: dict[str, ssl.SSLContext] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
-        self._deadlines: _Deadlines | None = None
-        self._credential_sessions: list[aiohttp.ClientSession] = []
+        self._deadlines = _Deadlines(None)
+        self._credential_sessions: list[tuple[Credential, aiohttp.ClientSession]] = []
 
     def credential(self, headers: Mapping[str, str]) -> Credential:
         """The fixed headers of one credential, to pass as ``headers`` of every request made with it."""
@@ -320,7 +332,7 @@ class HttpClient:
             headers={"User-Agent": USER_AGENT, **credential},
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect),
         )
-        self._credential_sessions.append(session)
+        self._credential_sessions.append((credential, session))
         credential.session, credential.connect = session, connect
         return session
 
@@ -350,8 +362,10 @@ class HttpClient:
     async def aclose(self) -> None:
         """Close the sessions this client created."""
         sessions, self._credential_sessions = self._credential_sessions, []
-        for session in sessions:
+        for credential, session in sessions:
             await session.close()  # not the pool's owner: the pool closes with the shared session
+            if credential.session is session:
+                credential.session = None  # a request after this makes a new one: none is closed by anyone else
         if self._session is not None and self._owns and not self._session.closed:
             await self._session.close()
         self._session = None
@@ -374,16 +388,14 @@ class HttpClient:
         """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers."""
         loop = asyncio.get_running_loop()
         deadlines = self._deadlines
-        if deadlines is None or deadlines._loop is not loop:
+        if deadlines._loop is not loop:
             deadlines = self._deadlines = _Deadlines(loop)
-        start = loop.time()
         task = asyncio.current_task(loop)  # given the loop, it is not looked up again
         assert task is not None
-        watchdog = _Watchdog(task, start, start + timeouts.first_token, timeouts.idle, start + timeouts.total, target)
-        deadlines.add(watchdog, start)
+        watchdog = _Watchdog(deadlines, task, deadlines.clock(), timeouts, target)
         if type(headers) is Credential and self._owns:
             session = headers.session
-            if session is None or session.closed or headers.connect != timeouts.connect:
+            if session is None or headers.connect != timeouts.connect:
                 session = self._credential_session(headers, timeouts.connect)
             return session.post(url, data=body, ssl=ssl_context), watchdog
         session = self._session
@@ -397,17 +409,16 @@ class HttpClient:
 
         A cancellation is ours only when the watchdog's deadline caused it; any other is the caller's (``exc``).
         """
-        if self._deadlines is not None:
-            self._deadlines.discard(watchdog)
+        self._deadlines._watched.pop(watchdog, None)
         error: ProviderError
         if isinstance(exc, asyncio.CancelledError):
-            if watchdog.fired is None or watchdog._task.uncancel() > 0:
+            fired: str | None = getattr(watchdog, "fired", None)
+            if fired is None or watchdog._task.uncancel() > 0:
                 return exc
-            first = watchdog.fired == "first_token"
-            seconds = timeouts.first_token if first else timeouts.total
+            seconds = timeouts.first_token if fired == "first_token" else timeouts.total
             error = ProviderTimeout(
                 f"timed out after {seconds:g}s waiting for the response",
-                phase=watchdog.fired,
+                phase=fired,
                 seconds=seconds,
                 provider=target.provider,
                 model=target.model,
@@ -431,28 +442,9 @@ class HttpClient:
         error.__cause__ = exc  # as ``raise ... from exc``
         return error
 
-    async def _open(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeouts: Timeouts,
-        target: Target,
-        ssl_context: ssl.SSLContext | bool,
-    ) -> tuple[aiohttp.ClientResponse, _Watchdog]:
-        """Send the request and wait for the response headers (bounded); the watchdog then watches the body."""
-        request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
-        try:
-            resp = await request
-        except _SEND_FAILURES as exc:
-            raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
-        watchdog.attach(resp.content)
-        return resp, watchdog
-
     def _finish(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
         """Stop watching; reuse the connection when the body was read to its end, else close it."""
-        if self._deadlines is not None:
-            self._deadlines.discard(watchdog)
+        self._deadlines._watched.pop(watchdog, None)
         if resp.content.at_eof():
             resp.release()
         else:
@@ -476,13 +468,13 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ProtocolError: The body is larger than ``max_bytes``.
         """
-        # What ``_open`` does, without a coroutine of its own (one request per try).
+        # What ``_OpenStream.__aenter__`` does, without a coroutine of its own (one request per try).
         request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
         try:
             resp = await request
         except _SEND_FAILURES as exc:
             raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
-        watchdog.attach(resp.content)
+        content = watchdog._content = resp.content  # the headers arrived: watch the body from now on
         try:
             length = resp.content_length
             if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
@@ -496,7 +488,16 @@ class HttpClient:
                 data = await _read_limited(resp, max_bytes, target)
             return _tuple_new(HttpResponse, (resp.status, resp.headers, data))  # a named tuple's __new__ is Python
         finally:
-            self._finish(resp, watchdog)
+            # ``_finish``, without a call of its own (once per try); a response aiohttp saw to the end of its body
+            # is ``closed`` already, its connection back in the pool: releasing it again would only mark its
+            # reader, which no one holds once this returns (``StreamingResponse`` hands it out, so ``_finish``
+            # still releases it)
+            self._deadlines._watched.pop(watchdog, None)
+            if not resp.closed:
+                if content.at_eof():
+                    resp.release()
+                else:
+                    resp.close()
 
     def stream(
         self,
@@ -521,13 +522,26 @@ class _OpenStream:
 
     __slots__ = ("_args", "_client", "_open")
 
-    def __init__(self, client: HttpClient, args: tuple[Any, ...]) -> None:
+    def __init__(
+        self,
+        client: HttpClient,
+        args: tuple[str, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
+    ) -> None:
         self._client = client
         self._args = args
         self._open: tuple[aiohttp.ClientResponse, _Watchdog] | None = None
 
     async def __aenter__(self) -> StreamingResponse:
-        resp, watchdog = self._open = await self._client._open(*self._args)
+        """Send the request and wait for the response headers (bounded); the watchdog then watches the body."""
+        client = self._client
+        url, headers, body, timeouts, target, ssl_context = self._args
+        request, watchdog = client._start(url, headers, body, timeouts, target, ssl_context)
+        try:
+            resp = await request
+        except _SEND_FAILURES as exc:
+            raise client._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
+        watchdog._content = resp.content  # the headers arrived: watch the body from now on
+        self._open = resp, watchdog
         return StreamingResponse(resp, watchdog)
 
     async def __aexit__(self, *exc_info: object) -> None:
