@@ -263,14 +263,22 @@ async def test_a_credential_sends_again_after_the_client_closed(url: str) -> Non
 
 
 async def test_a_calls_target_is_its_models_on_every_call(http: HttpClient) -> None:
-    """The target a call's transport names (found in the adapter's cache, else made) is its own model's, every time."""
+    """The target a call's or stream's transport names (cached, else made) is its own model's, every time."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     adapter = make_adapter(http, "openai", f"http://127.0.0.1:{port}/v1")
+
+    async def drain(model: str) -> None:
+        async for _ in adapter.stream(ChatRequest.of("hi"), model):
+            pass
+
     for model in ("m-a", "m-b", "m-a", "m-b"):
         with pytest.raises(ProviderConnectionError) as info:
             await adapter.chat(ChatRequest.of("hi"), model)
+        assert (info.value.provider, info.value.model) == ("openai.test", model)
+        with pytest.raises(ProviderConnectionError) as info:
+            await drain(model)
         assert (info.value.provider, info.value.model) == ("openai.test", model)
         assert adapter._targets[model] is adapter.target(model)
         assert adapter.target(model) == Target(provider="openai.test", model=model, secrets=adapter._secrets)

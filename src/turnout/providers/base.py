@@ -440,7 +440,7 @@ class HTTPAdapter(Provider):
             headers=self._headers if request.native is None else self.request_headers(request),
             body=body,
             timeouts=self.settings.timeouts,
-            target=self.target(model),
+            target=self._targets.get(model) or self.target(model),  # no call once the model's is made
             ssl_context=self._ssl,
         ) as resp:
             if resp.status >= 400:

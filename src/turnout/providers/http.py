@@ -207,15 +207,50 @@ class _Deadlines:
 
 
 class StreamingResponse:
-    """An open streaming response. Iterate :meth:`chunks`; the context manager closes it."""
+    """A streaming response (:meth:`HttpClient.stream`): ``async with`` opens it; iterate :meth:`chunks`.
 
-    __slots__ = ("_resp", "_watchdog", "headers", "status")
+    Entering sends the request and waits for the response headers (bounded); the watchdog then watches the
+    body. Leaving stops watching and releases the connection when the body was read to its end, else closes
+    it. The request and its response are one object (one made per stream); ``status``, ``headers`` and the
+    response are set when it opens.
+    """
 
-    def __init__(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
-        self._resp = resp
-        self._watchdog = watchdog
-        self.status = resp.status
-        self.headers = resp.headers
+    __slots__ = ("_args", "_client", "_resp", "_watchdog", "headers", "status")
+
+    _resp: aiohttp.ClientResponse
+    _watchdog: _Watchdog
+    status: int
+    headers: CIMultiDictProxy[str]
+
+    def __init__(
+        self,
+        client: HttpClient,
+        args: tuple[str, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
+    ) -> None:
+        self._client = client
+        self._args = args
+
+    async def __aenter__(self) -> StreamingResponse:
+        """Send the request and wait for the response headers; the open response."""
+        client = self._client
+        url, headers, body, timeouts, target, ssl_context = self._args
+        request, watchdog = client._start(url, headers, body, timeouts, target, ssl_context)
+        try:
+            resp = await request
+        except _SEND_FAILURES as exc:
+            raise client._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
+        watchdog._content = resp.content  # the headers arrived: watch the body from now on
+        self._resp, self._watchdog, self.status, self.headers = resp, watchdog, resp.status, resp.headers
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop watching; reuse the connection when the body was read to its end, else close it."""
+        resp = self._resp
+        self._client._deadlines._watched.pop(self._watchdog, None)
+        if resp.content.at_eof():
+            resp.release()
+        else:
+            resp.close()
 
     async def read_chunk(self) -> bytes:
         """The body bytes that arrived since the last read (waiting for some); ``b""`` at the end of the body.
@@ -442,14 +477,6 @@ class HttpClient:
         error.__cause__ = exc  # as ``raise ... from exc``
         return error
 
-    def _finish(self, resp: aiohttp.ClientResponse, watchdog: _Watchdog) -> None:
-        """Stop watching; reuse the connection when the body was read to its end, else close it."""
-        self._deadlines._watched.pop(watchdog, None)
-        if resp.content.at_eof():
-            resp.release()
-        else:
-            resp.close()
-
     async def post(
         self,
         url: str,
@@ -468,7 +495,7 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ProtocolError: The body is larger than ``max_bytes``.
         """
-        # What ``_OpenStream.__aenter__`` does, without a coroutine of its own (one request per try).
+        # What ``StreamingResponse.__aenter__`` does, without a coroutine of its own (one request per try).
         request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
         try:
             resp = await request
@@ -488,10 +515,10 @@ class HttpClient:
                 data = await _read_limited(resp, max_bytes, target)
             return _tuple_new(HttpResponse, (resp.status, resp.headers, data))  # a named tuple's __new__ is Python
         finally:
-            # ``_finish``, without a call of its own (once per try); a response aiohttp saw to the end of its body
-            # is ``closed`` already, its connection back in the pool: releasing it again would only mark its
-            # reader, which no one holds once this returns (``StreamingResponse`` hands it out, so ``_finish``
-            # still releases it)
+            # Stop watching, and hand the connection back. A response aiohttp saw to the end of its body is
+            # ``closed`` already, its connection back in the pool: releasing it again would only mark its reader,
+            # which no one holds once this returns (a ``StreamingResponse`` hands its reader out, so leaving one
+            # still releases it).
             self._deadlines._watched.pop(watchdog, None)
             if not resp.closed:
                 if content.at_eof():
@@ -508,43 +535,10 @@ class HttpClient:
         timeouts: Timeouts,
         target: Target,
         ssl_context: ssl.SSLContext | bool = True,
-    ) -> _OpenStream:
+    ) -> StreamingResponse:
         """POST ``body``; use as ``async with``: it gives the open response once its headers arrived.
 
         Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
         upstream sees the client go; a body read to its end releases the connection to the pool.
         """
-        return _OpenStream(self, (url, headers, body, timeouts, target, ssl_context))
-
-
-class _OpenStream:
-    """The context of one streaming request (:meth:`HttpClient.stream`)."""
-
-    __slots__ = ("_args", "_client", "_open")
-
-    def __init__(
-        self,
-        client: HttpClient,
-        args: tuple[str, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
-    ) -> None:
-        self._client = client
-        self._args = args
-        self._open: tuple[aiohttp.ClientResponse, _Watchdog] | None = None
-
-    async def __aenter__(self) -> StreamingResponse:
-        """Send the request and wait for the response headers (bounded); the watchdog then watches the body."""
-        client = self._client
-        url, headers, body, timeouts, target, ssl_context = self._args
-        request, watchdog = client._start(url, headers, body, timeouts, target, ssl_context)
-        try:
-            resp = await request
-        except _SEND_FAILURES as exc:
-            raise client._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
-        watchdog._content = resp.content  # the headers arrived: watch the body from now on
-        self._open = resp, watchdog
-        return StreamingResponse(resp, watchdog)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._open is not None:
-            self._client._finish(*self._open)
-            self._open = None
+        return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context))
