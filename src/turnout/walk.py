@@ -55,6 +55,16 @@ def refuse_empty(response: ChatResponse) -> None:
         raise EmptyCompletion(usage=response.usage)
 
 
+def asks_capabilities(request: ChatRequest, images: bool) -> bool:
+    """Whether a non-streaming request needs its entries' capabilities checked (:meth:`Walk.admits`).
+
+    Images, a response format, or a native body carrying what only its protocol can (:attr:`NativeRequest.only`).
+    Any entry can take any other request, so a walk that knows no context window admits it by its cooldowns and
+    breaker alone.
+    """
+    return images or request.response_format is not None or (request.native is not None and request.native.only != ())
+
+
 async def opening(
     provider: Provider, request: ChatRequest, model: str, temperature: float | None
 ) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
@@ -163,9 +173,14 @@ class Walk:
             or (request.native is not None and request.native.only)  # a native body alone needs nothing
         ) and not self.capable(entry, served, request, images, stream=stream):
             return SKIP
-        store = owner.store
-        if owner.single or store.calm():
+        if owner.single or owner.store.calm():
             return TRY  # nothing is cooling down and no breaker is open: no entry to look up
+        return self.availability(i, entry, served, stream)
+
+    def availability(self, i: int, entry: Entry, served: str, stream: bool) -> Admission:
+        """:meth:`admits` for an entry that can take the request, once the store is not calm: its cooldowns, breaker."""
+        owner = self.owner
+        store = owner.store
         now = owner.clock()
         # ``owner.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
         until = store.cooldown_until(entry.profile, now)
@@ -372,7 +387,7 @@ class Walk:
                     attempt = new_attempt(  # what ``owner.attempt`` makes of it, built directly
                         provider=entry.profile,
                         model=served,
-                        outcome=outcome_of(cls),
+                        outcome=cls._value_,  # ``outcome_of(cls)`` without its call: the class's stored value
                         status=exc.status,
                         key_id=choice.key_id,
                         started_at=started,
@@ -405,11 +420,12 @@ class Walk:
                 if updates is not None:  # the usual failed try updates nothing: no coroutine to await
                     await updates
                 self.last_failure = (exc, action)
-                if action.step is _STOP:
-                    self.stop(exc)
-                if action.step is _NEXT_ENTRY:
+                step = action.step
+                if step is _NEXT_ENTRY:  # the usual step first
                     return None
-                if action.step is _RETRY:
+                if step is _STOP:
+                    self.stop(exc)
+                if step is _RETRY:
                     hint = exc.retry_after if isinstance(exc, ProviderError) else None
                     await owner.sleep(owner.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
