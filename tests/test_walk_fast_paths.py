@@ -372,7 +372,7 @@ def test_a_failure_settled_without_updates_has_none_to_make(
         action, updates = route.settle(w, index, entry, "m", choice, exc, cls, tries_left)
         before = _snapshot(store, route.breakers, w)
         if updates is None:
-            await route._update(w, entry, "m", choice.key_id, action, hint, NOW)
+            await route._update(w, entry, "m", choice.key_id, action, hint)
             assert _snapshot(store, route.breakers, w) == before
         else:
             await updates

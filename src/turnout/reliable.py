@@ -567,7 +567,12 @@ class ReliableProvider(Provider):
             walk.limits.failed(entry, served, self.context_window(entry, served))
             larger = walk.larger_entry_remains(index)
         rotates = pool.rotates
-        now = self.clock()
+        now = self.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`_update` reads its own)
+        if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
+            auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
+        else:
+            auth = is_dead_key_error(exc)
+            hint = exc.retry_after if isinstance(exc, ProviderError) else None
         action = decide(
             cls,
             _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
@@ -584,10 +589,8 @@ class ReliableProvider(Provider):
                     walk.probing,
                 ),
             ),
-            # a plain ``ProviderError``'s own flag is what ``is_dead_key_error`` answers for it (one call fewer)
-            auth_failure=exc.auth_failure if type(exc) is ProviderError else is_dead_key_error(exc),
+            auth_failure=auth,
         )
-        hint = exc.retry_after if isinstance(exc, ProviderError) else None
         kid = choice.key_id
         if (
             (self.breakers is not None and (action.health or walk.probing))
@@ -595,13 +598,14 @@ class ReliableProvider(Provider):
             # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
             or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
         ):
-            return action, self._update(walk, entry, served, kid, action, hint, now)
+            return action, self._update(walk, entry, served, kid, action, hint)
         return action, None
 
     async def _update(
-        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None, now: float
+        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None
     ) -> None:
         """Apply what :meth:`settle` decided: count the failure towards the breaker, cool down, report the key."""
+        now = self.clock()
         breakers = self.breakers
         if breakers is not None and (action.health or walk.probing):
             key = entry.health_key(served)
