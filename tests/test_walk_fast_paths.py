@@ -574,3 +574,33 @@ def test_a_notice_kept_on_the_plan_is_the_rule_s_notice_for_every_later_call(
         reply = call.accept(ChatResponse(text="ok"), answered, entry)
         assert reply.fallback == call.fallback(answered, entry)
         assert len(plan.notices) <= 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(_states)
+def test_the_last_resort_is_the_entry_unavailable_longest_as_looked_up_when_skipped(state: State) -> None:
+    """Any mix of skips: the cooldown starts looked up only for the last resort rank the entries as at the skips."""
+
+    async def go() -> None:
+        store = LongWay()
+        route = _route(store)
+        await _fill(store, route, state)
+        w = Walk(route, None, "m", None)
+        eager = []  # ``(since, index, breaker)`` as each skip would have looked it up
+        for i, entry in enumerate(route.entries):
+            record = store.breaker(entry_key(entry.profile, "m"))
+            before = len(w.attempts)
+            w.admits(i, entry, "m", req(), False, stream=False)
+            start = store.cooldown_since(entry.profile)  # as the skip looked it up, after its expired cooldown went
+            for a in w.attempts[before:]:
+                breaker = a.outcome == "breaker_skip"
+                if breaker:
+                    assert record is not None
+                    eager.append((record.opened_at, i, True))
+                else:
+                    eager.append((a.started_at if start is None else start, i, False))
+        expected = min(eager) if eager else None
+        assert w.last_resort() == (expected[1] if expected is not None else None)
+        assert w.probing == (expected is not None and expected[2])
+
+    asyncio.run(go())

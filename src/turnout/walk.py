@@ -138,8 +138,9 @@ class Walk:
         self.lost = False
         #: Entries already tried as a hedge (the walk does not try them again).
         self.hedged: set[int] | None = None
-        #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
-        self.unavailable: list[tuple[float, int, bool]] | None = None
+        #: ``(since, index, breaker, when)`` of each entry skipped because it was cooling down or its breaker was open
+        #: (``since`` None: a cooldown skip, whose start :meth:`last_resort` looks up).
+        self.unavailable: list[tuple[float | None, int, bool, float]] | None = None
 
     def hedge_done(self, i: int) -> None:
         """Entry ``i`` was tried as a hedge: the walk does not try it again."""
@@ -186,9 +187,8 @@ class Walk:
         until = store.cooldown_until(entry.profile, now)
         if until is None and entry.keys.rotates:
             until = owner.keys_cooling_until(entry.keys, now)
-        if until is not None:
-            since = store.cooldown_since(entry.profile)
-            self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
+        if until is not None:  # its start is looked up only if the walk needs a last resort (it rarely does)
+            self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
             return SKIP
         if owner.breakers is not None:
             record = store.breaker(entry.health_key(served))
@@ -263,10 +263,11 @@ class Walk:
         outcome: Outcome,
         now: float,
         until: float,
-        since: float,
+        since: float | None,
         stream: bool,
         detail: str | None = None,
     ) -> None:
+        """Record entry ``i`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
         attempt = new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
             provider=entry.profile,
             model=served,
@@ -283,7 +284,7 @@ class Walk:
             self.log.attempts.append(attempt)
         if self.unavailable is None:
             self.unavailable = []
-        self.unavailable.append((since, i, outcome == "breaker_skip"))
+        self.unavailable.append((since, i, outcome == "breaker_skip", now))
 
     def last_resort(self) -> int | None:
         """The entry to try once when every entry the walk considered was unavailable: the one unavailable longest.
@@ -293,7 +294,15 @@ class Walk:
         """
         if self.tried or not self.unavailable:
             return None
-        _, index, breaker = min(self.unavailable)
+        store, entries = self.owner.store, self.owner.entries
+        ranked = []
+        for since, i, breaker, skipped in self.unavailable:
+            if since is None:  # a cooldown skip: since its profile's cooldown started (none: the skip itself)
+                since = store.cooldown_since(entries[i].profile)
+                if since is None:
+                    since = skipped
+            ranked.append((since, i, breaker))
+        _, index, breaker = min(ranked)
         self.probing = breaker
         return index
 
