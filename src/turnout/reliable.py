@@ -342,20 +342,22 @@ class ReliableProvider(Provider):
         # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
         walk.last_failure = None
         usage = response.usage
-        walk.record(
-            new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
-                provider=entry.profile,
-                model=served,
-                outcome="ok",
-                key_id=choice.key_id,
-                usage=usage,
-                cost_usd=self.cost(entry, served, usage),
-                started_at=started,
-                duration_ms=(time.perf_counter() - t0) * 1000.0,
-                entry=i,
-                try_number=walk.try_number,
-            )
+        attempt = new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
+            provider=entry.profile,
+            model=served,
+            outcome="ok",
+            key_id=choice.key_id,
+            usage=usage,
+            cost_usd=self.cost(entry, served, usage),
+            started_at=started,
+            duration_ms=(time.perf_counter() - t0) * 1000.0,
+            entry=i,
+            try_number=walk.try_number,
         )
+        walk.attempts.append(attempt)  # what :meth:`Walk.record` does, without its call
+        log = walk.log
+        if log is not None:
+            log.attempts.append(attempt)
         return new_served(response, entry.route(served), i), walk.healthy(entry, served)
 
     async def _hedged(
