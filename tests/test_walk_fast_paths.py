@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fakes import FULL, E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
+from turnout.attribution import Attempt, DispatchScope, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call, CallPlan
 from turnout.classify import error_class_of, is_dead_key_error
@@ -604,3 +604,14 @@ def test_the_last_resort_is_the_entry_unavailable_longest_as_looked_up_when_skip
         assert w.probing == (expected is not None and expected[2])
 
     asyncio.run(go())
+
+
+def test_a_walk_s_witness_made_when_asked_is_its_call_s_or_its_own_shared_with_its_side() -> None:
+    """A logged walk's witness is its call id; unlogged walks get distinct ones; a hedge's side walk shares it."""
+    route = _route(MemoryStore())
+    logged = Walk(route, DispatchScope([], "call-1"), "m", None)
+    assert logged.witness == "call-1" and logged.side().witness == "call-1"
+    first, second = Walk(route, None, "m", None), Walk(route, None, "m", None)
+    assert first.witness != second.witness and first.witness == first.witness
+    side = second.side()
+    assert side.witness == second.witness

@@ -98,6 +98,7 @@ class Walk:
     """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
 
     __slots__ = (
+        "_witness",
         "attempts",
         "hedged",
         "last_failure",
@@ -111,7 +112,6 @@ class Walk:
         "tried",
         "try_number",
         "unavailable",
-        "witness",
     )
 
     def __init__(
@@ -128,8 +128,7 @@ class Walk:
         self.last_failure: tuple[Exception, Action] | None = None
         #: The try number of the last try (1-based).
         self.try_number = 0
-        #: What tells this walk's call from others (a key dies only when two calls agree it was rejected).
-        self.witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        self._witness: str | None = None  # :attr:`witness`, made when a key is reported (rarely)
         #: Whether some entry was tried (called, or found without a usable key).
         self.tried = False
         #: The current try probes a half-open circuit breaker.
@@ -142,6 +141,15 @@ class Walk:
         #: (``since`` None: a cooldown skip, whose start :meth:`last_resort` looks up).
         self.unavailable: list[tuple[float | None, int, bool, float]] | None = None
 
+    @property
+    def witness(self) -> str:
+        """What tells this walk's call from others (a key dies only when two calls agree it was rejected)."""
+        witness = self._witness
+        if witness is None:
+            log = self.log
+            witness = self._witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        return witness
+
     def hedge_done(self, i: int) -> None:
         """Entry ``i`` was tried as a hedge: the walk does not try it again."""
         if self.hedged is None:
@@ -151,7 +159,7 @@ class Walk:
     def side(self) -> Walk:
         """A walk for a hedge beside this one: the same call (log, witness, order, context knowledge)."""
         side = Walk(self.owner, self.log, self.requested, self.limits)
-        side.witness = self.witness
+        side._witness = self.witness
         side.order = self.order
         return side
 
