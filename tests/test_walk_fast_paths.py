@@ -574,6 +574,7 @@ def test_a_notice_kept_on_the_plan_is_the_rule_s_notice_for_every_later_call(
         reply = call.accept(ChatResponse(text="ok"), answered, entry)
         assert reply.fallback == call.fallback(answered, entry)
         assert len(plan.notices) <= 4
+    assert replace(plan, intra_family=not intra_family).notices == {}  # another plan keeps notices of its own
 
 
 @settings(max_examples=300, deadline=None)

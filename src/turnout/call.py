@@ -97,7 +97,9 @@ class CallPlan:
     intra_family: bool = False
     peers: frozenset[int] = frozenset()
     tracer: CallTracer | None = None
-    notices: dict[int, tuple[RouteRef, FallbackNotice | None]] = field(default_factory=dict, compare=False, repr=False)
+    notices: dict[int, tuple[RouteRef, FallbackNotice | None]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @property
     def stream(self) -> bool:
