@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -149,3 +150,20 @@ def test_rate_limit_on_a_single_entry_whose_pool_has_no_usable_key_diverges_from
     """
     single_pool_cooling = at(last_entry=True, single_entry=True, rotates=True, other_key_live=True)
     assert decide(RL, single_pool_cooling) == act(NEXT_ENTRY, cool_key=True, cool_profile=True)
+
+
+def test_no_try_left_or_a_probe_moves_on_from_what_tries_left_would_do_for_every_input() -> None:
+    """Every class and position: a retry or key switch with no try left or on a probe moves on; nothing else changes."""
+    flags = (False, True)
+    for cls, tries_left, auth in itertools.product(ErrorClass, (-1, 0, 1, 2), flags):
+        for facts in itertools.product(flags, repeat=8):
+            last, single, rotates, usable, live, refusal, larger, probing = facts
+            position = Position(tries_left, last, single, rotates, usable, live, refusal, larger, probing)
+            action = decide(cls, position, auth_failure=auth)
+            free = decide(cls, position._replace(tries_left=2, probing=False), auth_failure=auth)
+            if tries_left > 0 and not probing:
+                assert action == free
+            elif free.step in (RETRY, NEXT_KEY):
+                assert action == free._replace(step=NEXT_ENTRY)
+            else:
+                assert action == free

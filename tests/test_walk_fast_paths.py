@@ -6,17 +6,18 @@ import asyncio
 import contextlib
 import gc
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fakes import E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import Attempt, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
+from fakes import FULL, E, FakeClock, Scripted, err, req, walk
+from turnout.attribution import Attempt, DispatchScope, RouteRef, _notice, _notices, dispatch_scope, fallback_notice
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call, CallPlan
-from turnout.classify import error_class_of
+from turnout.classify import error_class_of, is_dead_key_error
 from turnout.entry import Served, new_served
 from turnout.errors import (
     AllProvidersFailed,
@@ -30,11 +31,12 @@ from turnout.errors import (
 )
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
-from turnout.reliable import ReliableProvider
+from turnout.policy import Position, decide
+from turnout.reliable import ReliableProvider, cooldown_seconds
 from turnout.report import outcome_of
 from turnout.state import MemoryStore
-from turnout.types import ChatRequest, ChatResponse, Usage
-from turnout.walk import Admission, Walk
+from turnout.types import Capabilities, ChatRequest, ChatResponse, NativeRequest, ResponseFormat, Usage
+from turnout.walk import TRY, Admission, Walk, asks_capabilities
 
 NOW = 1_000_000.0
 #: ``(profile, keys)`` of the route's entries, in order (a rotating pool, a one-key pool, a keyless profile).
@@ -370,7 +372,7 @@ def test_a_failure_settled_without_updates_has_none_to_make(
         action, updates = route.settle(w, index, entry, "m", choice, exc, cls, tries_left)
         before = _snapshot(store, route.breakers, w)
         if updates is None:
-            await route._update(w, entry, "m", choice.key_id, action, hint, NOW)
+            await route._update(w, entry, "m", choice.key_id, action, hint)
             assert _snapshot(store, route.breakers, w) == before
         else:
             await updates
@@ -423,3 +425,194 @@ async def test_a_call_that_every_entry_failed_leaves_nothing_for_the_garbage_col
         assert [r() for r in first.raised + second.raised] == [None] * len(first.raised + second.raised)
     finally:
         gc.enable()
+
+
+#: Any failure, and HTTP errors of every class with hints at the edges of a cooldown (none, zero, negative).
+_settled = st.one_of(
+    _failures,
+    st.builds(
+        ProviderError,
+        st.just("failed"),
+        error_class=st.sampled_from(list(ErrorClass)),
+        status=st.just(429),
+        retry_after=_hints,
+        auth_failure=st.booleans(),
+    ),
+)
+
+
+_ZERO_HINT = ProviderError("failed", error_class=ErrorClass.RATE_LIMITED, status=429, retry_after=0.0)
+
+
+@settings(max_examples=400, deadline=None)
+@example(failure=_ZERO_HINT, index=1, tries_left=1, probing=False, with_breakers=False)
+@example(
+    failure=ProviderError("failed", error_class=ErrorClass.RATE_LIMITED, retry_after=-1.0),
+    index=0,
+    tries_left=1,
+    probing=False,
+    with_breakers=False,
+)
+@given(
+    failure=_settled,
+    index=st.integers(0, 2),
+    tries_left=st.integers(0, 2),
+    probing=st.booleans(),
+    with_breakers=st.booleans(),
+)
+def test_settle_decides_by_the_rule_and_has_updates_exactly_when_some_are_due(
+    failure: Exception, index: int, tries_left: int, probing: bool, with_breakers: bool
+) -> None:
+    """Any failure: ``settle`` acts as ``decide`` with ``is_dead_key_error``, with updates iff a cooldown is due."""
+    store = MemoryStore()
+    route = _route(store)
+    if not with_breakers:
+        route.breakers = None
+    w = Walk(route, None, "m", None)
+    w.probing = probing
+    entry = route.entries[index]
+    choice = entry.keys.pick(NOW)
+    assert choice is not None
+    cls = error_class_of(failure)
+    action, updates = route.settle(w, index, entry, "m", choice, failure, cls, tries_left)
+    pool = entry.keys
+    position = Position(
+        tries_left,
+        index == w.order[-1],
+        route.single,
+        pool.rotates,
+        pool.rotates and pool.other_usable(choice.index, NOW),
+        pool.rotates and pool.other_live(choice.index, NOW),
+        entry.refusal_fallback,
+        cls is ErrorClass.CONTEXT_WINDOW and w.larger_entry_remains(index),
+        probing,
+    )
+    assert action == decide(cls, position, auth_failure=is_dead_key_error(failure))
+    hint = failure.retry_after if isinstance(failure, ProviderError) else None
+    kid = choice.key_id
+    due = (
+        (route.breakers is not None and (action.health or probing))
+        or (action.report_key and kid is not None)
+        or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
+    )
+    assert (updates is not None) == due
+    if updates is not None:
+        asyncio.run(_awaited(updates))
+
+
+async def _awaited(updates: Awaitable[None]) -> None:
+    await updates
+
+
+#: Request kinds: plain, a response format, a native body carrying a field only its protocol has, and one that does not.
+_kinds = st.sampled_from(
+    [
+        req(),
+        ChatRequest.of("hi", response_format=ResponseFormat(kind="json_object")),
+        ChatRequest.of("hi", native=NativeRequest(protocol="anthropic", body={}, only=("messages[0] (document)",))),
+        ChatRequest.of("hi", native=NativeRequest(protocol="anthropic", body={})),
+    ]
+)
+_caps = st.sampled_from(
+    [FULL, replace(FULL, vision=False), replace(FULL, structured_output=True, protocol="anthropic")]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_states, _kinds, st.booleans(), st.tuples(_caps, _caps, _caps), st.booleans(), st.booleans())
+def test_a_request_asking_no_capabilities_is_admitted_by_availability_alone(
+    state: State, request: ChatRequest, images: bool, caps: tuple[Capabilities, ...], single: bool, long_way: bool
+) -> None:
+    """Whatever the entries can do and the store holds: the walk's shortcut for such a request is ``admits``."""
+
+    async def go() -> None:
+        store = LongWay() if long_way else MemoryStore()  # a store never calm, or one that may be
+        clock = FakeClock(now=NOW)
+        specs = [
+            E(profile, "m", [Scripted("ok", caps=c) for _ in keys or ("",)], keys=list(keys))
+            for (profile, keys), c in zip(PROFILES, caps, strict=True)
+        ]
+        route = walk(*(specs[:1] if single else specs), clock=clock, store=store, breakers=Breakers(store))
+        await _fill(store, route, state)
+        for i, entry in enumerate(route.entries):
+            general, shortcut = Walk(route, None, "m", None), Walk(route, None, "m", None)
+            admitted = general.admits(i, entry, "m", request, images, stream=False)
+            if asks_capabilities(request, images):
+                continue
+            assert general.capable(entry, "m", request, images, stream=False)
+            short = TRY if route.single or store.calm() else shortcut.availability(i, entry, "m", False)
+            assert short is admitted and shortcut.attempts == general.attempts
+            assert shortcut.unavailable == general.unavailable
+
+    asyncio.run(go())
+
+
+_served_routes = st.sampled_from(
+    [
+        RouteRef(provider="openai.a", model="m"),
+        RouteRef(provider="openai.b", model="m"),
+        RouteRef(provider="anthropic.c", model="m"),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_served_routes, st.integers(0, 3), st.booleans()), min_size=1, max_size=8),
+    st.sets(st.integers(0, 3), max_size=2),
+    st.booleans(),
+)
+def test_a_notice_kept_on_the_plan_is_the_rule_s_notice_for_every_later_call(
+    answers: list[tuple[RouteRef, int, bool]], peers: set[int], intra_family: bool
+) -> None:
+    """Calls of one plan, each served by any route object (kept or an equal copy) and entry: the rule's notice."""
+    requested = RouteRef(provider="openai.a", model="m")
+    plan = CallPlan(requested=requested, operation="chat", peers=frozenset(peers), intra_family=intra_family)
+    for served, entry, copy in answers:
+        answered = replace(served) if copy else served
+        call = Call(plan)
+        reply = call.accept(ChatResponse(text="ok"), answered, entry)
+        assert reply.fallback == call.fallback(answered, entry)
+        assert len(plan.notices) <= 4
+    assert replace(plan, intra_family=not intra_family).notices == {}  # another plan keeps notices of its own
+
+
+@settings(max_examples=300, deadline=None)
+@given(_states)
+def test_the_last_resort_is_the_entry_unavailable_longest_as_looked_up_when_skipped(state: State) -> None:
+    """Any mix of skips: the cooldown starts looked up only for the last resort rank the entries as at the skips."""
+
+    async def go() -> None:
+        store = LongWay()
+        route = _route(store)
+        await _fill(store, route, state)
+        w = Walk(route, None, "m", None)
+        eager = []  # ``(since, index, breaker)`` as each skip would have looked it up
+        for i, entry in enumerate(route.entries):
+            record = store.breaker(entry_key(entry.profile, "m"))
+            before = len(w.attempts)
+            w.admits(i, entry, "m", req(), False, stream=False)
+            start = store.cooldown_since(entry.profile)  # as the skip looked it up, after its expired cooldown went
+            for a in w.attempts[before:]:
+                breaker = a.outcome == "breaker_skip"
+                if breaker:
+                    assert record is not None
+                    eager.append((record.opened_at, i, True))
+                else:
+                    eager.append((a.started_at if start is None else start, i, False))
+        expected = min(eager) if eager else None
+        assert w.last_resort() == (expected[1] if expected is not None else None)
+        assert w.probing == (expected is not None and expected[2])
+
+    asyncio.run(go())
+
+
+def test_a_walk_s_witness_made_when_asked_is_its_call_s_or_its_own_shared_with_its_side() -> None:
+    """A logged walk's witness is its call id; unlogged walks get distinct ones; a hedge's side walk shares it."""
+    route = _route(MemoryStore())
+    logged = Walk(route, DispatchScope([], "call-1"), "m", None)
+    assert logged.witness == "call-1" and logged.side().witness == "call-1"
+    first, second = Walk(route, None, "m", None), Walk(route, None, "m", None)
+    assert first.witness != second.witness and first.witness == first.witness
+    side = second.side()
+    assert side.witness == second.witness

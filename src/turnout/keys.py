@@ -48,7 +48,19 @@ class KeyPool:
         book: The profile's headroom readings (None: the pool neither hears nor uses headroom).
     """
 
-    __slots__ = ("_choices", "_cooldown_keys", "_low", "_next", "book", "clock", "ids", "profile", "rotates", "store")
+    __slots__ = (
+        "_choices",
+        "_cooldown_keys",
+        "_low",
+        "_next",
+        "_only",
+        "book",
+        "clock",
+        "ids",
+        "profile",
+        "rotates",
+        "store",
+    )
 
     def __init__(
         self,
@@ -68,6 +80,8 @@ class KeyPool:
         self._next = 0
         # Built once: a pick returns one of these, and a rate limit cools one of these keys down.
         self._choices = tuple(KeyChoice(i, kid) for i, kid in enumerate(self.ids)) or (KeyChoice(0, None),)
+        # A pool that does not rotate (one key, or none: ``""``) picks the same choice every time: found by one read.
+        self._only: str | None = None if self.rotates else (self.ids[0] if self.ids else "")
         self._cooldown_keys = {kid: f"{profile}#{kid}" for kid in self.ids}
         self.book = book
         # The book's keys short of headroom (the same dict, kept current by the book); empty without a book.
@@ -105,14 +119,15 @@ class KeyPool:
         A key short of headroom is passed over while another usable key is not; when every usable key is
         short, rotation goes on among them.
         """
-        n = len(self.ids)
-        if n <= 1:
-            if n == 0:
+        only = self._only
+        if only is not None:  # one key or none (the usual pool: asked once per try)
+            if not only:
                 return self._choices[0]
-            health = self.store.key_health(self.ids[0])
-            if health is None or self._take(self.ids[0], health, now):
+            health = self.store.key_health(only)
+            if health is None or self._take(only, health, now):
                 return self._choices[0]
             return None
+        n = len(self.ids)
         low = self._low
         passed = -1  # the first usable key passed over for want of headroom
         for step in range(n):

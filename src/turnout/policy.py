@@ -119,31 +119,34 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False)
         at: Where the try stands.
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
     """
-    action = _action(error_class, at, auth_failure)
+    # One function, the usual class first: a failed try pays for one Python frame here, not two.
+    cls = error_class
+    if cls is _RATE_LIMITED:
+        if at.rotates:
+            action = _SWITCH_KEY_COOLING_IT if at.other_key_usable else _MOVE_ON_COOLING_KEY_AND_PROFILE
+        elif at.single_entry:
+            action = _RETRY
+        else:
+            return _MOVE_ON_COOLING_PROFILE
+    elif cls is _RETRYABLE:
+        action = _RETRY_UNHEALTHY
+    elif cls is _EMPTY:
+        action = _RETRY
+    elif cls is _RATE_LIMITED_NON_RETRYABLE:
+        return _NEXT_ENTRY
+    elif cls is _NON_RETRYABLE:
+        if not auth_failure:
+            return _NEXT_ENTRY
+        action = _SWITCH_KEY_REPORTING_IT if at.rotates and at.other_key_live else _MOVE_ON_REPORTING_KEY
+    elif cls is _CONTEXT_WINDOW:
+        return _NEXT_ENTRY if at.larger_entry_remains else _STOP
+    elif cls is _REFUSAL:
+        return _NEXT_ENTRY if at.refusal_fallback else _STOP
+    elif cls is _TIMEOUT:
+        action = _RETRY_UNHEALTHY if at.last_entry else _MOVE_ON_UNHEALTHY
+    else:  # pragma: no cover - ErrorClass is closed
+        raise AssertionError(f"unhandled error class {cls!r}")
+    # A retry or a key switch with no try left, or on a probe, becomes a move on (its state updates kept).
     if (at.tries_left <= 0 or at.probing) and (action.step is _RETRY_STEP or action.step is _NEXT_KEY_STEP):
         return action._replace(step=_NEXT_ENTRY_STEP)
     return action
-
-
-def _action(cls: ErrorClass, at: Position, auth_failure: bool) -> Action:
-    if cls is _RETRYABLE:
-        return _RETRY_UNHEALTHY
-    if cls is _EMPTY:
-        return _RETRY
-    if cls is _RATE_LIMITED:
-        if at.rotates:
-            return _SWITCH_KEY_COOLING_IT if at.other_key_usable else _MOVE_ON_COOLING_KEY_AND_PROFILE
-        return _RETRY if at.single_entry else _MOVE_ON_COOLING_PROFILE
-    if cls is _RATE_LIMITED_NON_RETRYABLE:
-        return _NEXT_ENTRY
-    if cls is _NON_RETRYABLE:
-        if auth_failure:
-            return _SWITCH_KEY_REPORTING_IT if at.rotates and at.other_key_live else _MOVE_ON_REPORTING_KEY
-        return _NEXT_ENTRY
-    if cls is _CONTEXT_WINDOW:
-        return _NEXT_ENTRY if at.larger_entry_remains else _STOP
-    if cls is _REFUSAL:
-        return _NEXT_ENTRY if at.refusal_fallback else _STOP
-    if cls is _TIMEOUT:
-        return _RETRY_UNHEALTHY if at.last_entry else _MOVE_ON_UNHEALTHY
-    raise AssertionError(f"unhandled error class {cls!r}")  # pragma: no cover - ErrorClass is closed

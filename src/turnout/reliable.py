@@ -46,7 +46,7 @@ from turnout.report import aggregate_message, error_detail
 from turnout.state import MemoryStore, StateStore
 from turnout.stats import Stats
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage, can_serve, unservable_reason
-from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, refuse_empty
+from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, asks_capabilities, refuse_empty
 
 MIN_BACKOFF_S = 0.05
 MAX_RETRY_AFTER_S = 30.0
@@ -261,6 +261,10 @@ class ReliableProvider(Provider):
         """
         walk = Walk(self, log, model, resume.limits if resume is not None else None)
         images = self.may_hold_images(request, model)
+        # Whether :meth:`Walk.admits` has no capability to check (while the walk knows no context window): then it
+        # is asked only for the lookups, or, with nothing cooling down and no breaker open, not at all.
+        plain = not asks_capabilities(request, images)
+        store = self.store
         for i in walk.order:
             entry = self.entries[i]
             tries = self.tries
@@ -271,8 +275,11 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
-            admission = walk.admits(i, entry, served, request, images, stream=False)
-            if admission is SKIP or (admission is PROBE and not await walk.probe(i, entry, served)):
+            if plain and walk.limits is None:  # what ``walk.admits`` answers, without its call and its checks
+                admission = TRY if self.single or store.calm() else walk.availability(i, entry, served, False)
+            else:
+                admission = walk.admits(i, entry, served, request, images, stream=False)
+            if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
                 continue
             if self.hedging is not None and not walk.tried and not walk.probing and resume is None:
                 answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
@@ -335,20 +342,22 @@ class ReliableProvider(Provider):
         # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
         walk.last_failure = None
         usage = response.usage
-        walk.record(
-            new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
-                provider=entry.profile,
-                model=served,
-                outcome="ok",
-                key_id=choice.key_id,
-                usage=usage,
-                cost_usd=self.cost(entry, served, usage),
-                started_at=started,
-                duration_ms=(time.perf_counter() - t0) * 1000.0,
-                entry=i,
-                try_number=walk.try_number,
-            )
+        attempt = new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
+            provider=entry.profile,
+            model=served,
+            outcome="ok",
+            key_id=choice.key_id,
+            usage=usage,
+            cost_usd=self.cost(entry, served, usage),
+            started_at=started,
+            duration_ms=(time.perf_counter() - t0) * 1000.0,
+            entry=i,
+            try_number=walk.try_number,
         )
+        walk.attempts.append(attempt)  # what :meth:`Walk.record` does, without its call
+        log = walk.log
+        if log is not None:
+            log.attempts.append(attempt)
         return new_served(response, entry.route(served), i), walk.healthy(entry, served)
 
     async def _hedged(
@@ -560,7 +569,12 @@ class ReliableProvider(Provider):
             walk.limits.failed(entry, served, self.context_window(entry, served))
             larger = walk.larger_entry_remains(index)
         rotates = pool.rotates
-        now = self.clock()
+        now = self.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`_update` reads its own)
+        if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
+            auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
+        else:
+            auth = is_dead_key_error(exc)
+            hint = exc.retry_after if isinstance(exc, ProviderError) else None
         action = decide(
             cls,
             _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
@@ -577,22 +591,23 @@ class ReliableProvider(Provider):
                     walk.probing,
                 ),
             ),
-            auth_failure=is_dead_key_error(exc),
+            auth_failure=auth,
         )
-        hint = exc.retry_after if isinstance(exc, ProviderError) else None
         kid = choice.key_id
         if (
             (self.breakers is not None and (action.health or walk.probing))
             or (action.report_key and kid is not None)
-            or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
+            # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
+            or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
         ):
-            return action, self._update(walk, entry, served, kid, action, hint, now)
+            return action, self._update(walk, entry, served, kid, action, hint)
         return action, None
 
     async def _update(
-        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None, now: float
+        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None
     ) -> None:
         """Apply what :meth:`settle` decided: count the failure towards the breaker, cool down, report the key."""
+        now = self.clock()
         breakers = self.breakers
         if breakers is not None and (action.health or walk.probing):
             key = entry.health_key(served)

@@ -55,6 +55,16 @@ def refuse_empty(response: ChatResponse) -> None:
         raise EmptyCompletion(usage=response.usage)
 
 
+def asks_capabilities(request: ChatRequest, images: bool) -> bool:
+    """Whether a non-streaming request needs its entries' capabilities checked (:meth:`Walk.admits`).
+
+    Images, a response format, or a native body carrying what only its protocol can (:attr:`NativeRequest.only`).
+    Any entry can take any other request, so a walk that knows no context window admits it by its cooldowns and
+    breaker alone.
+    """
+    return images or request.response_format is not None or (request.native is not None and request.native.only != ())
+
+
 async def opening(
     provider: Provider, request: ChatRequest, model: str, temperature: float | None
 ) -> tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]]:
@@ -88,6 +98,7 @@ class Walk:
     """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
 
     __slots__ = (
+        "_witness",
         "attempts",
         "hedged",
         "last_failure",
@@ -101,7 +112,6 @@ class Walk:
         "tried",
         "try_number",
         "unavailable",
-        "witness",
     )
 
     def __init__(
@@ -118,8 +128,7 @@ class Walk:
         self.last_failure: tuple[Exception, Action] | None = None
         #: The try number of the last try (1-based).
         self.try_number = 0
-        #: What tells this walk's call from others (a key dies only when two calls agree it was rejected).
-        self.witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        self._witness: str | None = None  # :attr:`witness`, made when a key is reported (rarely)
         #: Whether some entry was tried (called, or found without a usable key).
         self.tried = False
         #: The current try probes a half-open circuit breaker.
@@ -128,8 +137,18 @@ class Walk:
         self.lost = False
         #: Entries already tried as a hedge (the walk does not try them again).
         self.hedged: set[int] | None = None
-        #: ``(since, index, breaker)`` of each entry skipped because it was cooling down or its breaker was open.
-        self.unavailable: list[tuple[float, int, bool]] | None = None
+        #: ``(since, index, breaker, when)`` of each entry skipped because it was cooling down or its breaker was open
+        #: (``since`` None: a cooldown skip, whose start :meth:`last_resort` looks up).
+        self.unavailable: list[tuple[float | None, int, bool, float]] | None = None
+
+    @property
+    def witness(self) -> str:
+        """What tells this walk's call from others (a key dies only when two calls agree it was rejected)."""
+        witness = self._witness
+        if witness is None:
+            log = self.log
+            witness = self._witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
+        return witness
 
     def hedge_done(self, i: int) -> None:
         """Entry ``i`` was tried as a hedge: the walk does not try it again."""
@@ -140,7 +159,7 @@ class Walk:
     def side(self) -> Walk:
         """A walk for a hedge beside this one: the same call (log, witness, order, context knowledge)."""
         side = Walk(self.owner, self.log, self.requested, self.limits)
-        side.witness = self.witness
+        side._witness = self.witness
         side.order = self.order
         return side
 
@@ -163,17 +182,21 @@ class Walk:
             or (request.native is not None and request.native.only)  # a native body alone needs nothing
         ) and not self.capable(entry, served, request, images, stream=stream):
             return SKIP
-        store = owner.store
-        if owner.single or store.calm():
+        if owner.single or owner.store.calm():
             return TRY  # nothing is cooling down and no breaker is open: no entry to look up
+        return self.availability(i, entry, served, stream)
+
+    def availability(self, i: int, entry: Entry, served: str, stream: bool) -> Admission:
+        """:meth:`admits` for an entry that can take the request, once the store is not calm: its cooldowns, breaker."""
+        owner = self.owner
+        store = owner.store
         now = owner.clock()
         # ``owner.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
         until = store.cooldown_until(entry.profile, now)
         if until is None and entry.keys.rotates:
             until = owner.keys_cooling_until(entry.keys, now)
-        if until is not None:
-            since = store.cooldown_since(entry.profile)
-            self._unavailable(i, entry, served, "cooldown_skip", now, until, now if since is None else since, stream)
+        if until is not None:  # its start is looked up only if the walk needs a last resort (it rarely does)
+            self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
             return SKIP
         if owner.breakers is not None:
             record = store.breaker(entry.health_key(served))
@@ -248,10 +271,11 @@ class Walk:
         outcome: Outcome,
         now: float,
         until: float,
-        since: float,
+        since: float | None,
         stream: bool,
         detail: str | None = None,
     ) -> None:
+        """Record entry ``i`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
         attempt = new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
             provider=entry.profile,
             model=served,
@@ -268,7 +292,7 @@ class Walk:
             self.log.attempts.append(attempt)
         if self.unavailable is None:
             self.unavailable = []
-        self.unavailable.append((since, i, outcome == "breaker_skip"))
+        self.unavailable.append((since, i, outcome == "breaker_skip", now))
 
     def last_resort(self) -> int | None:
         """The entry to try once when every entry the walk considered was unavailable: the one unavailable longest.
@@ -278,7 +302,15 @@ class Walk:
         """
         if self.tried or not self.unavailable:
             return None
-        _, index, breaker = min(self.unavailable)
+        store, entries = self.owner.store, self.owner.entries
+        ranked = []
+        for since, i, breaker, skipped in self.unavailable:
+            if since is None:  # a cooldown skip: since its profile's cooldown started (none: the skip itself)
+                since = store.cooldown_since(entries[i].profile)
+                if since is None:
+                    since = skipped
+            ranked.append((since, i, breaker))
+        _, index, breaker = min(ranked)
         self.probing = breaker
         return index
 
@@ -372,7 +404,7 @@ class Walk:
                     attempt = new_attempt(  # what ``owner.attempt`` makes of it, built directly
                         provider=entry.profile,
                         model=served,
-                        outcome=outcome_of(cls),
+                        outcome=cls._value_,  # ``outcome_of(cls)`` without its call: the class's stored value
                         status=exc.status,
                         key_id=choice.key_id,
                         started_at=started,
@@ -405,11 +437,12 @@ class Walk:
                 if updates is not None:  # the usual failed try updates nothing: no coroutine to await
                     await updates
                 self.last_failure = (exc, action)
-                if action.step is _STOP:
-                    self.stop(exc)
-                if action.step is _NEXT_ENTRY:
+                step = action.step
+                if step is _NEXT_ENTRY:  # the usual step first
                     return None
-                if action.step is _RETRY:
+                if step is _STOP:
+                    self.stop(exc)
+                if step is _RETRY:
                     hint = exc.retry_after if isinstance(exc, ProviderError) else None
                     await owner.sleep(owner.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
