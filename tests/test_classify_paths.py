@@ -171,7 +171,7 @@ _facts = st.builds(
     ErrorFacts,
     status=st.one_of(
         st.none(),
-        st.sampled_from([400, 429]),
+        st.sampled_from([400, 401, 403, 429]),
         st.sampled_from([200, 400, 401, 402, 403, 404, 408, 409, 413, 422, 429, 500, 503, 529]),
         st.integers(min_value=100, max_value=599),
     ),
@@ -203,6 +203,10 @@ def test_classify_is_the_rules_asked_one_by_one(facts: ErrorFacts) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(facts=_facts)
+@example(facts=ErrorFacts(status=403, message="Your input was flagged by moderation"))
+@example(facts=ErrorFacts(status=403, message="forbidden", error_code="invalid_api_key"))
+@example(facts=ErrorFacts(status=429, error_type="authentication_error"))
+@example(facts=ErrorFacts(status=401, message="flagged"))
 def test_provider_error_classifies_and_judges_the_key_as_the_rules_do(facts: ErrorFacts) -> None:
     """The error ``provider_error`` makes has the rules' class and key verdict, asked of the facts or of the error."""
     error = provider_error(facts, provider="p.a", model="m")

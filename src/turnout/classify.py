@@ -196,16 +196,6 @@ REFUSAL_HINTS = (
 MODERATION_HINTS = ("moderation", "flagged")
 
 
-def _key_rejected(status: int | None, code: str, etype: str, reason: str, text: str) -> bool:
-    """The rule of :func:`is_dead_key_error`, on lowercased facts (computed once per failure)."""
-    if status == 401:
-        return True
-    if status == 403:  # a moderation block (OpenRouter) says nothing about the key
-        return not _has(text, MODERATION_HINTS)
-    # Typed facts only: free text can quote the client's own input ("invalid api key" in a model name).
-    return reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
-
-
 def _timed_quota(facts: ErrorFacts) -> bool:
     return any(("perminute" in q.lower() or "perday" in q.lower()) for q in facts.quota_ids)
 
@@ -398,20 +388,29 @@ def provider_error(
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
     # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer); the scrub's scan for key shapes
     # reads the lowercased message too, rather than lowercasing it again.
-    code, etype, reason, text = facts.error_code, facts.error_type, facts.reason, facts.message
-    code = code.lower() if code else ""
-    etype = etype.lower() if etype else ""
-    reason = reason.lower() if reason else ""
+    code = facts.error_code.lower() if facts.error_code else ""
+    etype = facts.error_type.lower() if facts.error_type else ""
+    reason = facts.reason.lower() if facts.reason else ""
+    text = facts.message
     if text:
         message = scrub(text[:2000], tuple(secrets), text := text.lower())
     else:
         message = scrub(fallback_message[:2000], tuple(secrets))
+        text = ""
     error_class = _classify(facts, code, etype, reason, text)
     headers = facts.headers
     status = facts.status
     retry_after = retry_after_seconds(facts)
     request_id = request_id or headers.get("x-request-id") or headers.get("request-id")
-    auth_failure = _key_rejected(status, code, etype, reason, text)
+    # The one rule that may kill a key (SPEC 6.8; :func:`is_dead_key_error` asks it of facts through here): a 401;
+    # a 403 that is not a moderation block (OpenRouter's says nothing about the key); else typed facts only, as free
+    # text can quote the client's own input ("invalid api key" in a model name).
+    if status == 401:
+        auth_failure = True
+    elif status == 403:
+        auth_failure = not _has(text, MODERATION_HINTS)
+    else:
+        auth_failure = reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
     if error_class is _REFUSAL:
         return RefusalError(
             message,
@@ -466,4 +465,5 @@ def is_dead_key_error(failure: BaseException | ErrorFacts) -> bool:
     """
     if isinstance(failure, ProviderError):  # the usual question (one per failed try) asked first
         return failure.auth_failure
-    return isinstance(failure, ErrorFacts) and _key_rejected(failure.status, *_lowered(failure))
+    # the rule is :func:`provider_error`'s, which judges every failure it classifies
+    return isinstance(failure, ErrorFacts) and provider_error(failure, provider=None, model=None).auth_failure
