@@ -391,12 +391,13 @@ def provider_error(
     code = facts.error_code.lower() if facts.error_code else ""
     etype = facts.error_type.lower() if facts.error_type else ""
     reason = facts.reason.lower() if facts.reason else ""
-    text = facts.message
-    if text:
-        message = scrub(text[:2000], tuple(secrets), text := text.lower())
+    message = facts.message
+    if message:
+        text = message.lower()
+        message = scrub(message[:2000], tuple(secrets), text)
     else:
-        message = scrub(fallback_message[:2000], tuple(secrets))
         text = ""
+        message = scrub(fallback_message[:2000], tuple(secrets))
     error_class = _classify(facts, code, etype, reason, text)
     headers = facts.headers
     status = facts.status

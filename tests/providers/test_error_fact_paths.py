@@ -11,43 +11,26 @@ from hypothesis import strategies as st
 
 from turnout.classify import ErrorFacts
 from turnout.providers.openai_chat import OpenAIChatAdapter
-from turnout.providers.openai_compat import _code, _text, _unwrap_raw, error_facts, facts_from_object
+from turnout.providers.openai_compat import _code, _text, error_facts, facts_from_object
+
+
+def _read(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with its error's message and code already read by ``_text`` and ``_code``, the rest as it is."""
+    err = data.get("error")
+    if isinstance(err, str):
+        return data
+    source: Mapping[str, Any] = err if isinstance(err, Mapping) else data
+    read = {
+        **source,
+        "message": _text(source.get("message")) or _text(source.get("detail")),
+        "code": _code(source.get("code")),
+    }
+    return {**data, "error": read} if source is err else read
 
 
 def _reference(data: Mapping[str, Any], *, status: int | None, headers: Mapping[str, str]) -> ErrorFacts:
-    """``facts_from_object`` with every message and code read through ``_text`` and ``_code``."""
-    err = data.get("error")
-    if isinstance(err, str):
-        etype = data.get("type")
-        return ErrorFacts(
-            status=status, headers=headers, message=err, error_type=etype if isinstance(etype, str) else None
-        )
-    source: Mapping[str, Any] = err if isinstance(err, Mapping) else data
-    message = _text(source.get("message")) or _text(source.get("detail"))
-    etype = source.get("type")
-    error_type = etype if isinstance(etype, str) else None
-    error_code = _code(source.get("code"))
-    reason = None
-    inner = source.get("innererror")
-    if isinstance(inner, Mapping):
-        reason = _code(inner.get("code"))
-    meta = source.get("metadata")
-    if isinstance(meta, Mapping):
-        raw = meta.get("raw")
-        if isinstance(raw, str) and raw:
-            up_message, up_type, up_code = _unwrap_raw(raw)
-            message = f"{message}: {up_message}" if message else up_message
-            error_type = error_type or up_type
-            if up_code and (error_code is None or error_code.isdigit()):
-                error_code = up_code
-        name = meta.get("provider_name")
-        if isinstance(name, str) and name:
-            message = f"{message} (upstream: {name})"
-    if status is None and error_code and error_code.isdigit() and 400 <= int(error_code) < 600:
-        status = int(error_code)
-    return ErrorFacts(
-        status=status, headers=headers, error_type=error_type, error_code=error_code, message=message, reason=reason
-    )
+    """The facts of ``data`` as ``_text`` and ``_code`` read its message and code."""
+    return facts_from_object(_read(data), status=status, headers=headers)
 
 
 class _Str(str):
