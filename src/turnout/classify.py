@@ -185,16 +185,6 @@ def _lowered(facts: ErrorFacts) -> tuple[str, str, str, str]:
     )
 
 
-def _context_window(status: int | None, code: str, text: str) -> bool:
-    if code == "context_length_exceeded":
-        return True
-    if status == 429:
-        return False
-    if status is not None and not 400 <= status < 500:
-        return False
-    return _has(text, CONTEXT_WINDOW_HINTS)
-
-
 REFUSAL_HINTS = (
     "content filtering policy",
     "content management policy",
@@ -204,27 +194,6 @@ REFUSAL_HINTS = (
     "blocked by a content filter",
 )
 MODERATION_HINTS = ("moderation", "flagged")
-
-
-def _refusal(status: int | None, code: str, reason: str, text: str) -> bool:
-    if code in REFUSAL_CODES or reason in REFUSAL_CODES:
-        return True
-    return status in (None, 400) and _has(text, REFUSAL_HINTS)
-
-
-def _key_rejected(status: int | None, code: str, etype: str, reason: str, text: str) -> bool:
-    """The rule of :func:`is_dead_key_error`, on lowercased facts (computed once per failure)."""
-    if status == 401:
-        return True
-    if status == 403:  # a moderation block (OpenRouter) says nothing about the key
-        return not _has(text, MODERATION_HINTS)
-    # Typed facts only: free text can quote the client's own input ("invalid api key" in a model name).
-    return reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
-
-
-def _has_retry_hint(facts: ErrorFacts) -> bool:
-    h = facts.headers
-    return bool(facts.retry_delay) or "retry-after" in h or "retry-after-ms" in h
 
 
 def _timed_quota(facts: ErrorFacts) -> bool:
@@ -238,10 +207,23 @@ def classify(facts: ErrorFacts) -> ErrorClass:
 
 
 def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) -> ErrorClass:
+    # The checks of the refusal, context-window and retry-hint rules are written out here, where they are asked
+    # (one failed try: three Python calls fewer); ``tests/test_classify_paths.py`` holds this to the rules as
+    # separate functions over generated facts.
     status = facts.status
-    if _refusal(status, code, reason, text):
+    # A refusal: its typed code or reason; then, for a 400 or an error without a status, its phrases. Too large for
+    # the context window: its typed code; then, for a 4xx other than a 429 or an error without a status, its phrases.
+    if code in REFUSAL_CODES or reason in REFUSAL_CODES:
         return _REFUSAL
-    if _context_window(status, code, text):
+    if status == 429:  # decided below, without the phrase scans only other statuses need
+        if code == "context_length_exceeded":
+            return _CONTEXT_WINDOW
+    elif status is None or status == 400:
+        if _has(text, REFUSAL_HINTS):
+            return _REFUSAL
+        if code == "context_length_exceeded" or _has(text, CONTEXT_WINDOW_HINTS):
+            return _CONTEXT_WINDOW
+    elif code == "context_length_exceeded" or (400 <= status < 500 and _has(text, CONTEXT_WINDOW_HINTS)):
         return _CONTEXT_WINDOW
     if status == 402:
         return _RATE_LIMITED_NON_RETRYABLE
@@ -250,7 +232,8 @@ def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) 
             return _RATE_LIMITED_NON_RETRYABLE
         if text.startswith("request too large"):
             return _RATE_LIMITED_NON_RETRYABLE
-        if _has_retry_hint(facts) or _timed_quota(facts):
+        headers = facts.headers  # a retry hint, given in any form (whether it parses is the hint's own question)
+        if "retry-after" in headers or "retry-after-ms" in headers or facts.retry_delay or _timed_quota(facts):
             return _RATE_LIMITED
         if _has(text, BUSINESS_RATE_LIMIT_HINTS) or "quota" in text:
             return _RATE_LIMITED_NON_RETRYABLE
@@ -327,6 +310,9 @@ def parse_duration(text: str) -> float | None:
     return total
 
 
+_INF = math.inf
+
+
 def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) and v >= 0 else None
 
@@ -339,20 +325,22 @@ def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time)
     (``retry-after: 5``, ``try again in 3.89s``).
     """
     h = facts.headers
+    # ``0.0 <= secs < _INF`` is ``_finite(secs) is not None`` for a float (NaN fails it), without the call (one per
+    # failed try that carries a header hint).
     raw = h.get("retry-after-ms")
     if raw is not None:
         try:
-            v = _finite(float(raw) / 1000.0)
-            if v is not None:
-                return v
+            secs = float(raw) / 1000.0
+            if 0.0 <= secs < _INF:
+                return secs
         except ValueError:
             pass
     raw = h.get("retry-after")
     if raw is not None:
         try:
-            v = _finite(float(raw))
-            if v is not None:
-                return v
+            secs = float(raw)
+            if 0.0 <= secs < _INF:
+                return secs
         except ValueError:
             try:
                 when = email.utils.parsedate_to_datetime(raw)
@@ -398,19 +386,32 @@ def provider_error(
     fallback_message: str = "provider error",
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
-    message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
-    # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer)
-    code, etype, reason, text = facts.error_code, facts.error_type, facts.reason, facts.message
-    code = code.lower() if code else ""
-    etype = etype.lower() if etype else ""
-    reason = reason.lower() if reason else ""
-    text = text.lower() if text else ""
+    # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer); the scrub's scan for key shapes
+    # reads the lowercased message too, rather than lowercasing it again.
+    code = facts.error_code.lower() if facts.error_code else ""
+    etype = facts.error_type.lower() if facts.error_type else ""
+    reason = facts.reason.lower() if facts.reason else ""
+    message = facts.message
+    if message:
+        text = message.lower()
+        message = scrub(message[:2000], tuple(secrets), text)
+    else:
+        text = ""
+        message = scrub(fallback_message[:2000], tuple(secrets))
     error_class = _classify(facts, code, etype, reason, text)
     headers = facts.headers
     status = facts.status
     retry_after = retry_after_seconds(facts)
     request_id = request_id or headers.get("x-request-id") or headers.get("request-id")
-    auth_failure = _key_rejected(status, code, etype, reason, text)
+    # The one rule that may kill a key (SPEC 6.8; :func:`is_dead_key_error` asks it of facts through here): a 401;
+    # a 403 that is not a moderation block (OpenRouter's says nothing about the key); else typed facts only, as free
+    # text can quote the client's own input ("invalid api key" in a model name).
+    if status == 401:
+        auth_failure = True
+    elif status == 403:
+        auth_failure = not _has(text, MODERATION_HINTS)
+    else:
+        auth_failure = reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
     if error_class is _REFUSAL:
         return RefusalError(
             message,
@@ -463,6 +464,7 @@ def is_dead_key_error(failure: BaseException | ErrorFacts) -> bool:
     Never message text, which can echo the client's input. For an exception this is its ``auth_failure``,
     which :func:`provider_error` sets by the same rule.
     """
-    if isinstance(failure, ErrorFacts):
-        return _key_rejected(failure.status, *_lowered(failure))
-    return isinstance(failure, ProviderError) and failure.auth_failure
+    if isinstance(failure, ProviderError):  # the usual question (one per failed try) asked first
+        return failure.auth_failure
+    # the rule is :func:`provider_error`'s, which judges every failure it classifies
+    return isinstance(failure, ErrorFacts) and provider_error(failure, provider=None, model=None).auth_failure

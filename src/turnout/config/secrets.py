@@ -72,12 +72,20 @@ class Secret:
         return hash(self._value)
 
 
-def scrub(text: str, secrets: list[str] | tuple[str, ...]) -> str:
-    """Replace every occurrence of each secret (and common key shapes) in ``text`` with ``[REDACTED]``."""
+def scrub(text: str, secrets: list[str] | tuple[str, ...], lowered: str | None = None) -> str:
+    """Replace every occurrence of each secret (and common key shapes) in ``text`` with ``[REDACTED]``.
+
+    Args:
+        text: The text to scrub.
+        secrets: The configured secrets (shorter than 4 characters: ignored).
+        lowered: ``text.lower()``, or the lowercased text that ``text`` was cut from, when the caller has it
+            already (the classifier does): it is only scanned for where a key shape could start, and
+            replacing a secret by ``[REDACTED]`` never makes a new such place.
+    """
     for s in secrets:
         if s and len(s) >= 4 and s in text:
             text = text.replace(s, "[REDACTED]")
-    low = text.lower()
+    low = text.lower() if lowered is None else lowered
     # Most messages hold no key shape: a few substring scans, a third of one regex search, written out rather than
     # looped over (one per failed try). Each shape of ``_KEY_SHAPES`` starts with one of these texts (``xoxb-`` and
     # ``xoxp-`` with ``xox``; ``ghp_``, ``gho_`` and ``ghu_`` with ``gh``).

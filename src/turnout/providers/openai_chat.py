@@ -359,9 +359,9 @@ class OpenAIChatAdapter(HTTPAdapter):
             request_id=request_id if isinstance(request_id, str) and request_id else None,
         )
 
-    def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
-        """OpenAI, OpenRouter, Azure, Mistral and DeepSeek error bodies, or an excerpt of an HTML page."""
-        return error_facts(status, headers, body)
+    #: OpenAI, OpenRouter, Azure, Mistral and DeepSeek error bodies, or an excerpt of an HTML page: the vendors'
+    #: reader itself, not a method calling it (one Python frame fewer per failed try).
+    error_facts = staticmethod(error_facts)
 
     def decoder(self, model: str) -> StreamDecoder:
         """A fresh chunk-stream decoder."""

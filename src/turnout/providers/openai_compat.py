@@ -188,18 +188,28 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
         headers: Response headers, case-insensitive or with lowercased names (retry hints are read from them).
     """
     err = data.get("error")
-    if isinstance(err, str):
+    # The Mapping checks here are guarded by ``type(...) is dict`` / ``is not None``: decoded JSON objects are
+    # dicts and absent fields are None, and both spare the (slower) ABC check.
+    source: Mapping[str, Any]
+    if type(err) is dict:
+        source = err
+    elif isinstance(err, str):
         etype = data.get("type")
         return ErrorFacts(
             status=status, headers=headers, message=err, error_type=etype if isinstance(etype, str) else None
         )
-    # The Mapping checks here are guarded by ``type(...) is dict`` / ``is not None``: decoded JSON objects are
-    # dicts and absent fields are None, and both spare the (slower) ABC check.
-    source: Mapping[str, Any] = err if type(err) is dict or isinstance(err, Mapping) else data
-    message = _text(source.get("message")) or _text(source.get("detail"))
+    else:
+        source = err if isinstance(err, Mapping) else data
+    # A non-empty string message and a string or null code (the usual body) are what ``_text`` and ``_code`` make of
+    # them: taken as they are, without the calls (one per failed try; ``tests/providers/test_openai_compat.py``
+    # holds this to the calls over generated bodies).
+    message = source.get("message")
+    if type(message) is not str or not message:
+        message = _text(message) or _text(source.get("detail"))
     etype = source.get("type")
     error_type = etype if isinstance(etype, str) else None
-    error_code = _code(source.get("code"))
+    code = source.get("code")
+    error_code = (code or None) if type(code) is str else None if code is None else _code(code)
     reason = None
     inner = source.get("innererror")
     if inner is not None and isinstance(inner, Mapping):
@@ -238,9 +248,10 @@ def error_facts(status: int, headers: Mapping[str, str], body: bytes) -> ErrorFa
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
-    if type(data) is not dict:  # the usual error object needs none of these checks
-        if isinstance(data, list) and data:
-            data = data[0]
-        if not isinstance(data, Mapping):
-            return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
+    if type(data) is dict:  # the usual error object needs none of the checks below
+        return facts_from_object(data, status=status, headers=headers)
+    if isinstance(data, list) and data:
+        data = data[0]
+    if not isinstance(data, Mapping):
+        return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
     return facts_from_object(data, status=status, headers=headers)
