@@ -174,13 +174,9 @@ class Walk:
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
         owner = self.owner
-        if (
-            stream
-            or images
-            or self.limits is not None
-            or request.response_format is not None
-            or (request.native is not None and request.native.only)  # a native body alone needs nothing
-        ) and not self.capable(entry, served, request, images, stream=stream):
+        if (stream or self.limits is not None or asks_capabilities(request, images)) and not self.capable(
+            entry, served, request, images, stream=stream
+        ):
             return SKIP
         if owner.single or owner.store.calm():
             return TRY  # nothing is cooling down and no breaker is open: no entry to look up
