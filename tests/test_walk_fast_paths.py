@@ -427,6 +427,28 @@ async def test_a_call_that_every_entry_failed_leaves_nothing_for_the_garbage_col
         gc.enable()
 
 
+class Refusing(RateLimited):
+    """Raises a new content-policy refusal on every call, as an adapter does."""
+
+    def _error(self) -> ProviderError:
+        error = err(400, "no", error_code="content_policy_violation")
+        self.raised.append(weakref.ref(error))
+        return error
+
+
+async def test_a_call_the_policy_stopped_leaves_nothing_for_the_garbage_collector() -> None:
+    """A refusal that stopped the walk is freed by reference counting once the caller lets go of it."""
+    refusing = Refusing()
+    route = walk(E("openai.a", "m", [refusing]), E("openai.b", "m", [Scripted("ok")]))
+    gc.disable()
+    try:
+        with pytest.raises(RefusalError):
+            await route.chat(req(), "m")
+        assert len(refusing.raised) == 1 and refusing.raised[0]() is None
+    finally:
+        gc.enable()
+
+
 #: Any failure, and HTTP errors of every class with hints at the edges of a cooldown (none, zero, negative).
 _settled = st.one_of(
     _failures,

@@ -21,7 +21,7 @@ from turnout.classify import error_class_of
 from turnout.entry import Entry, Resume
 from turnout.errors import StreamingUnsupported
 from turnout.keys import KeyChoice
-from turnout.policy import Step
+from turnout.policy import Action, Step
 from turnout.report import outcome_of
 from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
 from turnout.walk import Walk, opening
@@ -122,6 +122,7 @@ class ReliableStream:
         "_opened",
         "_record",
         "_request",
+        "_stopped",
         "_temperature",
         "_tries",
         "_verdict",
@@ -155,6 +156,7 @@ class ReliableStream:
         self._opened = False
         self._record: int | None = None  # index of the open stream's attempt in the walk's records
         self._verdict: Outcome | None = None  # the turn's verdict, when given before the attempt was recorded
+        self._stopped = False  # the policy stopped the walk on this stream's failure (no recovery)
 
     async def batches(self) -> AsyncGenerator[list[StreamEvent], None]:
         """The stream's event batches; its attempts go to the walk's log.
@@ -163,12 +165,20 @@ class ReliableStream:
             ProviderError: The stream failed (classified); see :meth:`resume_after`.
             RefusalError / ContextWindowExceeded: The policy stopped the walk before the first batch.
         """
-        side = await (self._race() if self._hedge is not None else self._open(self._walk, self.entry, self._entry))
+        try:
+            side = await (self._race() if self._hedge is not None else self._open(self._walk, self.entry, self._entry))
+        except Exception:  # the policy stopped the walk (a refusal it does not route, no larger context window)
+            self._take_failure()
+            raise
+        failure = self._take_failure()
         if side is None:
-            failure = self._walk.last_failure
             if failure is None:  # no usable key: nothing was tried
                 raise StreamingUnsupported("No entry of this route has a usable key right now")
-            raise failure[0]
+            try:
+                raise failure[0]
+            finally:
+                failure = None  # nor does this frame keep it, which its traceback holds
+        failure = side.walk.last_failure = None  # a hedge's walk, and an earlier try's failure: opened, not needed
         self._walk, self.entry, self._entry, self.route = (
             side.walk,
             side.index,
@@ -215,13 +225,23 @@ class ReliableStream:
             cls = error_class_of(exc)
             outcome = outcome_of(cls)
             walk = side.walk
-            walk.last_failure = (
-                exc,
-                await walk.owner._settle(walk, side.index, side.entry, side.served, side.choice, exc, cls, 0),
-            )
+            action = await walk.owner._settle(walk, side.index, side.entry, side.served, side.choice, exc, cls, 0)
+            self._stopped = action.step is Step.STOP
             raise
         finally:
             self._record = side.record(self._verdict or outcome, usage, error)
+            error = None  # the failure goes to the caller; this frame, which its traceback holds, lets go of it
+
+    def _take_failure(self) -> tuple[Exception, Action] | None:
+        """The walk's last failure, which the walk lets go of; whether it stopped the walk is kept.
+
+        A failure a walk keeps holds, through its traceback, the frame of the walk's tries, which holds the walk: a
+        cycle that only the garbage collector would free.
+        """
+        walk = self._walk
+        failure, walk.last_failure = walk.last_failure, None
+        self._stopped = walk.stopped
+        return failure
 
     async def _open(self, walk: Walk, index: int, entry: Entry, tries: int | None = None) -> _Side | None:
         """Open entry ``index``'s stream with the walk's tries (None: every try failed, or no key was usable)."""
@@ -340,7 +360,7 @@ class ReliableStream:
         single = len(walk.owner.entries) == 1
         if not failed:
             tries = 1 if walk.owner.retries > 0 or single else 0
-        elif walk.last_failure is not None and walk.last_failure[1].step is Step.STOP:
+        elif self._stopped:
             return None
         else:
             tries = 1 if single else 0

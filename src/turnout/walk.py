@@ -109,6 +109,7 @@ class Walk:
         "owner",
         "probing",
         "requested",
+        "stopped",
         "tried",
         "try_number",
         "unavailable",
@@ -126,6 +127,8 @@ class Walk:
         self.attempts: list[Attempt] = []
         #: The failure that ended the last entry's tries, and what the policy made of it.
         self.last_failure: tuple[Exception, Action] | None = None
+        #: The policy stopped the walk (a refusal it does not route, no larger context window).
+        self.stopped = False
         #: The try number of the last try (1-based).
         self.try_number = 0
         self._witness: str | None = None  # :attr:`witness`, made when a key is reported (rarely)
@@ -450,11 +453,21 @@ class Walk:
         return None  # pragma: no cover - the last try always settles to a move on
 
     def stop(self, exc: Exception) -> None:
-        """End the walk with ``exc``: a refusal as it is, a context-window failure as ``ContextWindowExceeded``."""
-        if isinstance(exc, RefusalError):
-            exc.attempts = tuple(self.attempts)
-            raise exc
-        raise ContextWindowExceeded(limit=self.limits.limit if self.limits else None, attempts=self.attempts) from exc
+        """End the walk with ``exc``: a refusal as it is, a context-window failure as ``ContextWindowExceeded``.
+
+        The walk lets go of the failure (its traceback holds the frame of :meth:`tries`, which holds the walk: a
+        cycle that only the garbage collector would free) and keeps that it stopped.
+        """
+        self.stopped = True
+        self.last_failure = None
+        try:
+            if isinstance(exc, RefusalError):
+                exc.attempts = tuple(self.attempts)
+                raise exc
+            limit = self.limits.limit if self.limits else None
+            raise ContextWindowExceeded(limit=limit, attempts=self.attempts) from exc
+        finally:
+            del exc  # nor does this frame keep it, which the traceback holds
 
     def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
         owner = self.owner

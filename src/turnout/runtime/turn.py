@@ -244,7 +244,11 @@ class Turn:
                         yield Final(finish_reason=response.finish_reason, model=response.model)
                         self._accept(response)
                         return
-            recovered, shown_events = await self._recover(self._resume(stream, error))
+            try:
+                resume = self._resume(stream, error)
+            finally:
+                error = None  # the error's traceback holds this frame: keeping it would make a cycle for the collector
+            recovered, shown_events = await self._recover(resume)
             for event in shown_events:
                 yield event
             self._accept(recovered)
@@ -335,7 +339,10 @@ class Turn:
                 cause_class=cause,
             )
             self.call.fail(interrupted)
-            raise interrupted from error
+            try:
+                raise interrupted from error
+            finally:
+                del interrupted  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is None and self._completed:  # semantically empty
             stream.settle("empty", self.builder.usage)
             if self.provider_tools:
@@ -343,7 +350,10 @@ class Turn:
             return stream.resume_after(failed=False)
         resume = stream.resume_after(failed=True)
         if resume is None and error is not None:  # the policy stopped the walk
-            self._fail(error)
+            try:
+                self._fail(error)
+            finally:
+                del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         return resume
 
     async def _recover(self, resume: Resume | None) -> tuple[ChatResponse, list[StreamEvent]]:
@@ -378,7 +388,10 @@ class Turn:
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
             exc.attempts = tuple(self.call.attempts)
         self.call.fail(exc)
-        raise exc
+        try:
+            raise exc
+        finally:
+            del exc  # its traceback holds this frame: keeping it would make a cycle for the collector
 
     def _cancelled(self, exc: BaseException) -> None:
         if self.stream is not None and not self._recovering:
