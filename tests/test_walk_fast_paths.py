@@ -18,7 +18,7 @@ from turnout.attribution import Attempt, DispatchScope, RouteRef, _notice, _noti
 from turnout.breaker import BreakerRecord, entry_key
 from turnout.call import Call, CallPlan
 from turnout.classify import error_class_of, is_dead_key_error
-from turnout.entry import Served, new_served
+from turnout.entry import Entry, Served, new_served
 from turnout.errors import (
     AllProvidersFailed,
     EmptyCompletion,
@@ -337,6 +337,21 @@ def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state
 _hints = st.sampled_from([None, 0.0, -1.0, 0.5, 90.0])
 
 
+def _settling(
+    store: MemoryStore, index: int, *, probing: bool, with_breakers: bool
+) -> tuple[ReliableProvider, Walk, Entry, KeyChoice]:
+    """A route on ``store``, a walk on it, its entry ``index`` and that entry's key: what ``settle`` is given."""
+    route = _route(store)
+    if not with_breakers:
+        route.breakers = None
+    w = Walk(route, None, "m", None)
+    w.probing = probing
+    entry = route.entries[index]
+    choice = entry.keys.pick(NOW)
+    assert choice is not None
+    return route, w, entry, choice
+
+
 def _snapshot(store: MemoryStore, breakers: Breakers | None, w: Walk) -> object:
     """What settling a failure may change: cooldowns, breakers, key records, failure streaks, the walk's probe."""
     streaks = {k: (s.failures, list(s._tries)) for k, s in breakers.streaks.items()} if breakers is not None else {}
@@ -360,14 +375,7 @@ def test_a_failure_settled_without_updates_has_none_to_make(
 
     async def go() -> None:
         store = MemoryStore()
-        route = _route(store)
-        if not with_breakers:
-            route.breakers = None
-        w = Walk(route, None, "m", None)
-        w.probing = probing
-        entry = route.entries[index]
-        choice = entry.keys.pick(NOW)
-        assert choice is not None
+        route, w, entry, choice = _settling(store, index, probing=probing, with_breakers=with_breakers)
         exc = ProviderError("failed", error_class=cls, status=429, retry_after=hint, auth_failure=auth)
         action, updates = route.settle(w, index, entry, "m", choice, exc, cls, tries_left)
         before = _snapshot(store, route.breakers, w)
@@ -487,14 +495,7 @@ def test_settle_decides_by_the_rule_and_has_updates_exactly_when_some_are_due(
 ) -> None:
     """Any failure: ``settle`` acts as ``decide`` with ``is_dead_key_error``, with updates iff a cooldown is due."""
     store = MemoryStore()
-    route = _route(store)
-    if not with_breakers:
-        route.breakers = None
-    w = Walk(route, None, "m", None)
-    w.probing = probing
-    entry = route.entries[index]
-    choice = entry.keys.pick(NOW)
-    assert choice is not None
+    route, w, entry, choice = _settling(store, index, probing=probing, with_breakers=with_breakers)
     cls = error_class_of(failure)
     action, updates = route.settle(w, index, entry, "m", choice, failure, cls, tries_left)
     pool = entry.keys
