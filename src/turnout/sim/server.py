@@ -32,6 +32,12 @@ from turnout.sim.schema import structured
 from turnout.sim.script import Script
 from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
 from turnout.sim.wire.base import JSON, Parsed
+from turnout.sim.wire.embeddings import (
+    BadEmbeddingRequest,
+    GeminiEmbeddingsCodec,
+    OllamaEmbeddingsCodec,
+    OpenAIEmbeddingsCodec,
+)
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -96,6 +102,9 @@ class SimServer:
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        add_post("/v1/embeddings", self._on_openai_embeddings)
+        add_post("/openai/deployments/{deployment}/embeddings", self._on_azure_embeddings)
+        add_post("/api/embed", self._on_ollama_embeddings)
         add_get("/_sim/log", self._on_log)
         add_post("/_sim/reset", self._on_reset)
         add_post("/_sim/script", self._on_script)
@@ -163,7 +172,18 @@ class SimServer:
             return await self._serve(request, self._gemini, path_model=model, stream=False)
         if method == "streamGenerateContent":
             return await self._serve(request, self._gemini, path_model=model, stream=True)
+        if method in ("embedContent", "batchEmbedContents"):
+            return await self._serve(request, _GEMINI_EMBEDDINGS, path_model=model)
         raise web.HTTPNotFound()
+
+    async def _on_openai_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OPENAI_EMBEDDINGS)
+
+    async def _on_azure_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OPENAI_EMBEDDINGS, path_model=request.match_info["deployment"])
+
+    async def _on_ollama_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OLLAMA_EMBEDDINGS)
 
     # --- the driver --------------------------------------------------------------------------------
 
@@ -210,7 +230,15 @@ class SimServer:
             rec.duration = 0.0
             self.log.changed()
             return invalid
-        req = codec.parse(payload, path_model)
+        try:
+            req = codec.parse(payload, path_model)
+        except BadEmbeddingRequest as exc:  # an embedding body its codec cannot read: logged, not counted
+            req = Parsed(model=path_model or "", stream=False)
+            rec = self._record(request, codec, req, 0, Kind.INVALID, kid)
+            invalid = self._error(codec, req, ErrorSpec(kind=ErrorKind.BAD_REQUEST, message=_bounded(exc)), rec)
+            rec.duration = 0.0
+            self.log.changed()
+            return invalid
         if stream is not None:
             req.stream = stream
         attempt, behaviour = self.scenarios.select(req.model, kid)
@@ -433,6 +461,15 @@ class SimServer:
             rec.usage = usage
         await resp.write(out)
         await resp.write_eof()
+
+
+_OPENAI_EMBEDDINGS = OpenAIEmbeddingsCodec()
+_GEMINI_EMBEDDINGS = GeminiEmbeddingsCodec()
+_OLLAMA_EMBEDDINGS = OllamaEmbeddingsCodec()
+
+
+def _bounded(exc: Exception) -> str:
+    return f"turnout-sim: {str(exc)[:200]}"
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
