@@ -224,3 +224,32 @@ class EmbedReply:
     def notice(self) -> str | None:
         """The fallback notice to show a user (as :attr:`turnout.reply.Reply.notice`)."""
         return self.fallback.text if self.fallback is not None and self.fallback.shown else None
+
+
+def looks_like_embedding_model(model: str) -> bool:
+    """Whether a model's name says it makes embeddings (``text-embedding-3-small``, ``nomic-embed-text``, ...)."""
+    return "embed" in model.lower()
+
+
+def space_notes(
+    entries: Sequence[tuple[str, str | None]], requested: str, spaces: Mapping[str, str], *, protocols: Sequence[str]
+) -> list[str]:
+    """What an embedding call does with a route's entries, for ``turnout check``: one line per entry it skips.
+
+    Args:
+        entries: ``(profile, pinned model or None)`` of each entry, in order.
+        requested: The model the route asks for (what an unpinned entry sends).
+        spaces: ``[embeddings.spaces]`` as model name → space name.
+        protocols: Each entry's wire protocol (``anthropic`` serves no embeddings).
+    """
+    served = [model if model is not None else requested for _, model in entries]
+    space = space_of(served[0], None, spaces)
+    notes: list[str] = []
+    for i, ((profile, _), model, protocol) in enumerate(zip(entries, served, protocols, strict=True)):
+        if i == 0:
+            continue
+        if protocol == "anthropic":
+            notes.append(f"entry {i + 1} ({profile}/{model}) is skipped: it serves no embeddings")
+        elif space_of(model, None, spaces) != space:
+            notes.append(f"entry {i + 1} ({profile}/{model}) is skipped: another vector space than {space.name}")
+    return notes
