@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -269,3 +271,25 @@ def test_a_model_in_two_spaces_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as info:
         Client.from_dict({"embeddings": {"spaces": {"a": ["m1"], "b": ["m1"]}}, "ledger": {"enabled": False}})
     assert info.value.path is not None and info.value.path.startswith("embeddings.spaces")
+
+
+async def test_the_ledger_records_an_embedding_call(sim: Simulator, tmp_path: Path) -> None:
+    """An embedding call is recorded as ``embed``, each batch's attempt with its input tokens and cost."""
+    path = tmp_path / "ledger.sqlite3"
+    profiles = {"openai.a": profile(sim, "openai", "text-embedding-3-small")}
+    config = {
+        "default_provider": "openai.a",
+        "providers": {"models": {"openai": {"a": profiles["openai.a"]}}},
+        "ledger": {"enabled": True, "path": str(path)},
+    }
+    async with Client.from_dict(config, sleep=instant) as c:
+        reply = await c.embed(["one two three", "four five"])
+        await c.chat("hello")
+    with sqlite3.connect(path) as db:
+        calls = db.execute("SELECT call_id, operation, outcome, cost_usd FROM calls ORDER BY ts").fetchall()
+        attempts = db.execute(
+            "SELECT input_tokens, cost_usd, accepted FROM attempts WHERE call_id = ?", (reply.call_id,)
+        ).fetchall()
+    assert [(op, outcome) for _, op, outcome, _ in calls] == [("embed", "ok"), ("chat", "ok")]
+    assert calls[0][3] == pytest.approx(5 * 0.02 / 1_000_000)
+    assert attempts == [(5, pytest.approx(5 * 0.02 / 1_000_000), 1)]

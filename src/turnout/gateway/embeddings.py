@@ -50,7 +50,7 @@ def parse_embedding_request(body: bytes) -> tuple[str, list[Any], bool, int | No
     if unknown:
         raise invalid(f"unrecognized request argument: {unknown[0][:64]!r}", param=unknown[0][:64])
     model = data.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(model, str):  # "" asks for the default route, as on /v1/chat/completions
         raise invalid("model is required and must be a string", param="model")
     raw = data.get("input")
     if isinstance(raw, str):
