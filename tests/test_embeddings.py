@@ -11,7 +11,7 @@ import pytest
 
 from turnout import Client
 from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
-from turnout.errors import AllProvidersFailed, ConfigError, UnsupportedRequest
+from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, UnsupportedRequest
 from turnout.sim import Simulator
 from turnout.sim.wire.embeddings import sim_vector
 
@@ -290,6 +290,20 @@ async def test_the_ledger_records_an_embedding_call(sim: Simulator, tmp_path: Pa
         attempts = db.execute(
             "SELECT input_tokens, cost_usd, accepted FROM attempts WHERE call_id = ?", (reply.call_id,)
         ).fetchall()
-    assert [(op, outcome) for _, op, outcome, _ in calls] == [("embed", "ok"), ("chat", "ok")]
+    assert [(op, outcome) for _, op, outcome, _ in calls] == [("embed", "ok"), (None, "ok")]
     assert calls[0][3] == pytest.approx(5 * 0.02 / 1_000_000)
     assert attempts == [(5, pytest.approx(5 * 0.02 / 1_000_000), 1)]
+
+
+async def test_an_input_too_long_for_the_model_is_a_context_window_error(sim: Simulator) -> None:
+    """A too-long input ends the call as ``ContextWindowExceeded``: no same model again, no other space instead."""
+    sim.set_script({"models": {"emb-c": {"steps": [{"do": "status", "error": "context_length", "limit": 8192}]}}})
+    profiles = {
+        "openai.a": profile(sim, "openai", "emb-c", fallback=["openai.big", "openai.b"]),
+        "openai.big": profile(sim, "openai", "emb-big"),
+        "openai.b": profile(sim, "openai", "emb-c"),
+    }
+    async with client(profiles) as c:
+        with pytest.raises(ContextWindowExceeded):
+            await c.embed("a very long text")
+    assert len(sim.log) == 1

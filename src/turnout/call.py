@@ -208,7 +208,6 @@ class Call(DispatchScope):
                     attempts=attempts,
                     accepted_index=accepted,
                     caller=self.caller,
-                    operation=plan.operation,
                 )
             )
         if "<think>" in response.text:
@@ -276,6 +275,6 @@ class Call(DispatchScope):
                 outcome=call_outcome(exc),
                 attempts=tuple(self.attempts),
                 caller=self.caller,
-                operation=plan.operation,
+                operation="embed" if plan.operation == "embed" else None,
             )
         )

@@ -26,7 +26,7 @@ from turnout.embeddings import (
     space_of,
 )
 from turnout.entry import Entry
-from turnout.errors import AllProvidersFailed, UnsupportedRequest
+from turnout.errors import AllProvidersFailed, ContextWindowExceeded, UnsupportedRequest
 from turnout.keys import KeyChoice
 from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
@@ -193,6 +193,9 @@ async def _walk_batch(
             continue
         entry = owner.entries[i]
         served = entry.served_model(model)
+        limits = walk.limits
+        if limits is not None and limits.too_small(entry, served, owner.context_window(entry, served)):
+            continue  # the same model already said the batch is too large
         admission = TRY if owner.single or store.calm() else walk.availability(i, entry, served, False)
         if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
             continue
@@ -209,6 +212,8 @@ async def _walk_batch(
             return await _accepted(walk, resort, entry, served, request, done)
     failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)
     attempts: Sequence[Attempt] = log.attempts if log is not None else walk.attempts
+    if walk.limits is not None:  # an input is too long for every entry of the space
+        raise ContextWindowExceeded(limit=walk.limits.limit, attempts=attempts)
     raise AllProvidersFailed(
         aggregate_message(attempts, owner.tries),
         attempts=list(attempts),

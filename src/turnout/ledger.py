@@ -78,8 +78,8 @@ class CallRecord:
         outcome: ``ok``, or the error's kind (``all_failed``, ``refusal``, ``context_window``, ...).
         accepted_index: Index in ``attempts`` of the attempt whose answer was accepted.
         caller: Who made the call, when known (the gateway records its client key's name; never a key).
-        operation: What kind of call: ``chat``, ``stream``, ``turn`` or ``embed`` (a file written before this
-            column leaves it empty for older calls).
+        operation: ``embed`` for an embedding call; None (an empty column) for a chat, a stream or a turn, which
+            ``stream`` tells apart.
     """
 
     call_id: str
@@ -93,7 +93,7 @@ class CallRecord:
     attempts: tuple[Attempt, ...]
     accepted_index: int | None = None
     caller: str | None = None
-    operation: str = "chat"
+    operation: str | None = None
 
 
 _STOP = object()
