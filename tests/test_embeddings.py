@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from turnout import Client
+from turnout.cli import app
 from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
 from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, UnsupportedRequest
 from turnout.sim import Simulator
@@ -307,3 +309,61 @@ async def test_an_input_too_long_for_the_model_is_a_context_window_error(sim: Si
         with pytest.raises(ContextWindowExceeded):
             await c.embed("a very long text")
     assert len(sim.log) == 1
+
+
+async def test_a_circuit_breaker_opened_by_embedding_failures_skips_the_entry(sim: Simulator) -> None:
+    """Failures across embedding calls open the primary's breaker; the next call skips it (``breaker_skip``)."""
+    sim.set_script({"attempts_per": "model_key", "models": {"emb-h": {"steps": [{"do": "status", "status": 503}]}}})
+    profiles = {
+        "openai.a": profile(sim, "openai", "emb-h", fallback=["openai.b"], api_key="sk-a"),
+        "openai.b": profile(sim, "openai", "emb-b"),
+    }
+    spaces = {"spaces": {"h": ["emb-h", "emb-b"]}}
+    breaker = {"provider_retries": 0, "breaker": {"failures": 2, "open_secs": 60}}
+    async with client(profiles, embeddings=spaces, reliability=breaker) as c:
+        await c.embed("one")
+        await c.embed("two")
+        third = await c.embed("three")
+    assert [(a.provider, a.outcome) for a in third.attempts] == [("openai.a", "breaker_skip"), ("openai.b", "ok")]
+
+
+CHECK_TOML = """
+default_provider = "openai.main"
+[providers.models.openai.main]
+api_key = "sk-x"
+model = "text-embedding-3-small"
+fallback = ["azure.east", "openai.big", "anthropic.a"]
+[providers.models.azure.east]
+api_key = "sk-y"
+resource = "r"
+deployment = "emb"
+model = "text-embedding-3-small"
+[providers.models.openai.big]
+api_key = "sk-x"
+model = "text-embedding-3-large"
+[providers.models.anthropic.a]
+api_key = "sk-z"
+model = "claude-haiku-4-5"
+"""
+
+
+def test_turnout_check_names_the_entries_an_embedding_call_skips(tmp_path: Path) -> None:
+    """``turnout check`` says which fallbacks of an embedding route are skipped: another model, no embeddings."""
+    path = tmp_path / "turnout.toml"
+    path.write_text(CHECK_TOML, encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index("embeddings via default: openai.main: one vector space, text-embedding-3-small")
+    assert lines[start + 1 :] == [
+        "  entry 3 (openai.big/text-embedding-3-large) is skipped: another vector space than text-embedding-3-small",
+        "  entry 4 (anthropic.a/claude-haiku-4-5) is skipped: it serves no embeddings",
+    ]
+
+
+def test_turnout_check_says_nothing_of_embeddings_for_a_chat_route(tmp_path: Path) -> None:
+    """A route whose first model is no embedding model gets no embedding lines."""
+    path = tmp_path / "turnout.toml"
+    path.write_text(CHECK_TOML.replace('model = "text-embedding-3-small"\nfallback', 'model = "gpt-4.1"\nfallback'))
+    result = CliRunner().invoke(app, ["check", "--config", str(path)])
+    assert result.exit_code == 0 and "embeddings via" not in result.output

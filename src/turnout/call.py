@@ -259,7 +259,7 @@ class Call(DispatchScope):
     def fail(self, exc: BaseException) -> None:
         """Record the call as failed with ``exc`` (its attempts stay in the ledger; nothing is served)."""
         plan = self.plan
-        if plan.tracer is not None:
+        if plan.tracer is not None and plan.operation != "embed":  # embedding calls are not traced (yet)
             plan.tracer.failed(self, exc)
         if plan.ledger is None:
             return
