@@ -57,8 +57,8 @@ def embed_request(
     """A checked :class:`EmbedRequest` from a caller's values.
 
     Raises:
-        UnsupportedRequest: No input, too many, an input that is neither a text nor a list of token ids, or a
-            ``dimensions`` that is not a positive integer. Nothing is sent.
+        UnsupportedRequest: No input, too many, an empty text, an input that is neither a text nor a list of token
+            ids, or a ``dimensions`` that is not a positive integer. Nothing is sent.
     """
     items: list[EmbedInput] = []
     values: Iterable[object] = [inputs] if isinstance(inputs, str) else inputs
@@ -66,6 +66,8 @@ def embed_request(
         if len(items) >= MAX_INPUTS:
             raise UnsupportedRequest(f"an embedding call takes at most {MAX_INPUTS} inputs")
         if isinstance(value, str):
+            if not value:  # OpenAI refuses it, and no provider has a vector for nothing
+                raise UnsupportedRequest(f"input {len(items)} is an empty text")
             if len(value) > MAX_INPUT_CHARS:
                 raise UnsupportedRequest(f"input {len(items)} is longer than {MAX_INPUT_CHARS} characters")
             items.append(value)
