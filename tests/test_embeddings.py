@@ -228,7 +228,15 @@ async def test_a_parameter_the_fallback_lacks_skips_the_fallback(sim: Simulator)
         (["a"], {"dimensions": True}),
         ([[]], {}),
     ],
-    ids=["no-input", "empty-text", "user-not-a-string", "float", "zero-dimensions", "bool-dimensions", "empty-token-array"],
+    ids=[
+        "no-input",
+        "empty-text",
+        "user-not-a-string",
+        "float",
+        "zero-dimensions",
+        "bool-dimensions",
+        "empty-token-array",
+    ],
 )
 async def test_malformed_inputs_are_the_callers_error(
     sim: Simulator, inputs: list[Any], options: dict[str, Any]

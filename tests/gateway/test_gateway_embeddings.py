@@ -9,6 +9,7 @@ import openai
 import orjson
 import pytest
 from gateway_support import GATEWAY_KEY, config, gateway, post, profile
+from openapi_schema import assert_valid
 
 from turnout.gateway import GatewayServer
 from turnout.gateway.embeddings import base64_vector
@@ -116,3 +117,15 @@ async def test_embeddings_need_a_gateway_key(sim: Simulator) -> None:
         answer = await post(server, "/v1/embeddings", {"model": "", "input": "x"}, key=None)
     assert answer.status == 401
     assert sim.log == []
+
+
+@pytest.mark.parametrize("protocol", ["openai", "gemini", "ollama"])
+async def test_the_answer_and_its_errors_validate_against_openais_schema(sim: Simulator, protocol: str) -> None:
+    """A float answer is a valid ``CreateEmbeddingResponse`` and a refused request a valid ``ErrorResponse``."""
+    toml = config(f"{protocol}.up", profile(sim, f"{protocol}.up", "text-embedding-3-small", protocol=protocol))
+    async with gateway(toml) as server:
+        answer = await post(server, "/v1/embeddings", {"model": "", "input": ["a", "b"], "encoding_format": "float"})
+        refused = await post(server, "/v1/embeddings", {"model": "", "input": []})
+    assert answer.status == 200 and refused.status == 400
+    assert_valid("CreateEmbeddingResponse", answer.json())
+    assert_valid("ErrorResponse", refused.json())
