@@ -222,6 +222,7 @@ async def test_a_parameter_the_fallback_lacks_skips_the_fallback(sim: Simulator)
     ("inputs", "options"),
     [
         ([], {}),
+        ([""], {}),
         (["a"], {"user": 5}),
         ([1.5], {}),
         (["a"], {"dimensions": 0}),
