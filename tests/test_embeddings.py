@@ -14,8 +14,10 @@ from turnout import Client
 from turnout.cli import app
 from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
 from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, UnsupportedRequest
+from turnout.pricing import Catalogue
 from turnout.sim import Simulator
 from turnout.sim.wire.embeddings import sim_vector
+from turnout.types import Usage
 
 TEXTS = [f"document number {i} about vector spaces" for i in range(250)]
 
@@ -376,3 +378,12 @@ def test_turnout_check_says_nothing_of_embeddings_for_a_chat_route(tmp_path: Pat
     path.write_text(CHECK_TOML.replace('model = "text-embedding-3-small"\nfallback', 'model = "gpt-4.1"\nfallback'))
     result = CliRunner().invoke(app, ["check", "--config", str(path)])
     assert result.exit_code == 0 and "embeddings via" not in result.output
+
+
+def test_an_embedding_price_prices_embeddings_only() -> None:
+    """A catalogue entry with an input price and no output price prices embeddings, never a chat (output free)."""
+    catalogue = Catalogue()
+    assert catalogue.rates("openai", "text-embedding-3-small") is None
+    rates = catalogue.embedding_rates("openai", "text-embedding-3-small")
+    assert rates is not None and rates.cost(Usage(input_tokens=1_000_000)) == pytest.approx(0.02)
+    assert catalogue.rates("openai", "gpt-4.1") is not None
