@@ -37,7 +37,7 @@ DIMENSIONS = 256
 SMALL = 16
 LARGE = 10_000
 OPENAI_BATCH = 2048
-RESULTS = Path(__file__).resolve().parent / "results.md"
+RESULTS = Path(__file__).with_name("results.md")
 SECTION = "## Embeddings"
 
 _VECTOR = [round((i % 97) / 97 - 0.5, 6) for i in range(DIMENSIONS)]
