@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from turnout import Client
 from turnout.cli import app
+from turnout.demo import Tour, _steps, demo_config
 from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
 from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, UnsupportedRequest
 from turnout.pricing import Catalogue
@@ -387,3 +389,19 @@ def test_an_embedding_price_prices_embeddings_only() -> None:
     rates = catalogue.embedding_rates("openai", "text-embedding-3-small")
     assert rates is not None and rates.cost(Usage(input_tokens=1_000_000)) == pytest.approx(0.02)
     assert catalogue.rates("openai", "gpt-4.1") is not None
+
+
+async def test_the_demo_embedding_tour_keeps_to_one_vector_space(tmp_path: Path) -> None:
+    """The demo's embedding tour skips the other model's fallback and is served by the same model on Azure."""
+    step = next(s for s in _steps() if isinstance(s, Tour) and "vector space" in s.title)
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator(sleep=instant) as simulator:
+        simulator.set_script({"models": step.script})
+        config = demo_config(simulator, tmp_path / "ledger.sqlite3")
+        async with Client.from_toml(config, ledger=False, sleep=instant) as c:
+            told = await step.play(console, c, simulator)
+    assert told
+    assert "text-embedding-3-large" not in [e.model for e in simulator.log]
+    assert "300 vectors of 32 numbers, in input order, served by azure.embed/text-embedding-3-small" in (
+        console.export_text()
+    )
