@@ -4,6 +4,8 @@
 
     TurnoutError
     ├── ConfigError                      bad configuration; .path names the key, e.g. providers.models.x.y.fallback[1]
+    ├── InvalidRequest                   the caller's request cannot be built or encoded; .path names the argument,
+    │                                      e.g. tools[0].function.parameters (raised before any attempt)
     ├── ProviderError                    one provider call failed; .error_class says what it means
     │   │                                  (.provider .model .status .error_type .error_code .retry_after .request_id)
     │   ├── ProviderTimeout              connect / first_token / idle / total bound exceeded (.phase)
@@ -64,6 +66,25 @@ class ConfigError(TurnoutError):
         self.code = code
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class InvalidRequest(TurnoutError):
+    """The caller's request cannot be sent as given: an argument of the wrong type or shape, or a body the
+    encoder refuses (JSON nested too deep, an integer beyond 64 bits).
+
+    Raised before any attempt, or by the adapter's request builder before anything is sent: it is never
+    retried, never routed around, and never changes shared state (cooldowns, breakers, keys).
+
+    Attributes:
+        path: The argument at fault, e.g. ``tools[0].function.parameters`` or ``max_tokens`` (None: the
+            whole request).
+        reason: What is wrong with it (never the value itself).
+    """
+
+    def __init__(self, reason: str, *, path: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"invalid request: {path}: {reason}" if path else f"invalid request: {reason}")
 
 
 class ProviderError(TurnoutError):

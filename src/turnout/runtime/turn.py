@@ -31,6 +31,7 @@ from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
+    InvalidRequest,
     ProviderError,
     RefusalError,
     StreamingUnsupported,
@@ -328,6 +329,11 @@ class Turn:
         """
         if stream is None:
             return None
+        if isinstance(error, InvalidRequest):  # nothing was sent: no recovery would send it either
+            try:
+                self._fail(error)
+            finally:
+                del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is not None and self.visible:
             stream.settle("stream_interrupted", self.builder.usage)
             cause = error.error_class if isinstance(error, ProviderError) else None
