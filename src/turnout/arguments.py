@@ -199,7 +199,9 @@ def tool_choice_of(value: object, tools: tuple[ToolSpec, ...], native: NativeReq
             raise InvalidRequest("is required, but the request has no tools", path="tool_choice")
         return value
     if native is None and not any(t.name == value for t in tools):
-        raise InvalidRequest("must be auto, none, required or the name of one of the request's tools", path="tool_choice")
+        raise InvalidRequest(
+            "must be auto, none, required or the name of one of the request's tools", path="tool_choice"
+        )
     return value
 
 
@@ -238,7 +240,7 @@ def request_of(
 
 
 def _listed(tools: object) -> list[Any]:
-    """``tools`` as a list, when it is a collection of tools (a dict or a string is not: :func:`coerce_tools` says so)."""
+    """``tools`` as a list, when it is a collection of tools (a dict or a string is not)."""
     if isinstance(tools, str | Mapping | ToolSpec) or not isinstance(tools, Iterable):
         raise InvalidRequest("must be a list of tools (ToolSpec objects or OpenAI-style dicts)", path="tools")
     return list(tools)

@@ -22,7 +22,8 @@
     └── TurnCancelled                    the caller cancelled the turn (.partial_text, kept when output was shown)
 
 Messages never contain API keys. Provider errors may carry the provider's own (scrubbed) message;
-:class:`AllProvidersFailed` carries no provider text at all.
+:class:`AllProvidersFailed` carries only the bounded, scrubbed reason a provider gave for rejecting the request
+(a 4xx), never a prompt or a response.
 """
 
 from __future__ import annotations
@@ -69,10 +70,10 @@ class ConfigError(TurnoutError):
 
 
 class InvalidRequest(TurnoutError):
-    """The caller's request cannot be sent as given: an argument of the wrong type or shape, or a body the
-    encoder refuses (JSON nested too deep, an integer beyond 64 bits).
+    """The caller's request cannot be sent as given.
 
-    Raised before any attempt, or by the adapter's request builder before anything is sent: it is never
+    An argument of the wrong type or shape, or a body the encoder refuses (JSON nested too deep, an integer
+    beyond 64 bits). Raised before any attempt, or by the adapter's request builder before anything is sent: it is never
     retried, never routed around, and never changes shared state (cooldowns, breakers, keys).
 
     Attributes:
@@ -162,20 +163,38 @@ class ProviderTimeout(ProviderError):
     Attributes:
         phase: ``"connect"``, ``"first_token"``, ``"idle"`` or ``"total"``.
         seconds: The bound that was exceeded.
+        address: The endpoint's ``host:port``, for a connect timeout.
     """
 
     default_class = ErrorClass.TIMEOUT
+    address: str | None = None
 
-    def __init__(self, message: str, *, phase: str, seconds: float | None = None, **kw: object) -> None:
+    def __init__(
+        self, message: str, *, phase: str, seconds: float | None = None, address: str | None = None, **kw: object
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.phase = phase
         self.seconds = seconds
+        self.address = address
 
 
 class ProviderConnectionError(ProviderError):
-    """The connection could not be opened, or was reset before a complete answer."""
+    """The connection could not be opened, or was reset before a complete answer.
+
+    Attributes:
+        failure: What failed, when the transport said: ``refused``, ``dns``, ``tls`` or ``reset`` (None: another
+            failure, or one after the answer began).
+        address: The endpoint's ``host:port``, when known.
+    """
 
     default_class = ErrorClass.RETRYABLE
+    failure: str | None = None
+    address: str | None = None
+
+    def __init__(self, message: str, *, failure: str | None = None, address: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.failure = failure
+        self.address = address
 
 
 class ProtocolError(ProviderError):
@@ -263,7 +282,8 @@ class ContextWindowExceeded(TurnoutError):
 class AllProvidersFailed(TurnoutError):
     """Every entry of the walk failed.
 
-    The message is content-free and bounded (no prompt, response, provider text or key).
+    The message is bounded and names each failure event's profile, model and try (``try 1/3``); of provider
+    text it holds only a 4xx's own reason, scrubbed of keys and cut short (never a prompt, response or key).
 
     Attributes:
         attempts: Every attempt of the walk, in order.

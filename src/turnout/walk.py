@@ -30,7 +30,7 @@ from turnout.errors import (
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.provider import Provider, chat_using_tools
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of, provider_detail
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, failure_reason, outcome_of, provider_detail
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 
 if TYPE_CHECKING:
@@ -426,6 +426,7 @@ class Walk:
                         try_number=t,
                         stream=stream,
                         detail=provider_detail(exc),
+                        reason=failure_reason(exc),
                     )
                 else:
                     cls = error_class_of(exc)

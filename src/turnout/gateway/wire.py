@@ -116,9 +116,7 @@ def parse_json(body: bytes) -> Any:
     if not isinstance(data, dict):
         raise invalid("invalid request body: a JSON object is expected")
     if too_deep(body):
-        raise invalid(
-            f"invalid request body: JSON nested deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep"
-        )
+        raise invalid(f"invalid request body: JSON nested deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep")
     return data
 
 

@@ -257,7 +257,8 @@ class AnthropicAdapter(HTTPAdapter):
             InvalidRequest: The request cannot be built or encoded (nothing was sent).
         """
         try:
-            body = orjson.dumps({k: v for k, v in self.build_body(request, model, None, False).items() if k in _COUNTED})
+            built = self.build_body(request, model, None, False)
+            body = orjson.dumps({k: v for k, v in built.items() if k in _COUNTED})
         except Exception as exc:
             raise self._unbuildable(exc) from exc
         resp = await self.http.post(
