@@ -213,7 +213,7 @@ def test_aggregate_message_carries_a_rejected_requests_reason() -> None:
 
 
 def test_aggregate_message_shape() -> None:
-    """One numbered line per failure: profile/model, try n/max, outcome, kind, phase, hint; ok attempts are not events."""
+    """One line per failure: profile/model, try n/max, outcome, kind, phase, hint; ok attempts are not events."""
     attempts = [
         attempt("rate_limited", status=429),
         attempt("cooldown_skip", try_number=0),
