@@ -147,6 +147,9 @@ async def test_a_mistaken_message_is_invalid_request_before_any_attempt(what: st
             await client.chat(messages)
         with pytest.raises(InvalidRequest):
             await client.turn(messages)
+        if messages is not None:
+            with pytest.raises(InvalidRequest):
+                client.session().extend(messages)
         await _untouched(client, upstream)
     assert error.value.path == path
 

@@ -27,6 +27,7 @@ from turnout.types import (
     NativeRequest,
     ResponseFormat,
     ToolSpec,
+    coerce_messages,
     coerce_tools,
 )
 
@@ -203,6 +204,18 @@ def tool_choice_of(value: object, tools: tuple[ToolSpec, ...], native: NativeReq
             "must be auto, none, required or the name of one of the request's tools", path="tool_choice"
         )
     return value
+
+
+def messages_of(messages: Iterable[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
+    """Messages in any accepted form (see :func:`~turnout.types.coerce_messages`), checked.
+
+    Raises:
+        InvalidRequest: A message the types cannot take; ``.path`` names it (``messages[2].role``).
+    """
+    try:
+        return coerce_messages(messages)
+    except ArgumentError as exc:
+        raise InvalidRequest(exc.reason, path=exc.path) from None
 
 
 def request_of(
