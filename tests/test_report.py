@@ -167,7 +167,7 @@ def test_a_404_that_is_no_model_error_suggests_checking_the_uri() -> None:
         (err(400, "Unsupported parameter: temperature"), "Unsupported parameter: temperature"),
         (err(422, "bad\nrequest\x1b[31m  here"), "bad request [31m here"),
         (err(400, "key sk-proj-abcdefghijklmnopqrstuvwx1234 is odd"), "key [REDACTED] is odd"),
-        (err(429, "Rate limit reached for requests"), "Rate limit reached for requests"),
+        (err(429, "Rate limit reached for requests in organization org-x"), None),
         (err(401, "Incorrect API key provided: sk-abc***xyz"), None),
         (err(403, "Permission denied"), None),
         (err(500, "internal error"), None),

@@ -87,6 +87,10 @@ def provider_detail(exc: ProviderError) -> str:
     return _HTTP_TAGS.get(status) or f"http_{status}"
 
 
+#: 4xx statuses whose text is not quoted: an auth failure's may quote the key, a rate limit's names the account (its
+#: kind, hint and retry hint say what to do).
+_NO_REASON = frozenset((401, 403, 429))
+
 _CONNECT_WORDS = {
     "refused": "connection refused by {}",
     "dns": "DNS lookup failed for {}",
@@ -99,12 +103,13 @@ def failure_reason(exc: BaseException) -> str | None:
     """What a person can act on in a failed try, for its attempt's ``reason`` (None: nothing beyond its tags).
 
     A connection failure's kind and ``host:port``; a connect timeout's ``host:port``; the provider's own reason
-    for rejecting the request (a 4xx other than 401/403, whose text may quote a key): its message, scrubbed of
-    anything shaped like a key, on one line, at most :data:`MAX_REASON_CHARS` characters.
+    for rejecting the request (a 4xx other than 401/403, whose text may quote a key, and 429, which names the
+    account): its message, scrubbed of anything shaped like a key, on one line, at most
+    :data:`MAX_REASON_CHARS` characters.
     """
     if type(exc) is ProviderError or isinstance(exc, RefusalError):  # the usual failed try first
         status = exc.status
-        if status is None or not 400 <= status < 500 or status in (401, 403) or not exc.message:
+        if status is None or not 400 <= status < 500 or status in _NO_REASON or not exc.message:
             return None
         return _one_line(scrub(exc.message[: MAX_REASON_CHARS * 4], ()))
     if isinstance(exc, ProviderConnectionError) and exc.address:
