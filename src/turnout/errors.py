@@ -193,8 +193,9 @@ class ProviderConnectionError(ProviderError):
 
     def __init__(self, message: str, *, failure: str | None = None, address: str | None = None, **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
-        self.failure = failure
-        self.address = address
+        if failure is not None or address is not None:  # else the class's None: the plain error's attributes
+            self.failure = failure
+            self.address = address
 
 
 class ProtocolError(ProviderError):
