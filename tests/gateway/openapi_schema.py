@@ -23,7 +23,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "openai-openapi" / "openai-openapi-schemas.json.gz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openai-openapi" / "openai-openapi-schemas.json.gz"
 _BASE = "urn:openai-openapi"
 
 #: Keywords whose value is a map from names to subschemas (the names are not keywords themselves).
