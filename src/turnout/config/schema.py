@@ -266,6 +266,7 @@ class Gateway(_Section):
     api_keys_env: str | None = None
     keys: dict[str, GatewayKey] = Field(default_factory=dict)
     aliases: dict[str, str] = Field(default_factory=dict)
+    model_aliases: dict[str, str] = Field(default_factory=dict)
     allow_any_model: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)

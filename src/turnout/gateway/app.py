@@ -387,8 +387,10 @@ class Gateway:
     async def view(self) -> Totals:
         """What the whole server counted and knows: this process's totals, merged with the other workers'."""
         own = self.totals()
-        peers = await self.peers.read_peers() if self.peers is not None else []
-        return merge(own, peers, self.client.factory.clock())
+        if self.peers is None:
+            return merge(own, [], self.client.factory.clock())
+        peers = await self.peers.read_peers()
+        return replace(merge(own, peers, self.client.factory.clock()), restarts=self.peers.restarts)
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
