@@ -89,11 +89,14 @@ async def test_a_name_no_pattern_matches_is_still_404_and_a_key_gets_only_its_pa
 
 async def test_a_pattern_may_name_a_pool() -> None:
     """A pattern's target may be a pool: the request is served by one of its members."""
-    text = BASE + """
+    text = (
+        BASE
+        + """
 [pools.claudes]
 members = ["anthropic.big", "anthropic.small"]
 strategy = "ordered"
 """
+    )
     text = text.replace('"claude-*" = "anthropic.big"', '"claude-*" = "claudes"')
     fleet = Fleet()
     async with fake_gateway(text, fleet) as (server, _):

@@ -182,7 +182,12 @@ class Gateway:
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
-        self.edges = Edges(config.gateway.cors_origins, self._edge_error)
+        self.edges = Edges(
+            config.gateway.cors_origins,
+            self._edge_error,
+            config.gateway.allowed_hosts,
+            refused=lambda reason: self.metrics.refusals.add((reason,), 1),
+        )
         self.page = StatusPage(
             client, self.auth, self.view, self.recent, sessions=Sessions(session_secret), started=self.started
         )
@@ -192,10 +197,11 @@ class Gateway:
 
     def _application(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
-        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses))
-        app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
-        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic))
+        json = {"json_body": True}
+        app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai, **json))
+        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses, **json))
+        app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic, **json))
+        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic, **json))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))
         app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
         app.router.add_get("/status", self._guard("status", self._status))
@@ -242,7 +248,10 @@ class Gateway:
     def _edge_error(self, request: web.Request, failure: Failure) -> web.Response:
         return self.error_response(self._surface_for(request), failure)
 
-    def _guard(self, name: str, handler: Handler, surface: Surface | None = None) -> Callable[..., Any]:
+    def _guard(
+        self, name: str, handler: Handler, surface: Surface | None = None, *, json_body: bool = False
+    ) -> Callable[..., Any]:
+        edges = self.edges
         tracing = self.client.tracing
         if tracing is not None:  # calls continue the caller's trace (W3C traceparent)
             handler = _continuing(tracing, handler)
@@ -252,7 +261,10 @@ class Gateway:
             ex = Exchange(name, new_call_id())
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
-            if self.draining:
+            refused = edges.refusal(request, json_body=json_body)
+            if refused is not None:
+                response = self.error_response(shape, refused)
+            elif self.draining:
                 response = self.error_response(shape, SHUTTING_DOWN)
                 response.force_close()
             else:
@@ -292,7 +304,10 @@ class Gateway:
             t0 = time.perf_counter()
             ex = Exchange("page", new_call_id())
             response: web.StreamResponse
-            if self.draining:
+            refused = self.edges.refusal(request) if request.method == "POST" else self.edges.host_refusal(request)
+            if refused is not None:
+                response = self.error_response(self.openai, refused)
+            elif self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)
                 response.force_close()
             else:

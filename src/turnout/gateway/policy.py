@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from fnmatch import fnmatchcase
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Literal, TypeAlias
 
 from turnout._fast import fast_init

@@ -85,7 +85,8 @@ class GatewayServer:
         self._port: int | None = None
 
     async def start(self) -> None:
-        """Start listening."""
+        """Start listening (and answer to the bound address as a ``Host``)."""
+        self.gateway.edges.allow_host(self.host)
         limits = self.guard.limits
         # aiohttp's own keep-alive bound matches the idle timeout; the guard enforces it too
         options: dict[str, Any] = {"access_log": None, "keepalive_timeout": limits.idle_timeout}
