@@ -253,3 +253,28 @@ async def test_a_worker_that_cannot_start_fails_the_whole_start(tmp_path: Path) 
     assert "cannot listen on" in output
     assert "could not start" in output
     assert "starting it again" not in output
+
+
+async def test_a_second_signal_ends_open_streams_and_exits_within_two_seconds(tmp_path: Path) -> None:
+    """A stream stalled upstream, drain_secs 20: the second SIGTERM ends it with an error event; exit within 2 s."""
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-stall-a3"), extra="drain_secs = 20\n")
+        async with serve(tmp_path, toml, "--port", "0") as gateway, aiohttp.ClientSession() as session:
+            url = (await gateway.line(_LISTENING)).group(1)
+            body = orjson.dumps({"model": "", "messages": MESSAGES, "stream": True})
+            headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
+            async with session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as resp:
+                await resp.content.readuntil(b"\n\n")
+                gateway.proc.send_signal(signal.SIGTERM)
+                await gateway.line("draining")
+                gateway.proc.send_signal(signal.SIGTERM)
+                t0 = asyncio.get_running_loop().time()
+                rest = (await resp.read()).decode()
+            code = await gateway.proc.wait()
+            took = asyncio.get_running_loop().time() - t0
+        output = await gateway.rest()
+    assert code == 0
+    assert took < 2.0, output
+    last = [chunk for chunk in rest.split("\n\n") if chunk.startswith("data: ")][-1]
+    assert orjson.loads(last.removeprefix("data: "))["error"]["code"] == "shutting_down"
+    assert "second signal" in output

@@ -276,6 +276,7 @@ class Gateway(_Section):
     idle_timeout_secs: float = Field(default=75.0, gt=0)
     body_timeout_secs: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=1024, ge=2)
+    drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
     allowed_hosts: list[str] = Field(default_factory=list)
 

@@ -1,10 +1,12 @@
 """The gateway's aiohttp application: endpoints, the per-request guard, the access log and draining.
 
 Every endpoint but ``/health`` runs behind one guard (a plain wrapper, cheaper than a middleware chain):
-it answers 503 while the gateway drains, 401 without a valid key (before the body is read, so nothing is
+it refuses what a browser must not send (:meth:`~turnout.gateway.edges.Edges.refusal`), answers 503 while the gateway
+drains, 401 without a valid key (before the body is read, so nothing is
 forwarded), counts requests in flight, and when the request ends records its metrics and writes one
 structured access-log line: method, path, status, duration, served provider and model, attempts, the
-fallback flag and the caller's key id; never a prompt, a response or a key. With tracing on, a request's
+fallback flag, who ended it early (``closed_by``: ``client`` when the client went away, status 499; ``server`` when
+the drain's deadline cut it) and the caller's key id; never a prompt, a response or a key. With tracing on, a request's
 calls continue the trace its ``traceparent`` header names.
 """
 
@@ -69,6 +71,8 @@ FOLD_EVERY = 256
 _ATTEMPTS = attrgetter("attempts")
 _ENDED = attrgetter("ended")
 _HEALTH_DRAINING = b'{"status":"draining"}'
+#: How long the requests a drain cuts get to write their last event and end.
+CUT_TIMEOUT_S = 1.0
 
 
 class Exchange:
@@ -78,6 +82,7 @@ class Exchange:
         "attempts",
         "call_id",
         "caller",
+        "closed_by",
         "ended",
         "fallback",
         "interrupted",
@@ -108,6 +113,8 @@ class Exchange:
         self.fallback: tuple[str, str] | None = None
         self.call_id: str | None = None
         self.interrupted = False
+        #: Who ended the request early: ``client`` (it went away) or ``server`` (the drain's deadline cut it).
+        self.closed_by: str | None = None
         #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).
         self.stamped = False
 
@@ -173,7 +180,10 @@ class Gateway:
         self.peers = peers
         self.worker = peers.worker if peers is not None else str(os.getpid())
         self.draining = False
+        #: True once :meth:`cut` began: a request cancelled now ends with the surface's shutdown error.
+        self.cutting = False
         self.in_flight = 0
+        self._running: set[asyncio.Task[Any]] = set()
         self.started = time.time()
         self._idle: asyncio.Event | None = None
         self._lines: BatchedLines | None = None
@@ -252,6 +262,7 @@ class Gateway:
         self, name: str, handler: Handler, surface: Surface | None = None, *, json_body: bool = False
     ) -> Callable[..., Any]:
         edges = self.edges
+        running = self._running
         tracing = self.client.tracing
         if tracing is not None:  # calls continue the caller's trace (W3C traceparent)
             handler = _continuing(tracing, handler)
@@ -274,15 +285,28 @@ class Gateway:
                     response = self.error_response(shape, UNAUTHORIZED)
                 else:
                     self.in_flight += 1
+                    task = asyncio.current_task()
+                    running.add(task)  # type: ignore[arg-type]  # a request always runs in a task
                     try:
                         response = await handler(request, ex, shape)
-                    except (asyncio.CancelledError, ConnectionError):
+                    except asyncio.CancelledError:
+                        if not self.cutting or task is None:  # the client went away
+                            ex.status = CLIENT_CLOSED
+                            ex.closed_by = "client"
+                            raise
+                        task.uncancel()  # the drain's deadline: answer it, no output was sent yet
+                        ex.closed_by = "server"
+                        response = self.error_response(shape, SHUTTING_DOWN)
+                        response.force_close()
+                    except ConnectionError:
                         ex.status = CLIENT_CLOSED
+                        ex.closed_by = "client"
                         raise
                     except Exception:
                         log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                         response = self.error_response(shape, INTERNAL)
                     finally:
+                        running.discard(task)  # type: ignore[arg-type]
                         self.in_flight -= 1
                         if self.in_flight == 0 and self._idle is not None:
                             self._idle.set()
@@ -489,6 +513,7 @@ class Gateway:
                 "attempts": len(attempts) if attempts is not None else 0,
                 "fallback": ex.fallback is not None,
                 "interrupted": ex.interrupted,
+                "closed_by": ex.closed_by,
                 "caller": caller.name if caller is not None else None,
                 "call_id": ex.call_id,
             }
@@ -508,7 +533,7 @@ class Gateway:
     # --- draining -------------------------------------------------------------------------------
 
     async def drain(self, grace: float) -> bool:
-        """Stop accepting requests (503) and wait up to ``grace`` seconds for those in flight to finish.
+        """Stop accepting requests (503), wait up to ``grace`` seconds for those in flight, then :meth:`cut` the rest.
 
         Returns:
             True when every request finished in time.
@@ -520,8 +545,22 @@ class Gateway:
         try:
             await asyncio.wait_for(self._idle.wait(), grace)
         except TimeoutError:
+            await self.cut()
             return False
         return True
+
+    async def cut(self, timeout: float = CUT_TIMEOUT_S) -> None:
+        """End every request in flight now, each in its own protocol, and wait (at most ``timeout``) until they have.
+
+        A stream gets its surface's in-band error event (``shutting_down``) and a proper end of body; a request that
+        sent nothing yet gets a 503 ``shutting_down``. The access log marks them ``closed_by: server``.
+        """
+        self.draining = self.cutting = True
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=timeout)
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:

@@ -1,8 +1,10 @@
 """Running the gateway: ``turnout serve`` (:func:`run`), and :class:`GatewayServer` for in-process use.
 
-Shutdown is graceful: on SIGTERM (or Ctrl-C) the gateway keeps its port open but answers every new
-request 503 (``/health`` too, so a load balancer stops sending), waits up to :data:`DRAIN_TIMEOUT_S`
-for the requests in flight to finish, then closes. A second signal stops at once.
+Shutdown is graceful and bounded: on SIGTERM (or Ctrl-C) the gateway keeps its port open but answers every
+new request 503 (``/health`` too, so a load balancer stops sending), waits up to ``[gateway] drain_secs``
+(default 25, inside Kubernetes' default grace of 30 s) for the requests in flight to finish, then ends those
+still open in their own protocol (:meth:`~turnout.gateway.app.Gateway.cut`: a stream gets its surface's error
+event and a proper end of body) and exits. A second signal cuts them at once and exits within about a second.
 
 With ``workers > 1`` the parent process starts that many worker processes on one port with
 ``SO_REUSEPORT``; the kernel spreads connections between them. The parent supervises them: a worker that
@@ -51,10 +53,8 @@ log = logging.getLogger("turnout.gateway")
 
 #: The collector's thresholds while serving (young, middle, old generation); see ``_serve``.
 GC_THRESHOLDS = (20_000, 20, 100)
-#: How long a draining gateway waits for requests in flight before it closes anyway.
-DRAIN_TIMEOUT_S = 30.0
-#: After draining: how long aiohttp waits for handlers that are still running before cancelling them.
-_CLOSE_TIMEOUT_S = 5.0
+#: After draining and cutting: how long aiohttp waits for handlers that are still running before cancelling them.
+_CLOSE_TIMEOUT_S = 1.0
 
 
 class GatewayServer:
@@ -124,14 +124,19 @@ class GatewayServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    async def stop(self, grace: float = DRAIN_TIMEOUT_S) -> bool:
-        """Drain (new requests get 503, those in flight get ``grace`` seconds), then close.
+    async def stop(self, grace: float | None = None) -> bool:
+        """Drain (new requests get 503, those in flight get ``grace`` seconds, then are cut), then close.
+
+        Args:
+            grace: Seconds the requests in flight get (default: ``[gateway] drain_secs``).
 
         Returns:
             True when every request in flight finished within ``grace``.
         """
         if self._runner is None:
             return True
+        if grace is None:
+            grace = self.gateway.client.config.gateway.drain_secs
         try:
             return await self.gateway.drain(grace)
         finally:  # also when the drain is cut short (a second signal)
@@ -277,14 +282,19 @@ async def _serve(
     if on_ready is not None:
         on_ready()
     await stop.wait()
-    log.info("turnout gateway draining: new requests get 503, %d in flight", server.gateway.in_flight)
-    drain = asyncio.ensure_future(server.stop(DRAIN_TIMEOUT_S))
+    grace = config.gateway.drain_secs
+    log.info(
+        "turnout gateway draining: new requests get 503, %d in flight get up to %g s", server.gateway.in_flight, grace
+    )
+    drain = asyncio.ensure_future(server.stop(grace))
     forced = asyncio.ensure_future(force.wait())
     await asyncio.wait((drain, forced), return_when=asyncio.FIRST_COMPLETED)
     if not drain.done():
-        log.info("turnout gateway: second signal, closing now")
-        drain.cancel()
+        log.info("turnout gateway: second signal, ending the requests in flight now")
+        await gateway.cut()
         await asyncio.wait((drain,))
+    elif not drain.result():
+        log.info("turnout gateway: drain_secs passed; the requests still in flight were ended")
     forced.cancel()
     log.info("turnout gateway stopped")
 
