@@ -40,7 +40,7 @@ from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
-from turnout.gateway.session import Sessions
+from turnout.gateway.session import Revocations, Sessions
 from turnout.gateway.spend import SpendBook
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
@@ -198,8 +198,15 @@ class Gateway:
             config.gateway.allowed_hosts,
             refused=lambda reason: self.metrics.refusals.add((reason,), 1),
         )
+        revocations = Revocations(peers.directory if peers is not None else None)
         self.page = StatusPage(
-            client, self.auth, self.view, self.recent, sessions=Sessions(session_secret), started=self.started
+            client,
+            self.auth,
+            self.view,
+            self.recent,
+            sessions=Sessions(session_secret, revocations=revocations),
+            started=self.started,
+            count_login=lambda outcome: self.metrics.logins.add((outcome,), 1),
         )
         self.app = self._application()
 
@@ -549,8 +556,8 @@ class Gateway:
             return False
         return True
 
-    async def cut(self, timeout: float = CUT_TIMEOUT_S) -> None:
-        """End every request in flight now, each in its own protocol, and wait (at most ``timeout``) until they have.
+    async def cut(self, within: float = CUT_TIMEOUT_S) -> None:
+        """End every request in flight now, each in its own protocol, and wait (at most ``within`` s) until they have.
 
         A stream gets its surface's in-band error event (``shutting_down``) and a proper end of body; a request that
         sent nothing yet gets a 503 ``shutting_down``. The access log marks them ``closed_by: server``.
@@ -560,7 +567,7 @@ class Gateway:
         for task in running:
             task.cancel()
         if running:
-            await asyncio.wait(running, timeout=timeout)
+            await asyncio.wait(running, timeout=within)
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:
