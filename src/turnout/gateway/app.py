@@ -282,6 +282,7 @@ class Gateway:
             refused = edges.refusal(request, json_body=json_body)
             if refused is not None:
                 response = self.error_response(shape, refused)
+                response.force_close()  # its body is never read: no keep-alive after it
             elif self.draining:
                 response = self.error_response(shape, SHUTTING_DOWN)
                 response.force_close()
@@ -338,6 +339,7 @@ class Gateway:
             refused = self.edges.refusal(request) if request.method == "POST" else self.edges.host_refusal(request)
             if refused is not None:
                 response = self.error_response(self.openai, refused)
+                response.force_close()
             elif self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)
                 response.force_close()
