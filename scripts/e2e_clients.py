@@ -90,25 +90,25 @@ def version(package: str) -> str:
 #: The gateway set-up ``docs/clients.md`` documents (its generated section shows this text): every model name a
 #: coding agent sends by default goes where the operator says.
 ALIASES = """[gateway.model_aliases]
-"claude-*" = "anthropic.sim"
-"gpt-*" = "openai.sim"
+"claude-*" = "anthropic.main"
+"gpt-*" = "openai.main"
 """
 
 
 def gateway_config(sim: Simulator) -> str:
     """Both upstream protocols behind the gateway, and :data:`ALIASES` for the agents' own model names."""
     return f"""
-default_provider = "anthropic.sim"
+default_provider = "anthropic.main"
 [ledger]
 enabled = false
 [gateway]
 api_keys = ["{KEY}"]
 {ALIASES}
-[providers.models.anthropic.sim]
+[providers.models.anthropic.main]
 uri = "{sim.base_url("anthropic")}"
 api_key = "sk-sim-anthropic"
 model = "sim-ok"
-[providers.models.openai.sim]
+[providers.models.openai.main]
 uri = "{sim.base_url("responses")}"
 api_key = "sk-sim-openai"
 model = "sim-ok"

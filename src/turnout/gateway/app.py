@@ -294,7 +294,8 @@ class Gateway:
                 else:
                     self.in_flight += 1
                     task = asyncio.current_task()
-                    running.add(task)  # type: ignore[arg-type]  # a request always runs in a task
+                    if task is not None:  # a request always runs in a task
+                        running.add(task)
                     try:
                         response = await handler(request, ex, shape)
                     except asyncio.CancelledError:
@@ -314,7 +315,7 @@ class Gateway:
                         log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                         response = self.error_response(shape, INTERNAL)
                     finally:
-                        running.discard(task)  # type: ignore[arg-type]
+                        running.discard(task)
                         self.in_flight -= 1
                         if self.in_flight == 0 and self._idle is not None:
                             self._idle.set()
