@@ -119,3 +119,13 @@ def test_a_pattern_naming_nothing_configured_fails_with_its_key_path(line: str, 
         Gateway(client)
     assert caught.value.code == code
     assert caught.value.path == "gateway.model_aliases.claude-*"
+
+
+async def test_a_pattern_to_a_profile_without_a_model_sends_the_clients_name() -> None:
+    """``"claude-*" = "anthropic.open"`` (no pinned model): the name the client sent is the model upstream."""
+    text = BASE.replace('"claude-*" = "anthropic.big"', '"claude-*" = "anthropic.open"')
+    text += '[providers.models.anthropic.open]\napi_key = "sk-open"\n'
+    fleet = Fleet()
+    async with fake_gateway(text, fleet) as (server, _):
+        raw = await post(server, "/v1/messages", {**MESSAGES, "model": "claude-opus-4-1"})
+    assert served_by(raw) == ("anthropic.open", "claude-opus-4-1")

@@ -8,7 +8,8 @@ The operator decides (SPEC 10). A request's ``model`` must be a name its key may
   without a ``model``, and a plain model reaches the default profile only when it is unpinned;
 - a ``[gateway.model_aliases]`` name with a glob (``*``, ``?``, ``[``: ``claude-*``, ``gpt-5*``) is a pattern: a
   model no exact name matches goes where the first matching pattern (in the file's order) points, before any
-  other rule (coding agents send model names of their own, and the operator decides where they go);
+  other rule (coding agents send model names of their own, and the operator decides where they go); a pattern
+  naming a profile without a pinned ``model`` sends the client's name to it;
 - with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
 - with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
 
@@ -357,6 +358,9 @@ class Policy:
             raise not_available(model)
         for pattern, name in caller.patterns:
             if fnmatchcase(model, pattern):
+                if name.choice.model is None and name.provider in self._profiles and self._unpinned(name.provider):
+                    self._sendable(name.provider, model)  # a profile without a model: the client's name is sent
+                    return RouteChoice(model, name.provider)
                 return name.choice
         if self.allow_any_model:
             choice = route_choice(self.config, model)
