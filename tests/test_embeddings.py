@@ -15,7 +15,7 @@ from turnout import Client
 from turnout.cli import app
 from turnout.demo import Tour, _steps, demo_config
 from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
-from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, UnsupportedRequest
+from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, InvalidRequest
 from turnout.pricing import Catalogue
 from turnout.sim import Simulator
 from turnout.sim.wire.embeddings import sim_vector
@@ -246,9 +246,9 @@ async def test_a_parameter_the_fallback_lacks_skips_the_fallback(sim: Simulator)
 async def test_malformed_inputs_are_the_callers_error(
     sim: Simulator, inputs: list[Any], options: dict[str, Any]
 ) -> None:
-    """Malformed inputs raise ``UnsupportedRequest`` before any attempt (nothing reaches the provider)."""
+    """Malformed inputs raise ``InvalidRequest`` before any attempt (nothing reaches the provider)."""
     async with client({"openai.a": profile(sim, "openai", "emb-a")}) as c:
-        with pytest.raises(UnsupportedRequest):
+        with pytest.raises(InvalidRequest):
             await c.embed(inputs, **options)
     assert sim.log == []
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from turnout.attribution import Attempt, FallbackNotice, RouteRef, total_cost
-from turnout.errors import UnsupportedRequest
+from turnout.errors import InvalidRequest
 from turnout.types import Usage
 
 #: One input: a text, or a text already tokenized (a list of token ids, as OpenAI takes them).
@@ -57,30 +57,31 @@ def embed_request(
     """A checked :class:`EmbedRequest` from a caller's values.
 
     Raises:
-        UnsupportedRequest: No input, too many, an empty text, an input that is neither a text nor a list of token
-            ids, or a ``dimensions`` that is not a positive integer. Nothing is sent.
+        InvalidRequest: No input, too many, an empty text, an input that is neither a text nor a list of token
+            ids, a ``dimensions`` that is not a positive integer, or a ``user`` that is no short string (``path``
+            names the argument). Nothing is sent.
     """
     items: list[EmbedInput] = []
     values: Iterable[object] = [inputs] if isinstance(inputs, str) else inputs
     for value in values:
         if len(items) >= MAX_INPUTS:
-            raise UnsupportedRequest(f"an embedding call takes at most {MAX_INPUTS} inputs")
+            raise InvalidRequest(f"an embedding call takes at most {MAX_INPUTS} inputs", path="inputs")
         if isinstance(value, str):
             if not value:  # OpenAI refuses it, and no provider has a vector for nothing
-                raise UnsupportedRequest(f"input {len(items)} is an empty text")
+                raise InvalidRequest("an empty text has no embedding", path=f"inputs[{len(items)}]")
             if len(value) > MAX_INPUT_CHARS:
-                raise UnsupportedRequest(f"input {len(items)} is longer than {MAX_INPUT_CHARS} characters")
+                raise InvalidRequest(f"longer than {MAX_INPUT_CHARS} characters", path=f"inputs[{len(items)}]")
             items.append(value)
         elif isinstance(value, list | tuple) and value and all(type(t) is int and 0 <= t < 2**32 for t in value):
             items.append(tuple(value))
         else:
-            raise UnsupportedRequest(f"input {len(items)} is neither a text nor a non-empty list of token ids")
+            raise InvalidRequest("neither a text nor a non-empty list of token ids", path=f"inputs[{len(items)}]")
     if not items:
-        raise UnsupportedRequest("an embedding call needs at least one input")
+        raise InvalidRequest("an embedding call needs at least one input", path="inputs")
     if dimensions is not None and (type(dimensions) is not int or not 0 < dimensions <= MAX_DIMENSIONS):
-        raise UnsupportedRequest(f"dimensions must be an integer from 1 to {MAX_DIMENSIONS}")
+        raise InvalidRequest(f"must be an integer from 1 to {MAX_DIMENSIONS}", path="dimensions")
     if user is not None and (not isinstance(user, str) or len(user) > 256):
-        raise UnsupportedRequest("user must be a string of at most 256 characters")
+        raise InvalidRequest("must be a string of at most 256 characters", path="user")
     return EmbedRequest(inputs=tuple(items), dimensions=dimensions, user=user)
 
 
