@@ -38,6 +38,8 @@ from enum import Enum
 STREAK_CHANCE = 0.01
 #: The window's resolution: it is kept as this many buckets of calls, so its memory is bounded at any call rate.
 WINDOW_BUCKETS = 10
+#: The longest run kept (a run this long opens any breaker whose ``failures`` is at most this).
+MAX_RUN = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,25 +134,50 @@ class Streak:
 
     Made at the entry's first failure; while it lives, every call that reaches the entry is counted in it (one
     signal per call), in :data:`WINDOW_BUCKETS` buckets of the window (bounded memory at any call rate).
+
+    The run is ordered by when each call *reached* the entry, not by when it reported: failed calls in a row are
+    those that reached the entry after the last call it served reached it. Calls in flight together report in
+    clusters (every timeout of a burst lands one timeout later, after the burst's answers), so counting by
+    report order would see runs a flaky entry never made; counting by arrival keeps a dead entry's run (every
+    call fails, in any order) and an independent draw's odds for a serving one.
+
+    Args:
+        settings: The entry's breaker settings.
+        since: When the streak is made (the first failure's report): the calls that reached the entry before it,
+            whose answers were not recorded (a healthy entry records nothing), do not extend the first failure's
+            run, since any of them may have been served.
     """
 
-    __slots__ = ("_buckets", "_failed", "_served", "failures", "settings")
+    __slots__ = ("_buckets", "_failed", "_run", "_served", "_served_since", "settings")
 
-    def __init__(self, settings: BreakerSettings) -> None:
+    def __init__(self, settings: BreakerSettings, since: float = -math.inf) -> None:
         self.settings = settings
-        #: Failed calls in a row (the current run).
-        self.failures = 0
+        self._run: list[float] = []  # when each failed call of the current run reached the entry
+        self._served_since = since  # when the last call served (by arrival) reached the entry
         self._buckets: deque[list[float]] = deque()  # [start, served, failed]
         self._served = 0
         self._failed = 0
 
-    def success(self, now: float) -> None:
-        """A served call: the run ends.
+    @property
+    def failures(self) -> int:
+        """Failed calls in a row (the current run), by arrival at the entry."""
+        return len(self._run)
+
+    def restart(self) -> None:
+        """The breaker opened: the run starts again (the window is kept)."""
+        self._run.clear()
+
+    def success(self, now: float, reached: float | None = None) -> None:
+        """A served call, which reached the entry at ``reached`` (default ``now``): the run before it ends.
 
         Counted only while a failure is in the window (served calls matter only against failures), so an entry
         that fails no call records nothing: the healthy path stays free.
         """
-        self.failures = 0
+        reached = now if reached is None else reached
+        if reached > self._served_since:
+            self._served_since = reached
+            if self._run:
+                self._run = [t for t in self._run if t > reached]
         self._expire(now)
         if self._failed:
             self._note(now, 1, 0)
@@ -158,9 +185,12 @@ class Streak:
             self._buckets.clear()
             self._served = 0
 
-    def failure(self, now: float) -> bool:
-        """A failed call; True when the breaker should open."""
-        self.failures += 1
+    def failure(self, now: float, reached: float | None = None) -> bool:
+        """A failed call, which reached the entry at ``reached`` (default ``now``); True when the breaker should open."""
+        reached = now if reached is None else reached
+        first = not self._buckets  # the failure that made the streak (or the first after its window emptied)
+        if (first or reached > self._served_since) and len(self._run) < MAX_RUN:
+            self._run.append(reached)
         self._expire(now)
         self._note(now, 0, 1)
         s = self.settings
@@ -194,7 +224,7 @@ class Streak:
     @property
     def idle(self) -> bool:
         """No run of failures and no failure in the window: the streak has nothing to remember."""
-        return self.failures == 0 and self._failed == 0
+        return not self._run and self._failed == 0
 
     def _expire(self, now: float) -> None:
         """Drop the buckets that left the window."""

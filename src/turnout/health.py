@@ -77,11 +77,11 @@ class Breakers:
             self.transitions[(key, "probe")] += 1
         return taken
 
-    def streak_ends(self, key: str, now: float) -> None:
-        """A healthy answer from the entry ``key`` (not a probe): its failure streak ends."""
+    def streak_ends(self, key: str, now: float, reached: float | None = None) -> None:
+        """A call served by the entry ``key`` (not a probe), which reached it at ``reached``: its run ends."""
         streak = self.streaks.get(key)
         if streak is not None:
-            streak.success(now)
+            streak.success(now, reached)
             if streak.idle:
                 del self.streaks[key]
 
@@ -101,8 +101,11 @@ class Breakers:
             self.transitions[(key, "closed")] += 1
             self._log(key, now, "circuit breaker of %s closed: the entry answered again", key)
 
-    async def failed(self, profile: str, key: str, now: float, *, probing: bool) -> None:
-        """A call failed on the entry ``key`` (one signal per call): count it; open the breaker, or reopen it."""
+    async def failed(self, profile: str, key: str, now: float, *, probing: bool, reached: float | None = None) -> None:
+        """A call failed on the entry ``key`` (one signal per call; it reached the entry at ``reached``).
+
+        Count it; open the breaker, or reopen it after a failed probe.
+        """
         settings = self.settings(profile)
         if not settings.enabled:
             return
@@ -117,9 +120,11 @@ class Breakers:
         if streak is None:
             if len(self.streaks) >= MAX_STREAKS:
                 del self.streaks[next(iter(self.streaks))]
-            streak = self.streaks[key] = Streak(settings)
-        if streak.failure(now):
-            del self.streaks[key]  # the open breaker takes over; a new streak starts after it closes
+            streak = self.streaks[key] = Streak(settings, since=now)
+        if streak.failure(now, reached):
+            # The open breaker takes over; the entry's window is kept (it closes onto the same record, so a flaky
+            # entry's failure rate still says how long a run must be), only the run starts again.
+            streak.restart()
             interval = settings.open_secs
             await self._open(key, BreakerRecord(opened_at=now, until=now + interval, interval=interval), "opened")
 

@@ -626,7 +626,7 @@ class ReliableProvider(Provider):
         if breakers is not None and (unhealthy or walk.probing):
             key = entry.health_key(served)
             if unhealthy:
-                await breakers.failed(entry.profile, key, now, probing=walk.probing)
+                await breakers.failed(entry.profile, key, now, probing=walk.probing, reached=walk.reached)
                 walk.probing = False
             elif not action.health:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable
                 await breakers.succeeded(key, now, probing=True)

@@ -108,6 +108,7 @@ class Walk:
         "order",
         "owner",
         "panic",
+        "reached",
         "probing",
         "requested",
         "stopped",
@@ -139,6 +140,8 @@ class Walk:
         self.probing = False
         #: Every entry was unavailable: the walk tries them all as if closed (:meth:`panic_order`).
         self.panic = False
+        #: When the walk's tries on its current entry began (the call's arrival there, for its breaker's run).
+        self.reached = 0.0
         #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
         self.lost = False
         #: Entries already tried as a hedge (the walk does not try them again).
@@ -358,7 +361,7 @@ class Walk:
         if self.panic and self.owner.store.breaker(entry.health_key(served)) is not None:
             return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
-            breakers.streak_ends(entry.health_key(served), self.owner.clock())
+            breakers.streak_ends(entry.health_key(served), self.owner.clock(), self.reached)
         return None
 
     def larger_entry_remains(self, failed: int) -> bool:
@@ -397,6 +400,8 @@ class Walk:
         for t in range(1, tries + 1):
             self.try_number = t
             started = owner.clock()
+            if t == 1:
+                self.reached = started
             choice = entry.keys.pick(started)
             if choice is None:
                 self.record(self._no_key(i, entry, served, stream))
