@@ -174,7 +174,7 @@ class Streak:
         that fails no call records nothing: the healthy path stays free.
         """
         reached = now if reached is None else reached
-        if reached > self._served_since:
+        if reached >= self._served_since:
             self._served_since = reached
             if self._run:
                 self._run = [t for t in self._run if t > reached]
@@ -189,7 +189,7 @@ class Streak:
         """A failed call, which reached the entry at ``reached`` (default ``now``); True when the breaker should open."""
         reached = now if reached is None else reached
         first = not self._buckets  # the failure that made the streak (or the first after its window emptied)
-        if (first or reached > self._served_since) and len(self._run) < MAX_RUN:
+        if (first or reached >= self._served_since) and len(self._run) < MAX_RUN:  # at the same instant: after
             self._run.append(reached)
         self._expire(now)
         self._note(now, 0, 1)

@@ -200,7 +200,7 @@ class Walk:
         until = store.cooldown_until(entry.profile, now)
         if until is None and entry.keys.rotates:
             until = owner.keys_cooling_until(entry.keys, now)
-        if until is not None:  # its start is looked up only if the walk needs a last resort (it rarely does)
+        if until is not None:
             self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
             return SKIP
         if owner.breakers is not None:
