@@ -103,3 +103,23 @@ def test_gate_reads_the_record_against_the_clock() -> None:
 def test_the_interval_doubles_after_a_failed_probe_up_to_the_cap(interval: float, expected: float) -> None:
     """5 s, 10 s, 20 s, 40 s, then 60 s at most."""
     assert S.next_interval(interval) == expected
+
+
+def test_failures_of_calls_in_flight_together_are_one_link_of_the_run() -> None:
+    """Fast failures of a burst reported before its answers do not make a run; each must follow a known failure."""
+    streak = Streak(S, since=0.0)
+    burst = [streak.failure(0.002, reached=0.001) for _ in range(10)]  # ten calls reached it at once and failed
+    assert burst == [False] * 10 and streak.failures == 1
+    assert not streak.failure(0.010, reached=0.005)  # reached it after the burst's failure was known: a second link
+    assert streak.failure(0.020, reached=0.015)  # and a third: a chain of three failed calls opens a fresh entry
+
+
+def test_a_served_call_ends_the_run_and_earlier_arrivals_cannot_extend_it() -> None:
+    """After an answer, only failures of calls that reached the entry after that answer count."""
+    streak = Streak(S, since=0.0)
+    streak.failure(1.0, reached=0.5)
+    streak.failure(2.0, reached=1.5)
+    streak.success(3.0)
+    assert streak.failures == 0
+    assert not streak.failure(3.5, reached=2.5)  # it reached the entry before the answer: no link
+    assert streak.failures == 0

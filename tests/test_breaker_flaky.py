@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from bench.flaky import NON_STREAMING_MARGIN, OVERALL_MARGIN, TRANSITIONS_PER_MIN, FlakyRun, draw, run
+
 from fakes import FakeClock
 
 

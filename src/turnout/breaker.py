@@ -135,11 +135,12 @@ class Streak:
     Made at the entry's first failure; while it lives, every call that reaches the entry is counted in it (one
     signal per call), in :data:`WINDOW_BUCKETS` buckets of the window (bounded memory at any call rate).
 
-    The run is ordered by when each call *reached* the entry, not by when it reported: failed calls in a row are
-    those that reached the entry after the last call it served reached it. Calls in flight together report in
-    clusters (every timeout of a burst lands one timeout later, after the burst's answers), so counting by
-    report order would see runs a flaky entry never made; counting by arrival keeps a dead entry's run (every
-    call fails, in any order) and an independent draw's odds for a serving one.
+    The run is a chain of failed calls, each of which *reached* the entry after the previous one in the chain
+    had failed, and after the entry last served a call. Calls in flight together report out of order (a burst's
+    timeouts land together, one timeout after the burst's answers; a burst's fast 503s land before its answers),
+    so a run counted in report order, or by arrival alone, sees runs a serving entry never made: a chain counts
+    each failure only once what came before it is known. A dead entry's chain grows with every call that follows
+    a failure: sequential calls open it on the third; calls in flight together, after three rounds of failures.
 
     Args:
         settings: The entry's breaker settings.
@@ -148,36 +149,35 @@ class Streak:
             run, since any of them may have been served.
     """
 
-    __slots__ = ("_buckets", "_failed", "_run", "_served", "_served_since", "settings")
+    __slots__ = ("_buckets", "_failed", "_link", "_run", "_served", "_served_since", "settings")
 
     def __init__(self, settings: BreakerSettings, since: float = -math.inf) -> None:
         self.settings = settings
         self._run: list[float] = []  # when each failed call of the current run reached the entry
-        self._served_since = since  # when the last call served (by arrival) reached the entry
+        self._served_since = since  # when the entry last served a call (the answer's time)
+        self._link = since  # when the chain's last failure was reported
         self._buckets: deque[list[float]] = deque()  # [start, served, failed]
         self._served = 0
         self._failed = 0
 
     @property
     def failures(self) -> int:
-        """Failed calls in a row (the current run), by arrival at the entry."""
+        """Failed calls in a row (the current run: they reached the entry after its last answer)."""
         return len(self._run)
 
     def restart(self) -> None:
         """The breaker opened: the run starts again (the window is kept)."""
         self._run.clear()
 
-    def success(self, now: float, reached: float | None = None) -> None:
-        """A served call, which reached the entry at ``reached`` (default ``now``): the run before it ends.
+    def success(self, now: float) -> None:
+        """A served call, answered at ``now``: the run ends.
 
         Counted only while a failure is in the window (served calls matter only against failures), so an entry
         that fails no call records nothing: the healthy path stays free.
         """
-        reached = now if reached is None else reached
-        if reached >= self._served_since:
-            self._served_since = reached
-            if self._run:
-                self._run = [t for t in self._run if t > reached]
+        if now >= self._served_since:
+            self._served_since = now
+        self._run.clear()
         self._expire(now)
         if self._failed:
             self._note(now, 1, 0)
@@ -186,11 +186,13 @@ class Streak:
             self._served = 0
 
     def failure(self, now: float, reached: float | None = None) -> bool:
-        """A failed call, which reached the entry at ``reached`` (default ``now``); True when the breaker should open."""
+        """A failed call, which reached the entry at ``reached`` (default ``now``); True when it should open."""
         reached = now if reached is None else reached
         first = not self._buckets  # the failure that made the streak (or the first after its window emptied)
-        if (first or reached >= self._served_since) and len(self._run) < MAX_RUN:  # at the same instant: after
+        after = reached >= self._served_since and reached >= self._link  # the same instant counts as after
+        if (first or after) and len(self._run) < MAX_RUN:
             self._run.append(reached)
+            self._link = now
         self._expire(now)
         self._note(now, 0, 1)
         s = self.settings

@@ -9,7 +9,7 @@
     │   ├── ProviderTimeout              connect / first_token / idle / total bound exceeded (.phase)
     │   ├── ProviderConnectionError      the connection failed or was reset before an answer
     │   ├── ProtocolError                a malformed or oversized response or stream event
-    │   │   ├── ResponseTooLarge         a body or stream event over its bound (after decoding); not replayed on the entry
+    │   │   ├── ResponseTooLarge         a body or stream event over its bound once decoded; not replayed on the entry
     │   │   └── StreamTruncated          the body ended before the protocol's completion signal (.missing_signal)
     │   ├── RefusalError                 the model refused (never retried, not routed around unless opted in)
     │   └── EmptyCompletion              a 200 with no text and no tool calls (not an answer)

@@ -77,11 +77,11 @@ class Breakers:
             self.transitions[(key, "probe")] += 1
         return taken
 
-    def streak_ends(self, key: str, now: float, reached: float | None = None) -> None:
-        """A call served by the entry ``key`` (not a probe), which reached it at ``reached``: its run ends."""
+    def streak_ends(self, key: str, now: float) -> None:
+        """A call served by the entry ``key`` (not a probe), answered at ``now``: its run ends."""
         streak = self.streaks.get(key)
         if streak is not None:
-            streak.success(now, reached)
+            streak.success(now)
             if streak.idle:
                 del self.streaks[key]
 

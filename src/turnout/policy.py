@@ -23,8 +23,8 @@ empty                       retry after the backoff, then move on
 
 A retry or a key switch with no try left on the entry, on a try that probes a half-open circuit breaker, or
 after a failure that would repeat on the same entry (a response over its size bound: the next try would fetch the
-same answer), becomes a move to the next entry. A ``retryable`` or ``timeout`` failure is also a *health* failure: it counts
-towards the entry's circuit breaker (:mod:`turnout.breaker`); no other class does.
+same answer), becomes a move to the next entry. A ``retryable`` or ``timeout`` failure is also a *health* failure:
+it counts towards the entry's circuit breaker (:mod:`turnout.breaker`), once per call; no other class does.
 """
 
 from __future__ import annotations

@@ -619,7 +619,7 @@ class ReliableProvider(Provider):
     async def _update(
         self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None
     ) -> None:
-        """Apply what :meth:`settle` decided: count the call's failure towards the breaker, cool down, report the key."""
+        """Apply what :meth:`settle` decided: count the call's failure towards the breaker, cool down, report a key."""
         now = self.clock()
         breakers = self.breakers
         unhealthy = action.health and action.step is _NEXT_ENTRY_STEP  # the call's one signal: it leaves the entry

@@ -3,8 +3,9 @@
 A :class:`Walk` is made per call (and per stream): it records every attempt in the call's log, decides which
 entries are tried now (capabilities, cooldowns, circuit breakers, context windows), makes the tries on one
 entry (key choice, failure settled by :func:`turnout.policy.decide` through the walk's provider, backoff), and
-knows the entries to try as if closed when every entry was unavailable (the panic rule). :class:`~turnout.reliable.ReliableProvider`
-runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its stream through one.
+knows the entries to try as if closed when every entry was unavailable (the panic rule).
+:class:`~turnout.reliable.ReliableProvider` runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its
+stream through one.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ class Walk:
         "order",
         "owner",
         "panic",
-        "reached",
         "probing",
+        "reached",
         "requested",
         "stopped",
         "tried",
@@ -140,7 +141,8 @@ class Walk:
         self.probing = False
         #: Every entry was unavailable: the walk tries them all as if closed (:meth:`panic_order`).
         self.panic = False
-        #: When the walk's tries on its current entry began (the call's arrival there, for its breaker's run).
+        #: When the walk's tries on its current entry began (the call reached it: a breaker's run counts a failed
+        #: call only if it reached the entry after the entry's last answer).
         self.reached = 0.0
         #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
         self.lost = False
@@ -361,7 +363,7 @@ class Walk:
         if self.panic and self.owner.store.breaker(entry.health_key(served)) is not None:
             return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
-            breakers.streak_ends(entry.health_key(served), self.owner.clock(), self.reached)
+            breakers.streak_ends(entry.health_key(served), self.owner.clock())
         return None
 
     def larger_entry_remains(self, failed: int) -> bool:

@@ -157,7 +157,7 @@ async def test_a_silent_outage_costs_one_timeout_per_call_until_the_breaker_open
 
 @pytest.mark.redis
 async def test_two_clients_sharing_redis_agree_on_an_open_breaker_and_send_one_probe(redis_url: str) -> None:
-    """One client's outage (three failed calls) opens the breaker for both; when due, the two race, one probe is sent."""
+    """One client's outage (three failed calls) opens the breaker for both; when due, they race, one probe is sent."""
     prefix = f"itbr-{uuid.uuid4().hex[:8]}:"
     ahead = [0.0]  # both clients' wall clock, moved past the open interval instead of waiting for it
 

@@ -305,7 +305,7 @@ class StreamingResponse:
 def _encoded(headers: Mapping[str, str]) -> bool:
     """Whether a response's body is content-encoded (aiohttp decodes it as it is read)."""
     encoding = headers.get("Content-Encoding")
-    return bool(encoding) and encoding.strip().lower() != "identity"
+    return encoding is not None and encoding.strip().lower() not in ("", "identity")
 
 
 async def _read_limited(resp: aiohttp.ClientResponse, limit: int, target: Target) -> bytes:
