@@ -31,6 +31,7 @@ from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
+    InvalidRequest,
     ProviderError,
     RefusalError,
     StreamingUnsupported,
@@ -40,6 +41,7 @@ from turnout.errors import (
 )
 from turnout.reliable import ReliableProvider, ReliableStream, Resume
 from turnout.reply import Reply
+from turnout.report import aggregate_message
 from turnout.runtime.cancel import CancelWatcher
 from turnout.streams import ResponseBuilder, TextRun, ThinkSplitter, without_think
 from turnout.types import (
@@ -328,6 +330,11 @@ class Turn:
         """
         if stream is None:
             return None
+        if isinstance(error, InvalidRequest):  # nothing was sent: no recovery would send it either
+            try:
+                self._fail(error)
+            finally:
+                del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is not None and self.visible:
             stream.settle("stream_interrupted", self.builder.usage)
             cause = error.error_class if isinstance(error, ProviderError) else None
@@ -387,6 +394,8 @@ class Turn:
         """Record the turn as failed with ``exc`` (carrying every attempt of the turn) and raise it."""
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
             exc.attempts = tuple(self.call.attempts)
+        if isinstance(exc, AllProvidersFailed):  # its message tells the whole turn, the stream's tries included
+            exc.args = (aggregate_message(exc.attempts, self.walk.tries),)
         self.call.fail(exc)
         try:
             raise exc
