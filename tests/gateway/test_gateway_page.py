@@ -237,8 +237,8 @@ async def test_the_page_shows_an_open_breaker() -> None:
     """An entry whose breaker opened shows until when; the other entries stay healthy."""
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["ok"])
     async with served(fleet) as (server, _):
-        for _ in range(2):
-            await _chat(server)  # two calls of two tries: the third failure opens the breaker (5 s)
+        for _ in range(3):
+            await _chat(server)  # three calls failing on the primary (two tries each): the third opens it (5 s)
         text = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
     routes = text[text.index('id="routes"') : text.index('id="attempts"')]
     assert "breaker open until 13:46:45 UTC (in 5 s)" in routes
