@@ -269,3 +269,22 @@ async def test_streaks_are_bounded_when_callers_name_many_models() -> None:
     assert len(breakers.streaks) == MAX_STREAKS
     assert "openai.a/model-0" not in breakers.streaks and f"openai.a/model-{MAX_STREAKS + 9}" in breakers.streaks
     assert store.breakers() == {}  # one failure each opens nothing
+
+
+async def test_a_flapping_breaker_logs_one_line_per_kind_of_transition_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twenty opens and closes in a minute: one line each for opening and closing; /metrics counts all twenty."""
+    store = MemoryStore()
+    breakers = Breakers(store, BreakerSettings(min_calls=1, failure_rate=0.01))  # every failed call opens it
+    with caplog.at_level("WARNING", logger="turnout.breaker"):
+        for n in range(20):
+            now = 1000.0 + n * 2.0
+            await breakers.failed("openai.a", "openai.a/m", now, probing=False)
+            await breakers.succeeded("openai.a/m", now + 1.0, probing=True)
+        await breakers.failed("openai.a", "openai.a/m", 1070.0, probing=False)
+    lines = [r.getMessage() for r in caplog.records]
+    assert breakers.transitions[("openai.a/m", "opened")] == 21 and breakers.transitions[("openai.a/m", "closed")] == 20
+    assert len(lines) == 3  # the first opening, the first closing, and the opening a minute later
+    assert "opened" in lines[0] and "closed" in lines[1]
+    assert "19 more like it" in lines[2]

@@ -10,10 +10,12 @@ cooldown) give no signal.
 The rules follow Envoy's outlier detection (consecutive failures, a failure percentage with a request-volume
 minimum) and go beyond its fixed streak, which at hundreds of calls a second a flaky entry reaches by chance:
 
-- **Closed**: calls go through. The breaker opens on a *run* of failed calls in a row that the entry's own recent
-  record does not explain: at least ``failures`` of them, and so many that, at the failure rate the entry showed
-  over the last ``window_secs`` outside this run, a run that long would come up by chance less than once in
-  a hundred windows (:data:`STREAK_CHANCE`) (a fresh entry, or one that served every call, opens after ``failures``).
+- **Closed**: calls go through. The breaker opens on a *run* of failed calls in a row (a chain: each reached the
+  entry after the previous one failed and after the entry's last answer, see :class:`Streak`) that the entry's own
+  recent record does not explain: at least ``failures`` of them, and so many that, at the failure rate the entry
+  showed over the last ``window_secs`` outside this run, a run that long would come up by chance less than once
+  in a hundred windows (:data:`STREAK_CHANCE`; a fresh entry, or one that served every call, opens after
+  ``failures``).
   It also opens when at least ``min_calls`` calls in the window failed at a rate of ``failure_rate`` or more. A
   serving entry (one that answers most calls) therefore never opens.
 - **Open**: calls skip the entry at no cost, recorded as a ``breaker_skip`` attempt, until ``open_secs`` have

@@ -8,8 +8,9 @@ module two things: the probe of a half-open entry, and what a call's outcome on 
 call: the walk reports an entry's failure once, when it leaves the entry).
 
 Every transition is counted for ``/metrics``; the log gets one line per real transition of this process (a breaker
-it opened, reopened or closed, never a repeat of another call's), and at most one per entry every
-:data:`LOG_INTERVAL_S` (the next line says how many it left out), so a breaker that flaps cannot flood the log.
+it opened, reopened or closed, never a repeat of another call's), and at most one per entry and kind of transition
+every :data:`LOG_INTERVAL_S` (the next such line says how many it left out), so a breaker that flaps cannot flood
+the log while its opening and its closing are each still told.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Breakers:
         #: Transitions seen by this process, by (entry, transition).
         self.transitions: Counter[tuple[str, Transition]] = Counter()
         #: When each entry's breaker was last logged, and the transitions left out of the log since.
-        self._logged: dict[str, tuple[float, int]] = {}
+        self._logged: dict[tuple[str, Transition], tuple[float, int]] = {}
 
     @property
     def active(self) -> bool:
@@ -99,7 +100,7 @@ class Breakers:
             await self.store.close_breaker(key)
         if was_open:
             self.transitions[(key, "closed")] += 1
-            self._log(key, now, "circuit breaker of %s closed: the entry answered again", key)
+            self._log(key, "closed", now, "circuit breaker of %s closed: the entry answered again", key)
 
     async def failed(self, profile: str, key: str, now: float, *, probing: bool, reached: float | None = None) -> None:
         """A call failed on the entry ``key`` (one signal per call; it reached the entry at ``reached``).
@@ -133,6 +134,7 @@ class Breakers:
         self.transitions[(key, transition)] += 1
         self._log(
             key,
+            transition,
             record.opened_at,
             "circuit breaker of %s %s for %.1fs: calls skip the entry until one probe finds it healthy",
             key,
@@ -140,17 +142,18 @@ class Breakers:
             record.interval,
         )
 
-    def _log(self, key: str, now: float, message: str, *args: object) -> None:
-        """One warning for a transition of ``key``'s breaker, unless one was logged in the last interval."""
-        last = self._logged.get(key)
+    def _log(self, key: str, transition: Transition, now: float, message: str, *args: object) -> None:
+        """One warning for a transition of ``key``'s breaker, unless one of its kind was logged in the last interval."""
+        kind = (key, transition)
+        last = self._logged.get(kind)
         if last is not None and now - last[0] < LOG_INTERVAL_S:
-            self._logged[key] = (last[0], last[1] + 1)
+            self._logged[kind] = (last[0], last[1] + 1)
             return
         if last is None and len(self._logged) >= MAX_STREAKS:
             del self._logged[next(iter(self._logged))]
-        self._logged[key] = (now, 0)
+        self._logged[kind] = (now, 0)
         if last is not None and last[1]:
-            message += " (%d earlier transition(s) of this breaker not logged; see /metrics)"
+            message += " (%d more like it since the last such line, not logged; see /metrics)"
             args = (*args, last[1])
         log.warning(message, *args)
 
