@@ -43,7 +43,7 @@ from turnout.reliable import ReliableProvider, ReliableStream, Resume
 from turnout.reply import Reply
 from turnout.report import aggregate_message
 from turnout.runtime.cancel import CancelWatcher
-from turnout.streams import ResponseBuilder, TextRun, ThinkSplitter, without_think
+from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -203,7 +203,6 @@ class Turn:
                 parts = self.builder.text_parts  # ``parts.append`` is specialised; a bound method in a local is not
                 on = _HANDLERS
                 text_delta = TextDelta  # a local: read once per event
-                text_run = TextRun
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
                 inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
@@ -213,14 +212,6 @@ class Turn:
                         async for batch in upstream:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
-                            if batch.__class__ is text_run and inline:
-                                # The adapter vouches for the run (see TextRun): the handlers would collect
-                                # and yield each of its events, nothing else, so that is all that is done.
-                                lead = batch.lead
-                                for event in batch[:lead]:
-                                    parts.append(event.text)  # type: ignore[union-attr]  # a TextDelta: shown
-                                    yield event
-                                batch = batch[lead:]
                             for event in batch:
                                 if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
