@@ -4,7 +4,7 @@ An embedding call (:func:`embed_through`) asks the route's first entry for its s
 (:func:`turnout.embeddings.space_of`) and keeps only the entries of that space that serve embeddings and take
 the request's parameters (:func:`space_entries`); an entry reaching another model is never tried, whatever the
 fallback order says. The inputs are split to the smallest caps among those entries, and each batch is walked on
-its own: the same order, admission (cooldowns, circuit breakers, the last resort), tries, backoff, Retry-After,
+its own: the same order, admission (cooldowns, circuit breakers, the panic rule), tries, backoff, Retry-After,
 key rotation and policy as a chat, through :meth:`turnout.walk.Walk.tries`, so a failed batch is retried (and
 fails over) alone while the batches already answered are kept.
 """
@@ -203,13 +203,12 @@ async def _walk_batch(
         if done is not None:
             return await _accepted(walk, i, entry, served, request, done)
         walk.probing = False
-    resort = walk.last_resort()
-    if resort is not None:  # every entry of the space was open or cooling down: one try on the one unavailable longest
-        entry = owner.entries[resort]
+    for i in walk.panic_order():  # every entry of the space was open or cooling down: all tried as if closed
+        entry = owner.entries[i]
         served = entry.served_model(model)
-        done = await walk.tries(resort, entry, served, 1, _try_embed, request, None)
+        done = await walk.tries(i, entry, served, owner.tries, _try_embed, request, None)
         if done is not None:
-            return await _accepted(walk, resort, entry, served, request, done)
+            return await _accepted(walk, i, entry, served, request, done)
     failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)
     attempts: Sequence[Attempt] = log.attempts if log is not None else walk.attempts
     if walk.limits is not None:  # an input is too long for every entry of the space
@@ -218,6 +217,7 @@ async def _walk_batch(
         aggregate_message(attempts, owner.tries),
         attempts=list(attempts),
         last_error=failure[0] if failure is not None else None,
+        retry_at=walk.usable_at(),
     )
 
 
