@@ -405,3 +405,21 @@ async def test_the_demo_embedding_tour_keeps_to_one_vector_space(tmp_path: Path)
     assert "300 vectors of 32 numbers, in input order, served by azure.embed/text-embedding-3-small" in (
         console.export_text()
     )
+
+
+async def test_every_entry_of_the_space_cooling_down_is_tried_as_if_closed(sim: Simulator) -> None:
+    """When each entry of the space cools down, the embedding call still tries them (the panic rule)."""
+    sim.set_script({"models": {"emb-p": {"steps": ["429-ra30", "429-ra30", "ok"]}}})
+    profiles = {
+        "openai.a": profile(sim, "openai", "emb-p", fallback=["openai.b"]),
+        "openai.b": profile(sim, "openai", "emb-p"),
+    }
+    async with client(profiles, reliability={"provider_retries": 0}) as c:
+        with pytest.raises(AllProvidersFailed):
+            await c.embed("x")
+        reply = await c.embed("x")
+    assert [(a.provider, a.outcome) for a in reply.attempts] == [
+        ("openai.a", "cooldown_skip"),
+        ("openai.b", "cooldown_skip"),
+        ("openai.a", "ok"),
+    ]
