@@ -1,7 +1,7 @@
 """The ``turnout`` command line.
 
 Exit codes: 0 success (warnings included), 1 a configuration or run-time failure (the message names
-the key path where there is one), 2 a usage error.
+the key path where there is one), 2 a usage error (also an address a command cannot listen on: a busy port).
 """
 
 from __future__ import annotations
@@ -65,12 +65,13 @@ def _err() -> Console:
 
 
 def _fail(exc: ConfigError, as_json: bool) -> typer.Exit:
+    """Print a configuration error; exit status 1, or 2 for an address a command cannot listen on (a usage error)."""
     if as_json:
         body = {"ok": False, "error": {"code": exc.code, "path": exc.path, "message": exc.message}}
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _err().print(f"error: {exc}", markup=False)
-    return typer.Exit(1)
+    return typer.Exit(2 if exc.code == "listen_failed" else 1)
 
 
 def load(config: str | None) -> Config:

@@ -31,7 +31,13 @@ from rich.text import Text
 
 from turnout.attribution import SKIPS, Attempt
 from turnout.client import Client
-from turnout.errors import ConfigError, ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.errors import (
+    ContextWindowExceeded,
+    RefusalError,
+    StreamInterruptedAfterOutput,
+    TurnoutError,
+    cannot_listen,
+)
 from turnout.gateway import Gateway, GatewayServer
 from turnout.ledger import summarize
 from turnout.reply import Reply
@@ -421,7 +427,7 @@ async def serve_demo(
     try:
         await server.start()
     except OSError as exc:
-        raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", code="listen_failed") from None
+        raise cannot_listen("127.0.0.1", port, exc) from None
     on_signals = stop is None
     stop = _stop_on_signals() if stop is None else stop
     try:
