@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from fakes import call_record
 from turnout.attribution import Attempt
 from turnout.cli import app
-from turnout.demo import _attempts_table
+from turnout.terminal import attempts_table
 from turnout.ledger import Ledger
 from turnout.terminal import shown
 
@@ -75,5 +75,5 @@ def test_ledger_command_shows_breaker_skips_apart_from_failure_classes(tmp_path:
 def test_attempts_table_escapes_client_text() -> None:
     """The attempts table of `turnout chat` and the demo shows a hostile model escaped."""
     console = Console(record=True, width=400, force_terminal=False)
-    console.print(_attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
+    console.print(attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
     _assert_inert(console.export_text())
