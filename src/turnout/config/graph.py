@@ -375,7 +375,7 @@ def _switched_off(config: Config) -> list[ConfigWarning]:
     """Tables whose settings have no effect because what they tune is off.
 
     A ``hedge`` or ``breaker`` table (``[reliability.*]`` or a profile's) that sets keys while the feature stays
-    off wherever the table applies, and ``[state]`` keys of the Redis backend under ``backend = "memory"``.
+    off wherever the table applies, and ``[state] url`` under ``backend = "memory"``.
     """
     out: list[ConfigWarning] = []
     profiles = config.profiles()
@@ -392,14 +392,12 @@ def _switched_off(config: Config) -> list[ConfigWarning]:
         for name, table in tables.items():
             if set(table.settings()) - {"enabled"} and not (base_on if table.enabled is None else table.enabled):
                 out.append(_off(f"{_path(name)}.{feature}", table, f"{name} {off}"))
-    unused = sorted(config.state.model_fields_set & {"url", "key_prefix"})
-    if config.state.backend == "memory" and unused:
+    if config.state.backend == "memory" and config.state.url is not None:
         out.append(
             ConfigWarning(
                 code="setting_unused",
-                path=f"state.{unused[0]}",
-                message=f"{' and '.join(unused)} appl{'y' if len(unused) > 1 else 'ies'} to backend = \"redis\"; "
-                f"with the memory backend {'they have' if len(unused) > 1 else 'it has'} no effect",
+                path="state.url",
+                message='url applies to backend = "redis"; with the memory backend it has no effect',
             )
         )
     return out
