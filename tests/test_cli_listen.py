@@ -76,10 +76,9 @@ def test_serve_with_workers_on_a_busy_port_fails_once_before_starting_them(tmp_p
 
 async def test_demo_serve_on_a_busy_port_raises_the_same_error(tmp_path: Path, busy_port: int) -> None:
     """The demo's gateway on a port in use raises the listen error the command line prints with exit 2."""
-    async with Simulator() as sim:
-        async with Client.from_toml(demo_config(sim, tmp_path / "ledger.sqlite3")) as client:
-            with pytest.raises(ConfigError) as caught:
-                await serve_demo(Console(record=True, force_terminal=False), client, busy_port)
+    async with Simulator() as sim, Client.from_toml(demo_config(sim, tmp_path / "ledger.sqlite3")) as client:
+        with pytest.raises(ConfigError) as caught:
+            await serve_demo(Console(record=True, force_terminal=False), client, busy_port)
     assert caught.value.code == "listen_failed"
     assert f"127.0.0.1:{busy_port}" in str(caught.value)
     assert "the port is already in use" in str(caught.value) and "--port" in str(caught.value)

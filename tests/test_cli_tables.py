@@ -14,10 +14,10 @@ from fakes import call_record
 from servers import threaded_simulator
 from turnout.attribution import Attempt
 from turnout.cli import app
-#
+from turnout.demo import _print_summary
 from turnout.ledger import Ledger
 from turnout.sim import Simulator
-#
+from turnout.terminal import Column, FittedTable, attempts_table, usd
 from turnout.types import Usage
 
 WIDTHS = [80, 120]
@@ -108,19 +108,34 @@ def test_attempts_table_keeps_identifying_values_whole(width: int) -> None:
     """The attempts table of `turnout chat` and the demo shows profile, model, outcome and cost whole."""
     attempts = [
         Attempt(provider=PRIMARY, model="a-model-name-that-is-rather-long-2025", outcome="rate_limited", status=429),
-        Attempt(provider=BACKUP, model=BACKUP_MODEL, outcome="ok", usage=Usage(input_tokens=7, output_tokens=5),
-                cost_usd=4.2e-8, key_id="bb04f1fa"),
+        Attempt(
+            provider=BACKUP,
+            model=BACKUP_MODEL,
+            outcome="ok",
+            usage=Usage(input_tokens=7, output_tokens=5),
+            cost_usd=4.2e-8,
+            key_id="bb04f1fa",
+        ),
     ]
     console = Console(record=True, width=width, force_terminal=False)
     console.print(attempts_table(attempts))
     text = console.export_text()
-    _assert_whole(text, PRIMARY, BACKUP, BACKUP_MODEL, "a-model-name-that-is-rather-long-2025", "rate_limited", "ok",
-                  "$0.000000042", "bb04f1fa")
+    _assert_whole(
+        text,
+        PRIMARY,
+        BACKUP,
+        BACKUP_MODEL,
+        "a-model-name-that-is-rather-long-2025",
+        "rate_limited",
+        "ok",
+        "$0.000000042",
+        "bb04f1fa",
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_demo_summary_and_pool_tables_keep_identifying_values_whole(tmp_path: Path, width: int) -> None:
-    """The demo's ledger summary and pool table print their names and costs whole."""
+def test_demo_summary_keeps_identifying_values_whole(tmp_path: Path, width: int) -> None:
+    """The demo's ledger summary prints its names and costs whole."""
     db = tmp_path / "ledger.sqlite3"
     model = "a-deployment-name-long-enough-to-crowd-a-summary-2025-04-14"
 
@@ -152,7 +167,12 @@ def test_a_table_that_fits_prints_as_a_table_and_one_that_does_not_prints_stacke
 def test_usd_keeps_the_digits_of_a_tiny_cost() -> None:
     """A cost below a millionth of a dollar keeps two significant digits; others show six decimals."""
     assert [usd(v) for v in (0.000011, 1.5, 0.0, 4e-7, 9e-9, None)] == [
-        "$0.000011", "$1.500000", "$0.000000", "$0.00000040", "$0.0000000090", "-"
+        "$0.000011",
+        "$1.500000",
+        "$0.000000",
+        "$0.00000040",
+        "$0.0000000090",
+        "-",
     ]
 
 

@@ -115,12 +115,12 @@ def test_the_readme_tour_runs_as_written(tour_dir: tuple[Path, Simulator], capsy
     # 2. ask, 3. stream: one script
     capsys.readouterr()
     namespace: dict[str, object] = {"__name__": "__main__"}
-    exec(compile(ask, "README.md (ask)", "exec"), namespace)  # noqa: S102 - the README's own code
+    exec(compile(ask, "README.md (ask)", "exec"), namespace)
     asked = capsys.readouterr().out.splitlines()
     assert asked[0] == "Hello from the Turnout simulator."
     assert "RouteRef(provider='anthropic.prod', model='claude-sonnet-4-5')" in asked[1]
     assert any(line.startswith("anthropic.prod claude-sonnet-4-5 ok") for line in asked[2:]), asked
-    exec(compile(stream, "README.md (stream)", "exec"), namespace)  # noqa: S102
+    exec(compile(stream, "README.md (stream)", "exec"), namespace)
     streamed = capsys.readouterr().out.splitlines()
     assert streamed[0] == "Hello from the Turnout simulator."
     assert streamed[1] == "RouteRef(provider='deepseek.reasoner', model='deepseek-reasoner')"
@@ -141,7 +141,7 @@ def test_the_readme_tour_runs_as_written(tour_dir: tuple[Path, Simulator], capsy
     argv[argv.index("--port") + 1] = str(port)
     with _serving(argv, directory) as url:
         capsys.readouterr()
-        exec(compile(sdk.replace("http://127.0.0.1:8787", url), "README.md (sdk)", "exec"), {})  # noqa: S102
+        exec(compile(sdk.replace("http://127.0.0.1:8787", url), "README.md (sdk)", "exec"), {})
         assert capsys.readouterr().out.strip() == "deepseek-reasoner Hello from the Turnout simulator."
 
 
@@ -153,7 +153,9 @@ def test_an_unknown_hint_is_served_by_the_library_and_refused_by_the_gateway(
     (directory / "turnout.toml").write_text(on_simulator(blocks("toml")[0], sim.url))
     rule = _unknown_hint_table(README)
     assert rule == _unknown_hint_table((ROOT / "docs" / "gateway.md").read_text(encoding="utf-8"))
-    assert "404 model_not_found" in rule and "the default route serves it" in rule and "unknown route hint 'nope'" in rule
+    assert (
+        "404 model_not_found" in rule and "the default route serves it" in rule and "unknown route hint 'nope'" in rule
+    )
 
     async def ask() -> tuple[str, str, str]:
         async with Client.from_file("turnout.toml") as client:
@@ -172,7 +174,9 @@ def test_an_unknown_hint_is_served_by_the_library_and_refused_by_the_gateway(
         status, body = _post(f"{url}/v1/chat/completions", request)
     assert status == 404 and body["error"]["code"] == "model_not_found"
 
-    (directory / "turnout.toml").write_text(on_simulator(blocks("toml")[0] + "\n[gateway]\nallow_any_model = true\n", sim.url))
+    (directory / "turnout.toml").write_text(
+        on_simulator(blocks("toml")[0] + "\n[gateway]\nallow_any_model = true\n", sim.url)
+    )
     with _serving([*turnout_command(), "serve", "--port", str(free_port())], directory) as url:
         status, body = _post(f"{url}/v1/chat/completions", request)
     assert (status, body["model"]) == (200, "claude-sonnet-4-5")  # allow_any_model: as the library does
@@ -190,7 +194,7 @@ def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, Any]]:
         url, data=json.dumps(body).encode(), headers={"content-type": "application/json", "authorization": "Bearer any"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -200,7 +204,7 @@ class _Serving:
     """``turnout serve`` in a subprocess; entering waits until it says it listens (killed after a bound)."""
 
     def __init__(self, argv: list[str], directory: Path) -> None:
-        self.proc = subprocess.Popen(argv, cwd=directory, stderr=subprocess.PIPE, text=True)  # noqa: S603
+        self.proc = subprocess.Popen(argv, cwd=directory, stderr=subprocess.PIPE, text=True)
         self.watchdog = threading.Timer(60, self.proc.kill)
 
     def __enter__(self) -> str:

@@ -208,7 +208,9 @@ def chat(
     prompt: Annotated[str, typer.Argument(metavar="PROMPT", help="The question.")],
     config: ConfigOption = None,
     model: Annotated[str | None, typer.Option(metavar="MODEL", help="hint:<name> or a plain model.")] = None,
-    provider: Annotated[str | None, typer.Option(metavar="PROFILE", help="Profile to make active (family.alias).")] = None,
+    provider: Annotated[
+        str | None, typer.Option(metavar="PROFILE", help="Profile to make active (family.alias).")
+    ] = None,
     system: Annotated[str | None, typer.Option(metavar="TEXT", help="A system prompt.")] = None,
     stream: Annotated[bool, typer.Option("--stream", help="Stream the answer.")] = False,
     as_json: JsonOption = False,
@@ -323,8 +325,12 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
 @app.command()
 def ledger(
     config: ConfigOption = None,
-    since: Annotated[str | None, typer.Option(metavar="WHEN", help="Only since: a duration (30m, 6h, 7d) or an ISO date.")] = None,
-    path: Annotated[str | None, typer.Option(metavar="PATH", help="Ledger file (default: [ledger] path of the config).")] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="WHEN", help="Only since: a duration (30m, 6h, 7d) or an ISO date.")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option(metavar="PATH", help="Ledger file (default: [ledger] path of the config).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
@@ -538,8 +544,12 @@ async def _status(cfg: Config) -> dict[str, Any]:
 def sim(
     host: Annotated[str, typer.Option(metavar="HOST", help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(metavar="PORT", help="Listen port (0: a free one).")] = 8900,
-    script: Annotated[str | None, typer.Option(metavar="PATH", help="A TOML/JSON script mapping models to behaviours.")] = None,
-    seed: Annotated[int | None, typer.Option(metavar="N", help="Seed the draws of heavy-tailed delays (tail, tail_p).")] = None,
+    script: Annotated[
+        str | None, typer.Option(metavar="PATH", help="A TOML/JSON script mapping models to behaviours.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(metavar="N", help="Seed the draws of heavy-tailed delays (tail, tail_p).")
+    ] = None,
 ) -> None:
     """Run the fault-injecting provider simulator until Ctrl-C."""
     from turnout.sim.cli import run
@@ -555,7 +565,9 @@ def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(metavar="HOST", help="Listen address (default: [gateway] host).")] = None,
     port: Annotated[int | None, typer.Option(metavar="PORT", help="Listen port (default: [gateway] port).")] = None,
-    workers: Annotated[int, typer.Option(min=1, metavar="N", help="Worker processes sharing the port (SO_REUSEPORT).")] = 1,
+    workers: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Worker processes sharing the port (SO_REUSEPORT).")
+    ] = 1,
 ) -> None:
     """Run the OpenAI- and Anthropic-compatible gateway."""
     from turnout.gateway.serve import run
@@ -571,7 +583,9 @@ def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Then serve a gateway over the demo on 127.0.0.1 until Ctrl-C.")
     ] = False,
-    port: Annotated[int, typer.Option(min=0, max=65535, metavar="PORT", help="The --serve gateway's port (0: a free one).")] = 0,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="The --serve gateway's port (0: a free one).")
+    ] = 0,
 ) -> None:
     """A guided tour against the in-process simulator (writes nothing outside a temp dir)."""
     from turnout.demo import main as demo_main

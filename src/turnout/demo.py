@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from turnout.attribution import SKIPS, Attempt
+from turnout.attribution import Attempt
 from turnout.client import Client
 from turnout.errors import (
     ContextWindowExceeded,

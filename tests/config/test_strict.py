@@ -27,9 +27,9 @@ model = "claude-haiku-4-5"
 
 
 def err(text: str, env: dict[str, str] | None = None) -> ConfigError:
+    """The error loading ``text`` and materialising its plan raises."""
     with pytest.raises(ConfigError) as info:
-        cfg = load_config_toml(text, env=env or {})
-        build_plan(cfg)
+        build_plan(load_config_toml(text, env=env or {}))
     return info.value
 
 
@@ -45,7 +45,11 @@ def err(text: str, env: dict[str, str] | None = None) -> ConfigError:
         ("providers.models.openai.primary", 'timeout_secs = "30"', "providers.models.openai.primary.timeout_secs"),
         ("providers.models.openai.primary", 'native_tools = "true"', "providers.models.openai.primary.native_tools"),
         ("providers.models.openai.primary", "vision = 1", "providers.models.openai.primary.vision"),
-        ("providers.models.openai.primary", 'context_window = "200000"', "providers.models.openai.primary.context_window"),
+        (
+            "providers.models.openai.primary",
+            'context_window = "200000"',
+            "providers.models.openai.primary.context_window",
+        ),
         ("notices", "intra_family = 1", "notices.intra_family"),
         ("gateway", 'port = "8787"', "gateway.port"),
         ("ledger", 'enabled = "false"', "ledger.enabled"),
@@ -55,7 +59,11 @@ def err(text: str, env: dict[str, str] | None = None) -> ConfigError:
 )
 def test_a_value_of_the_wrong_type_fails_with_its_key_path(table: str, line: str, path: str) -> None:
     """A string where a number or boolean belongs (or a boolean where a number does) is an error, never coerced."""
-    text = BASE.replace(f"[{table}]\n", f"[{table}]\n{line}\n") if f"[{table}]\n" in BASE else f"{BASE}\n[{table}]\n{line}\n"
+    text = (
+        BASE.replace(f"[{table}]\n", f"[{table}]\n{line}\n")
+        if f"[{table}]\n" in BASE
+        else f"{BASE}\n[{table}]\n{line}\n"
+    )
     e = err(text)
     assert (e.path, e.code) == (path, "invalid_value")
     assert "(got " in e.message
@@ -103,16 +111,33 @@ def test_every_section_of_the_schema_is_strict() -> None:
 @pytest.mark.parametrize(
     ("text", "path", "suggestion"),
     [
-        (BASE.replace('default_provider = "openai.primary"', 'default_provider = "openai.primry"'), "default_provider",
-         "openai.primary"),
-        (BASE.replace('default_provider = "openai.primary"', 'default_provider = "primry"'), "default_provider",
-         "primary"),
-        (BASE + '\n[[model_routes]]\nhint = "fast"\nmodel_provider = "anthropic.bakup"\nmodel = "m"\n',
-         "model_routes[0].model_provider", "anthropic.backup"),
-        (BASE + '\n[pools.both]\nmembers = ["openai.primary", "anthropic.backpu"]\n', "pools.both.members[1]",
-         "anthropic.backup"),
-        (BASE + '\n[pools.both]\nmembers = ["openai.primary", "anthropic.backup"]\nweights = { "anthropic.bakcup" = 2 }\n',
-         'pools.both.weights."anthropic.bakcup"', "anthropic.backup"),
+        (
+            BASE.replace('default_provider = "openai.primary"', 'default_provider = "openai.primry"'),
+            "default_provider",
+            "openai.primary",
+        ),
+        (
+            BASE.replace('default_provider = "openai.primary"', 'default_provider = "primry"'),
+            "default_provider",
+            "primary",
+        ),
+        (
+            BASE + '\n[[model_routes]]\nhint = "fast"\nmodel_provider = "anthropic.bakup"\nmodel = "m"\n',
+            "model_routes[0].model_provider",
+            "anthropic.backup",
+        ),
+        (
+            BASE + '\n[pools.both]\nmembers = ["openai.primary", "anthropic.backpu"]\n',
+            "pools.both.members[1]",
+            "anthropic.backup",
+        ),
+        (
+            BASE
+            + '\n[pools.both]\nmembers = ["openai.primary", "anthropic.backup"]\n'
+            + 'weights = { "anthropic.bakcup" = 2 }\n',
+            'pools.both.weights."anthropic.bakcup"',
+            "anthropic.backup",
+        ),
         (BASE + '\n[senders.vip]\nprovider = "anthropic.backpu"\n', "senders.vip.provider", "anthropic.backup"),
     ],
 )
@@ -125,7 +150,9 @@ def test_a_reference_to_nothing_suggests_the_closest_name(text: str, path: str, 
 
 def test_a_dangling_fallback_warning_suggests_the_closest_profile() -> None:
     """A fallback naming nothing configured is still pruned with a warning, which now suggests the closest name."""
-    cfg = load_config_toml(BASE.replace('model = "gpt-4.1"', 'model = "gpt-4.1"\nfallback = ["anthropic.bakup"]'), env={})
+    cfg = load_config_toml(
+        BASE.replace('model = "gpt-4.1"', 'model = "gpt-4.1"\nfallback = ["anthropic.bakup"]'), env={}
+    )
     (warning,) = [w for w in collect_warnings(cfg) if w.code == "dangling_fallback_ref"]
     assert warning.path == "providers.models.openai.primary.fallback[0]"
     assert warning.message.endswith("did you mean 'anthropic.backup'?")

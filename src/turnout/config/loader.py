@@ -381,10 +381,10 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
             )
     if config.state.backend == "redis" and not config.state.url:
         raise ConfigError('backend = "redis" needs url = "redis://host:port/db"', path="state.url", code="missing_key")
-    name = config.gateway.api_keys_env
-    if name and not env.get(name, "").strip():
+    keys_env = config.gateway.api_keys_env
+    if keys_env and not env.get(keys_env, "").strip():
         raise ConfigError(
-            f"environment variable {name} is {'set but empty' if name in env else 'not set'}",
+            f"environment variable {keys_env} is {'set but empty' if keys_env in env else 'not set'}",
             path="gateway.api_keys_env",
             code="missing_env",
         )
