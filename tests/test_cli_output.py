@@ -76,3 +76,16 @@ def test_attempts_table_escapes_client_text() -> None:
     console = Console(record=True, width=400, force_terminal=False)
     console.print(attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
     _assert_inert(console.export_text())
+
+
+def test_status_on_the_memory_backend_says_where_the_same_view_is(tmp_path: Path) -> None:
+    """`turnout status` without Redis names client.status(), a gateway's --gateway and the Redis backend."""
+    config = tmp_path / "turnout.toml"
+    config.write_text('[providers.models.openai.main]\napi_key = "sk-test-status"\nmodel = "gpt-4.1"\n')
+    result = CliRunner().invoke(app, ["status", "--config", str(config)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("state backend: memory\n")
+    text = " ".join(result.output.split())
+    assert "client.status()" in text
+    assert "turnout status --gateway http://127.0.0.1:8787" in text
+    assert '[state] backend = "redis"' in text
