@@ -10,11 +10,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fakes import call_record
+from fakes import FakeClock, call_record
 from servers import threaded_simulator
 from turnout.attribution import Attempt
 from turnout.cli import app
-from turnout.demo import _print_summary
+from turnout.client import Client
+from turnout.demo import TIMING, _print_summary, demo_config, outage_script, outage_tour
 from turnout.ledger import Ledger
 from turnout.sim import Simulator
 from turnout.terminal import Column, FittedTable, attempts_table, usd
@@ -87,6 +88,24 @@ def test_chat_and_ledger_show_every_profile_model_outcome_and_cost_whole(
     result = CliRunner().invoke(app, ["ledger", "--config", str(config)], env=env)
     assert result.exit_code == 0, result.output
     _assert_whole(result.stdout, PRIMARY, PRIMARY_MODEL, BACKUP, BACKUP_MODEL, "retryable=2", "ok=1", cost)
+
+    result = CliRunner().invoke(app, ["check", "--config", str(config)], env=env)
+    assert result.exit_code == 0, result.output
+    _assert_whole(result.stdout, f"{PRIMARY}/{PRIMARY_MODEL}", f"{BACKUP}/{BACKUP_MODEL}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+async def test_the_demo_outage_tour_keeps_its_models_and_breaker_states_whole(tmp_path: Path, width: int) -> None:
+    """The demo's outage table (on a fake clock) prints every model and breaker state whole at 80 and 120."""
+    clock = FakeClock()
+    console = Console(record=True, width=width, force_terminal=False)
+    async with Simulator(clock=clock, sleep=clock.sleep) as sim:
+        sim.set_script({"models": outage_script(TIMING)})
+        config = demo_config(sim, tmp_path / "ledger.sqlite3")
+        async with Client.from_toml(config, ledger=False, clock=clock, sleep=clock.sleep, jitter=lambda: 0.0) as c:
+            assert await outage_tour(console, c, sim, TIMING, clock=clock, sleep=clock.sleep)
+    text = console.export_text()
+    _assert_whole(text, "claude-sonnet-4-5 503 503 → claude-haiku-4-5 ok", "breaker_skip", "closed", "open, ")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
