@@ -185,6 +185,7 @@ def test_a_table_that_fits_prints_as_a_table_and_one_that_does_not_prints_stacke
 
 def test_usd_keeps_the_digits_of_a_tiny_cost() -> None:
     """A cost below a millionth of a dollar keeps two significant digits; others show six decimals."""
+    assert usd(float("nan")) == usd(float("inf")) == "-"
     assert [usd(v) for v in (0.000011, 1.5, 0.0, 4e-7, 9e-9, None)] == [
         "$0.000011",
         "$1.500000",

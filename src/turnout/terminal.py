@@ -58,7 +58,7 @@ def shown_lines(text: str, limit: int = MAX_SHOWN_CHARS) -> Text:
 
 def usd(value: float | None, unknown: str = "-") -> str:
     """A cost in USD with six decimals, more for a cost below a millionth, so that no cost reads as zero."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return unknown
     if value == 0 or abs(value) >= 1e-6:
         return f"${value:.6f}"

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from turnout.cli import app
 from turnout.config import build_plan, collect_warnings, load_config_file, load_config_toml, schema
 from turnout.errors import ConfigError
+from turnout.gateway.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,3 +256,21 @@ def test_the_example_config_loads_and_checks_without_strictness_errors() -> None
     cfg = load_config_file(ROOT / "examples" / "turnout.toml", env=env)
     build_plan(cfg)
     assert [w for w in collect_warnings(cfg) if w.code == "setting_unused"] == []
+
+
+@pytest.mark.parametrize(
+    ("tail", "path", "suggestion"),
+    [
+        ('[gateway.keys.app]\nkey = "gw-app"\nmodels = ["hint:fsat"]\n', "gateway.keys.app.models[0]", "hint:fast"),
+        ('[gateway.keys.app]\nkey = "gw-app"\nsender = "vpi"\n', "gateway.keys.app.sender", "vip"),
+        ('[gateway.aliases]\nquick = "hint:fsat"\n', "gateway.aliases.quick", "hint:fast"),
+    ],
+)
+def test_gateway_names_that_refer_to_nothing_suggest_the_closest(tail: str, path: str, suggestion: str) -> None:
+    """A gateway key's models and sender, and an alias's hint, that name nothing say "did you mean"."""
+    text = BASE + '\n[[model_routes]]\nhint = "fast"\nmodel_provider = "anthropic.backup"\nmodel = "m"\n'
+    text += '\n[senders.vip]\nprovider = "anthropic.backup"\n\n' + tail
+    with pytest.raises(ConfigError) as info:
+        Policy(load_config_toml(text, env={})).check()
+    assert info.value.path == path
+    assert f"did you mean {suggestion!r}?" in info.value.message
