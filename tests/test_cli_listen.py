@@ -82,3 +82,10 @@ async def test_demo_serve_on_a_busy_port_raises_the_same_error(tmp_path: Path, b
     assert caught.value.code == "listen_failed"
     assert f"127.0.0.1:{busy_port}" in str(caught.value)
     assert "the port is already in use" in str(caught.value) and "--port" in str(caught.value)
+
+
+def test_demo_serve_on_a_busy_port_says_so_before_the_tour(busy_port: int) -> None:
+    """`turnout demo --serve --port N` on a port in use exits 2 with one line, without running the tour first."""
+    result = _run("demo", "--serve", "--port", str(busy_port))
+    _assert_one_line(result, busy_port)
+    assert result.stdout == ""  # no tour was printed

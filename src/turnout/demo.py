@@ -38,6 +38,7 @@ from turnout.errors import (
     cannot_listen,
 )
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.serve import can_listen
 from turnout.ledger import summarize
 from turnout.reply import Reply
 from turnout.sim import Simulator
@@ -306,11 +307,16 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
         console: Where the tour is printed (default: the terminal).
         serve: Then serve a gateway over the tour's client until SIGINT or SIGTERM (:func:`serve_demo`).
         port: The gateway's port on 127.0.0.1 (0: a free one).
+
+    Raises:
+        ConfigError: With ``serve``, the port cannot be bound (checked before the tour; code ``listen_failed``).
     """
     if console is None:
         console = Console(highlight=False)
         if not console.is_terminal:
             console = Console(highlight=False, width=max(console.width, 120))
+    if serve and port:
+        can_listen("127.0.0.1", port)  # a busy port fails now, not after the tour
     started = time.perf_counter()
     as_told = True
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:

@@ -174,12 +174,14 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
         return
     if port == 0:
         raise ConfigError("several workers cannot share port 0; choose a port", path="gateway.port")
-    _can_listen(host, port)
+    can_listen(host, port)
     _supervise(path, host, port, workers)
 
 
-def _can_listen(host: str, port: int) -> None:
+def can_listen(host: str, port: int) -> None:
     """Bind ``host:port`` as the workers will, and let go: a busy port fails here, once, not in every worker.
+
+    ``turnout demo --serve`` asks too, before its tour, rather than after it.
 
     Raises:
         ConfigError: The address cannot be bound (code ``listen_failed``).
