@@ -206,24 +206,30 @@ class _Serving:
     def __init__(self, argv: list[str], directory: Path) -> None:
         self.proc = subprocess.Popen(argv, cwd=directory, stderr=subprocess.PIPE, text=True)
         self.watchdog = threading.Timer(60, self.proc.kill)
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        self.proc.stderr.read()
 
     def __enter__(self) -> str:
         self.watchdog.start()
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-            if found:
+            if found:  # the rest of its log is read (and dropped) so that a full pipe never stalls it
+                self.drain.start()
                 return found.group(1)
         raise AssertionError(f"turnout serve exited with {self.proc.wait()} before it listened")
 
     def __exit__(self, *exc: object) -> None:
         self.watchdog.cancel()
         self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        finally:
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
+        self.proc.wait(timeout=30)
+        if self.drain.is_alive():
+            self.drain.join(timeout=30)  # at the end of the pipe: the process has exited
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
 
 
 def _serving(argv: list[str], directory: Path) -> _Serving:
