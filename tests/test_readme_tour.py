@@ -85,7 +85,7 @@ def tour_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
 def test_the_readme_tells_how_to_run_the_tour_on_the_simulator() -> None:
     """The tour's opening says which uri to add per family and which variables to set, and has its blocks."""
     assert set(readme_env()) == {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_API_KEY_2", "DEEPSEEK_API_KEY"}
-    assert len(blocks("toml")) == 2 and len(blocks("python")) == 3
+    assert len(blocks("toml")) == 2 and len(blocks("python")) == 4
     assert blocks("toml")[0].startswith("# turnout.toml")
 
 
@@ -93,7 +93,7 @@ def test_the_readme_tour_runs_as_written(tour_dir: tuple[Path, Simulator], capsy
     """Configure, check (the output shown), ask, stream, chat and ledger, serve and call it with the OpenAI SDK."""
     directory, sim = tour_dir
     config, pool = blocks("toml")
-    ask, stream, sdk = blocks("python")
+    ask, structured, stream, sdk = blocks("python")
     shell = blocks("sh")
     runner = CliRunner()
     env = {"COLUMNS": "120"}
@@ -120,6 +120,13 @@ def test_the_readme_tour_runs_as_written(tour_dir: tuple[Path, Simulator], capsy
     assert asked[0] == "Hello from the Turnout simulator."
     assert "RouteRef(provider='anthropic.prod', model='claude-sonnet-4-5')" in asked[1]
     assert any(line.startswith("anthropic.prod claude-sonnet-4-5 ok") for line in asked[2:]), asked
+    exec(compile(structured, "README.md (structured output)", "exec"), namespace)
+    answers, decoder, at = capsys.readouterr().out, json.JSONDecoder(), 0
+    for _ in range(2):  # two answers that fit the schema (the simulator answers a schema with a fitting object)
+        answer, at = decoder.raw_decode(answers, at)
+        assert isinstance(answer.get("city"), str), answers
+        at += len(answers[at:]) - len(answers[at:].lstrip())
+    assert at == len(answers)
     exec(compile(stream, "README.md (stream)", "exec"), namespace)
     streamed = capsys.readouterr().out.splitlines()
     assert streamed[0] == "Hello from the Turnout simulator."
@@ -132,7 +139,8 @@ def test_the_readme_tour_runs_as_written(tour_dir: tuple[Path, Simulator], capsy
     assert "served by anthropic.prod/claude-sonnet-4-5" in result.output
     result = runner.invoke(app, ledger[0][1:], env=env)
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("3 calls (0 failed, 0 served by a fallback), 3 attempts")
+    calls = 1 + 2 + 1 + 1  # ask, the two structured answers, the stream, `turnout chat`
+    assert result.output.startswith(f"{calls} calls (0 failed, 0 served by a fallback), {calls} attempts")
 
     # 5. serve other languages
     serve = shlex.split(next(b for b in shell if "turnout serve" in b).strip())
