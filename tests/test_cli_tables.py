@@ -205,6 +205,6 @@ def test_help_shows_section_names_and_no_type_brackets(width: int) -> None:
     assert "[gateway] host" in serve and "[gateway] port" in serve
     assert "[ledger] path" in runner.invoke(app, ["ledger", "--help"], env=env).output
     assert "[state]" in " ".join(runner.invoke(app, ["status", "--help"], env=env).output.split())
-    for command in ("chat", "check", "ledger", "status", "sim", "serve", "demo"):
+    for command in ("chat", "check", "ledger", "status", "sim", "serve", "demo", "init"):
         text = runner.invoke(app, [command, "--help"], env=env).output
-        assert "<bool>" not in text and "<int" not in text, text
+        assert "<bool>" not in text and "<int" not in text and "<str>" not in text.split("Options:")[1], text

@@ -580,8 +580,8 @@ def serve(
 
 @app.command()
 def init(
-    client: Annotated[str, typer.Option("--for", help="The client to set up: claude-code or codex.")],
-    path: Annotated[str, typer.Option(help="Where to write the config.")] = "turnout.toml",
+    client: Annotated[str, typer.Option("--for", metavar="CLIENT", help="The client to set up: claude-code or codex.")],
+    path: Annotated[str, typer.Option(metavar="PATH", help="Where to write the config.")] = "turnout.toml",
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a gateway config that works for a coding agent in one step, and say how to start both."""
