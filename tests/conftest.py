@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +19,19 @@ from servers import RedisServer, free_port, redis_executable
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+# No test may reach a cloud metadata server (169.254.169.254, metadata.google.internal), and none may use the
+# developer's own Google credentials. google-auth reads these when it is imported, so they are set before any
+# test module loads. It skips its metadata probe only for NO_GCE_CHECK == "true" (lowercase: "True" would still
+# probe), and any probe it still makes goes to a loopback port nothing listens on.
+_UNUSED = f"127.0.0.1:{free_port()}"
+os.environ.update(
+    NO_GCE_CHECK="true",
+    GCE_METADATA_HOST=_UNUSED,
+    GCE_METADATA_IP=_UNUSED,
+    CLOUDSDK_CONFIG=tempfile.mkdtemp(prefix="turnout-no-gcloud-"),
+)
+os.environ.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

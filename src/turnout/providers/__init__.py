@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from turnout.config.schema import Profile
+from turnout.model_ids import vertex_publisher
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
 from turnout.providers.registry import Family, family_for
@@ -29,6 +30,10 @@ def adapter_class(protocol: str) -> type[HTTPAdapter]:
         from turnout.providers.gemini import GeminiAdapter
 
         return GeminiAdapter
+    if protocol in ("vertex-anthropic", "vertex-google"):
+        from turnout.providers.vertex import VertexAnthropicAdapter, VertexGeminiAdapter
+
+        return VertexAnthropicAdapter if protocol == "vertex-anthropic" else VertexGeminiAdapter
     if protocol == "ollama":
         from turnout.providers.ollama import OllamaAdapter
 
@@ -37,9 +42,11 @@ def adapter_class(protocol: str) -> type[HTTPAdapter]:
 
 
 def _protocol(family: Family, profile: Profile) -> str:
-    """``wire_api = "responses"`` on an OpenAI-protocol profile selects the Responses protocol."""
+    """``wire_api = "responses"`` selects the Responses protocol; a Vertex profile's publisher its wire."""
     if family.protocol == "openai-chat" and profile.wire_api == "responses":
         return "openai-responses"
+    if family.protocol == "vertex":
+        return f"vertex-{profile.publisher or vertex_publisher(profile.model or '')}"
     return family.protocol
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.model_ids import cloud_of, wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
 from turnout.providers.http import HttpClient
@@ -126,6 +127,7 @@ class AnthropicAdapter(HTTPAdapter):
         super().__init__(settings, http, api_key)
         base = self.settings.base_url
         self._url = f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
+        self._cloud = cloud_of(settings.family.name, self.protocol)
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -148,7 +150,8 @@ class AnthropicAdapter(HTTPAdapter):
         """The Messages request body (a pass-through Messages request keeps the client's own body)."""
         native = request.native
         if native is not None and self.passes_through(request):
-            return self.with_merged_extras(native_body(native.body, model, self.temperature(temperature), stream))
+            wire = wire_model(self._cloud, model)
+            return self.with_merged_extras(native_body(native.body, wire, self.temperature(temperature), stream))
         system: list[str] = []
         messages: list[dict[str, Any]] = []
         for m in request.messages:
@@ -171,7 +174,10 @@ class AnthropicAdapter(HTTPAdapter):
             content = msg["content"]
             if len(content) == 1 and content[0]["type"] == "text":
                 msg["content"] = content[0]["text"]
-        body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens(request, DEFAULT_MAX_TOKENS)}
+        body: dict[str, Any] = {
+            "model": wire_model(self._cloud, model),
+            "max_tokens": self.max_tokens(request, DEFAULT_MAX_TOKENS),
+        }
         if system:
             body["system"] = "\n\n".join(system)
         body["messages"] = messages

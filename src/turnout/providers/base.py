@@ -77,6 +77,10 @@ class AdapterSettings:
     think: bool | None = None
     num_ctx: int | None = None
     num_predict: int | None = None
+    # Google Vertex AI
+    project: str | None = None
+    region: str | None = None
+    credentials_file: str | None = None
 
     @classmethod
     def from_profile(cls, name: str, profile: Profile) -> AdapterSettings:
@@ -87,6 +91,8 @@ class AdapterSettings:
         if family.vendor == "azure" and not profile.uri:
             deployment = quote(profile.deployment or "", safe="")
             base = f"https://{profile.resource}.openai.azure.com/openai/deployments/{deployment}"
+        if family.protocol == "vertex" and not profile.uri and profile.region not in (None, "global"):
+            base = f"https://{profile.region}-aiplatform.googleapis.com"  # a regional endpoint (global: the default)
         return cls(
             profile=name,
             family=family,
@@ -114,6 +120,9 @@ class AdapterSettings:
             think=profile.think,
             num_ctx=profile.num_ctx,
             num_predict=profile.num_predict,
+            project=profile.project,
+            region=profile.region,
+            credentials_file=profile.credentials_file,
         )
 
 

@@ -20,6 +20,7 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.model_ids import wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
@@ -356,7 +357,8 @@ class GeminiAdapter(HTTPAdapter):
                     model=model,
                     error_type="invalid_model",
                 )
-            path = f"{self.settings.base_url}/models/{quote(model.removeprefix('models/'), safe='')}"
+            wire = wire_model("gemini", model.removeprefix("models/"))
+            path = f"{self.settings.base_url}/models/{quote(wire, safe='')}"
             if len(self._paths) >= 64:  # an unpinned profile sees many names; keep only a few
                 self._paths.clear()
             self._paths[model] = path

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Wire protocols Turnout speaks.
-PROTOCOLS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
+PROTOCOLS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama", "vertex")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +22,8 @@ class Family:
         auth: ``"bearer"``, ``"x-api-key"``, ``"x-goog-api-key"``, ``"api-key"`` (Azure) or ``"none"``.
         needs_key: Whether a profile of this family must have a credential.
         vendor: The OpenAI-compatible vendor whose quirks apply, if any.
+        extra: The ``turnout[...]`` extra the family's client library comes from, if any.
+        extra_module: The module that extra installs (looked up, never imported, when the config loads).
     """
 
     name: str
@@ -30,6 +32,8 @@ class Family:
     auth: str = "bearer"
     needs_key: bool = True
     vendor: str | None = None
+    extra: str | None = None
+    extra_module: str | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -62,6 +66,16 @@ FAMILIES: dict[str, Family] = {
         Family(name="xai", protocol="openai-chat", base_url="https://api.x.ai/v1", vendor="xai"),
         Family(name="together", protocol="openai-chat", base_url="https://api.together.xyz/v1", vendor="together"),
         Family(name="azure", protocol="openai-chat", base_url="", auth="api-key", vendor="azure"),
+        # Google Vertex AI: the endpoint comes from the region, the credential from Application Default Credentials
+        Family(
+            name="vertex",
+            protocol="vertex",
+            base_url="https://aiplatform.googleapis.com",
+            auth="google",
+            needs_key=False,
+            extra="gcp",
+            extra_module="google.auth",
+        ),
     )
 }
 

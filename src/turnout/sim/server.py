@@ -25,6 +25,7 @@ from aiohttp import web
 from turnout.config.secrets import key_id
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
+from turnout.sim.google import GoogleTokens
 from turnout.sim.headroom import Limits
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
 from turnout.sim.scenarios import Scenarios
@@ -32,6 +33,7 @@ from turnout.sim.schema import structured
 from turnout.sim.script import Script
 from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
 from turnout.sim.wire.base import JSON, Parsed
+from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -84,6 +86,10 @@ class SimServer:
         self._gemini = Gemini()
         self._ollama = Ollama()
         self._azure = AzureChat()
+        self._vertex_anthropic = VertexAnthropic()
+        self._vertex_gemini = VertexGemini()
+        #: The bearer tokens of the Google token endpoint, which the Vertex AI routes check.
+        self.google = GoogleTokens(clock)
 
     def app(self) -> web.Application:
         """A new aiohttp application with every route."""
@@ -96,6 +102,11 @@ class SimServer:
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        vertex = "/v1/projects/{project}/locations/{location}/publishers"
+        add_post(vertex + "/anthropic/models/{target}", self._on_vertex_anthropic)
+        add_post(vertex + "/google/models/{target}", self._on_vertex_gemini)
+        add_post("/_sim/google/token", self._on_google_token)
+        add_post("/_sim/google/expire", self._on_google_expire)
         add_get("/_sim/log", self._on_log)
         add_post("/_sim/reset", self._on_reset)
         add_post("/_sim/script", self._on_script)
@@ -165,6 +176,44 @@ class SimServer:
             return await self._serve(request, self._gemini, path_model=model, stream=True)
         raise web.HTTPNotFound()
 
+    async def _on_vertex_anthropic(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in ("rawPredict", "streamRawPredict"):
+            raise web.HTTPNotFound()
+        return await self._vertex(request, self._vertex_anthropic, model, method == "streamRawPredict")
+
+    async def _on_vertex_gemini(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            raise web.HTTPNotFound()
+        return await self._vertex(request, self._vertex_gemini, model, method == "streamGenerateContent")
+
+    async def _vertex(self, request: web.Request, codec: Codec, model: str, stream: bool) -> web.StreamResponse:
+        """A Vertex AI route: a token the Google endpoint issued, not expired, or a 401 before anything else."""
+        if not self.google.valid(request.headers.get("Authorization")):
+            return self._refused(request, codec, model, ErrorSpec(kind=ErrorKind.AUTH))
+        return await self._serve(request, codec, path_model=model, stream=stream)
+
+    async def _on_google_token(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        grant, assertion = form.get("grant_type"), form.get("assertion")
+        status, body = self.google.grant(
+            grant if isinstance(grant, str) else None, assertion if isinstance(assertion, str) else None
+        )
+        return _json(body, status=status)
+
+    async def _on_google_expire(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok", "expired": self.google.expire()})
+
+    def _refused(self, request: web.Request, codec: Codec, model: str, spec: ErrorSpec) -> web.Response:
+        """An error answered before the script is consulted: logged, not counted as an attempt on the model."""
+        req = Parsed(model=model, stream=False)
+        rec = self._record(request, codec, req, 0, Kind.INVALID, self._key_id(request))
+        refused = self._error(codec, req, spec, rec)
+        rec.duration = 0.0
+        self.log.changed()
+        return refused
+
     # --- the driver --------------------------------------------------------------------------------
 
     def _key_id(self, request: web.Request) -> str | None:
@@ -210,6 +259,11 @@ class SimServer:
             rec.duration = 0.0
             self.log.changed()
             return invalid
+        reason = codec.refuse(payload)
+        if reason is not None:
+            return self._refused(
+                request, codec, path_model or "", ErrorSpec(kind=ErrorKind.BAD_REQUEST, message=reason)
+            )
         req = codec.parse(payload, path_model)
         if stream is not None:
             req.stream = stream

@@ -7,6 +7,7 @@ from turnout.sim.wire.gemini import Gemini
 from turnout.sim.wire.ollama import Ollama
 from turnout.sim.wire.openai_chat import OpenAIChat
 from turnout.sim.wire.openai_responses import OpenAIResponses
+from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
 __all__ = [
     "AnthropicMessages",
@@ -19,4 +20,6 @@ __all__ = [
     "OpenAIResponses",
     "Parsed",
     "StreamEncoder",
+    "VertexAnthropic",
+    "VertexGemini",
 ]
