@@ -197,7 +197,12 @@ MODERATION_HINTS = ("moderation", "flagged")
 
 
 def _timed_quota(facts: ErrorFacts) -> bool:
-    return any(("perminute" in q.lower() or "perday" in q.lower()) for q in facts.quota_ids)
+    # Gemini's ids say ``PerMinute`` / ``PerDay``; Vertex AI's metrics ``per_minute``, and its online-prediction
+    # quotas (``aiplatform.googleapis.com/online_prediction_requests_per_base_model``) are per minute too
+    return any(
+        "perminute" in q or "perday" in q or "per_minute" in q or "per_day" in q or "online_prediction" in q
+        for q in (q.lower() for q in facts.quota_ids)
+    )
 
 
 def classify(facts: ErrorFacts) -> ErrorClass:

@@ -11,16 +11,19 @@ imported by this module alone, which only a Vertex profile's adapter imports: ne
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
 import google.auth
 import google.auth.transport
 import google.auth.transport.requests
+import google.oauth2.credentials
 from google.auth import exceptions
+from google.oauth2 import service_account
 
 from turnout.errors import ErrorClass, ProviderError
 
@@ -156,14 +159,37 @@ class TokenSource:
             return self._take(self._credentials)
 
     def _discover(self, request: _Bounded) -> Any:
-        scopes: Sequence[str] = SCOPES
         if self.credentials_file:
-            credentials, _ = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
-                self.credentials_file, scopes=scopes
-            )
-        else:
-            credentials, _ = google.auth.default(scopes=scopes, request=request)
+            return self._from_file(self.credentials_file)
+        credentials, _ = google.auth.default(scopes=SCOPES, request=request)
         return credentials
+
+    def _from_file(self, path: str) -> Any:
+        """The credentials of a key file of a type named in it (loaded by that type's own class)."""
+        try:
+            with open(path, "rb") as f:
+                info = json.loads(f.read(1024 * 1024))
+            kind = info.get("type") if isinstance(info, dict) else None
+            if kind == "service_account":
+                return service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+                    info, scopes=SCOPES
+                )
+            if kind == "authorized_user":
+                return google.oauth2.credentials.Credentials.from_authorized_user_info(  # type: ignore[no-untyped-call]
+                    info, scopes=SCOPES
+                )
+        except (OSError, ValueError) as exc:  # unreadable, not JSON, or a key the library cannot load
+            raise self._error(
+                f"credentials_file could not be loaded ({type(exc).__name__})",
+                ErrorClass.NON_RETRYABLE,
+                "credentials_not_found",
+            ) from exc
+        raise self._error(
+            "credentials_file must be a service_account or authorized_user file "
+            "(for workload identity federation, point GOOGLE_APPLICATION_CREDENTIALS at its configuration)",
+            ErrorClass.NON_RETRYABLE,
+            "credentials_not_found",
+        )
 
     def _take(self, credentials: Any) -> str:
         token = credentials.token

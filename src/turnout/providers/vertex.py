@@ -12,7 +12,9 @@ as ``Authorization: Bearer``. A 401 renews the token once and makes the call aga
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -33,6 +35,8 @@ from turnout.types import ChatRequest, ChatResponse, StreamEvent
 ANTHROPIC_VERSION = "vertex-2023-10-16"
 #: What a Vertex model id may not contain: each could end its URL path segment or climb out of it.
 _PATH_UNSAFE = ("/", "?", "#", "\\", "..", ":", "%")
+#: The quota metric a Vertex 429 names in its message (``Quota exceeded for aiplatform.googleapis.com/…``).
+_QUOTA_METRIC = re.compile(r"Quota exceeded for (aiplatform\.googleapis\.com/[A-Za-z0-9_]{1,120})")
 
 
 def model_path_problem(model: str) -> str | None:
@@ -95,6 +99,23 @@ class _Vertex(HTTPAdapter):
                 self._paths.clear()
             path = self._paths[model] = self._prefix + quote(wire, safe="@")
         return path
+
+    def google_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts | None:
+        """What an error in Google's shape says (None: the publisher's model answered in its own shape).
+
+        Vertex's front end answers quota and credential errors so, whichever the publisher. A quota error names
+        its metric only in the message: it is kept as the quota id, so a per-minute quota is a rate limit, not an
+        exhausted budget.
+        """
+        data = orjson.loads(body)
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+        error = data.get("error") if isinstance(data, dict) else None
+        if not (isinstance(error, Mapping) and "status" in error and "type" not in error):
+            return None
+        facts = error_facts_of(error, status=status, headers=headers)
+        metric = _QUOTA_METRIC.search(facts.message)
+        return replace(facts, quota_ids=(*facts.quota_ids, metric.group(1))) if metric else facts
 
     def _use(self, token: str) -> None:
         """Send ``token`` from now on (and scrub it from any error text)."""
@@ -177,14 +198,8 @@ class VertexAnthropicAdapter(_Vertex, AnthropicAdapter):
         return headers
 
     def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
-        """Vertex's front end answers in Google's shape (quota, credentials), the model in Anthropic's."""
-        data = orjson.loads(body)
-        if isinstance(data, list) and len(data) == 1:
-            data = data[0]
-        error = data.get("error") if isinstance(data, dict) else None
-        if isinstance(error, Mapping) and "status" in error and "type" not in error:
-            return error_facts_of(error, status=status, headers=headers)
-        return super().error_facts(status, headers, body)
+        """Google's shape from Vertex's front end, else Anthropic's from the model."""
+        return self.google_facts(status, headers, body) or super().error_facts(status, headers, body)
 
     async def count_tokens(self, request: ChatRequest, model: str) -> int:
         """Vertex counts Claude tokens at another endpoint; not offered here (the gateway answers its estimate).
@@ -209,3 +224,7 @@ class VertexGeminiAdapter(_Vertex, GeminiAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``…/models/{model}:streamGenerateContent?alt=sse`` or ``:generateContent``."""
         return self.model_path(model) + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+
+    def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
+        """Google's error shape, with a quota error's metric kept as its quota id."""
+        return self.google_facts(status, headers, body) or super().error_facts(status, headers, body)
