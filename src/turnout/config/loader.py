@@ -7,6 +7,7 @@ not on the first request.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 import tomllib
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from turnout.config.schema import Config
+from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.providers.registry import family_for
@@ -264,6 +265,24 @@ def default_profile(config: Config) -> str:
     )
 
 
+#: An AWS region name (``us-east-1``, ``eu-central-2``, ``us-gov-west-1``): it becomes part of the endpoint's host.
+_AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+){1,2}-[0-9]{1,2}")
+
+
+def _check_bedrock(profile: Profile, path: str) -> None:
+    """A Bedrock profile needs a region, and the ``aws`` extra (botocore) to sign and decode."""
+    if not profile.region:
+        raise ConfigError('a bedrock profile needs region (e.g. region = "us-east-1")', path=f"{path}.region")
+    if not _AWS_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not an AWS region name", path=f"{path}.region", code="invalid_value"
+        )
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(
+            "a bedrock profile needs the aws extra: pip install 'turnout[aws]'", path=path, code="missing_extra"
+        )
+
+
 def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
     for name, profile in config.profiles().items():
         fam, _, alias = name.partition(".")
@@ -283,6 +302,8 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
                     path=f"{path}.uri",
                     code="missing_uri",
                 )
+        elif family.protocol == "bedrock":
+            _check_bedrock(profile, path)
         elif not profile.uri and not family.base_url:
             raise ConfigError(
                 f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"

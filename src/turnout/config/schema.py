@@ -108,6 +108,9 @@ class Profile(_Section):
     resource: str | None = None
     deployment: str | None = None
     api_version: str | None = None
+    # AWS Bedrock
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)
