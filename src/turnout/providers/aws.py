@@ -77,30 +77,31 @@ class FrameReader:
     def _bad(self, what: str) -> ProtocolError:
         return ProtocolError(f"malformed event stream: {what}", provider=self._provider, model=self._model)
 
-    def feed(self, chunk: bytes) -> list[Frame]:
-        """The frames ``chunk`` completed.
+    def feed(self, chunk: bytes, out: list[Frame]) -> None:
+        """Append the frames ``chunk`` completed to ``out``.
 
         Raises:
-            ProtocolError: A frame's lengths are impossible or too large, or a CRC does not match.
+            ProtocolError: A frame's lengths are impossible or too large, or a CRC does not match (the frames
+                before it are in ``out``).
         """
         buf = self._buf
         buf += chunk
-        out: list[Frame] = []
         start = 0
         size = len(buf)
-        while size - start >= PRELUDE:
-            total, headers = _prelude.unpack_from(buf, start)
-            if total < MIN_FRAME or headers > total - MIN_FRAME or headers > MAX_HEADERS:
-                raise self._bad(f"a frame of {total} bytes with {headers} bytes of headers")
-            if total > self._max:
-                raise self._bad(f"a frame of {total} bytes exceeds the limit of {self._max} bytes")
-            if size - start < total:
-                break
-            out.append(self._decode(bytes(buf[start : start + total])))
-            start += total
-        if start:
-            del buf[:start]
-        return out
+        try:
+            while size - start >= PRELUDE:
+                total, headers = _prelude.unpack_from(buf, start)
+                if total < MIN_FRAME or headers > total - MIN_FRAME or headers > MAX_HEADERS:
+                    raise self._bad(f"a frame of {total} bytes with {headers} bytes of headers")
+                if total > self._max:
+                    raise self._bad(f"a frame of {total} bytes exceeds the limit of {self._max} bytes")
+                if size - start < total:
+                    break
+                out.append(self._decode(bytes(buf[start : start + total])))
+                start += total
+        finally:
+            if start:
+                del buf[:start]
 
     def _decode(self, raw: bytes) -> Frame:
         parser = eventstream.EventStreamBuffer()

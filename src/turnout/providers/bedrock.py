@@ -349,16 +349,22 @@ class BedrockDecoder(StreamDecoder):
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """Consume body bytes; return the events of the frames they completed (an error comes after them)."""
         out: list[StreamEvent] = []
+        frames: list[Frame] = []
+        broken: ProviderError | None = None
         try:
-            for frame in self._frames.feed(chunk):
+            self._frames.feed(chunk, frames)
+        except ProviderError as exc:
+            broken = exc  # raised after the frames before it
+        try:
+            for frame in frames:
                 self._frame(frame, out)
                 if self.done:
-                    break
+                    return out
         except ProviderError as exc:
             return self.defer(exc, out)
         except MALFORMED as exc:
             return self.defer(self._bad(type(exc).__name__), out)
-        return out
+        return out if broken is None else self.defer(broken, out)
 
     def finish(self) -> list[StreamEvent]:
         """End of body: ``Final`` when ``messageStop`` came; else a truncated stream."""
