@@ -285,8 +285,36 @@ def _check_vertex(profile: Profile, path: str) -> None:
             path=f"{path}.publisher",
             code="missing_key",
         )
+    if profile.region is not None and not _VERTEX_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not a Google Cloud location (e.g. global, us-east5)",
+            path=f"{path}.region",
+            code="invalid_value",
+        )
     if profile.credentials_file and not Path(profile.credentials_file).is_file():
         raise ConfigError("credentials file not found", path=f"{path}.credentials_file", code="file_not_found")
+
+
+#: A Google Cloud location: it becomes part of the endpoint's host and of the URL path.
+_VERTEX_REGION = re.compile(r"[a-z][a-z0-9-]{1,39}")
+
+
+#: An AWS region name (``us-east-1``, ``eu-central-2``, ``us-gov-west-1``): it becomes part of the endpoint's host.
+_AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+){1,2}-[0-9]{1,2}")
+
+
+def _check_bedrock(profile: Profile, path: str) -> None:
+    """A Bedrock profile needs a region, and the ``aws`` extra (botocore) to sign and decode."""
+    if not profile.region:
+        raise ConfigError('a bedrock profile needs region (e.g. region = "us-east-1")', path=f"{path}.region")
+    if not _AWS_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not an AWS region name", path=f"{path}.region", code="invalid_value"
+        )
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(
+            "a bedrock profile needs the aws extra: pip install 'turnout[aws]'", path=path, code="missing_extra"
+        )
 
 
 def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
@@ -308,6 +336,8 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
                     path=f"{path}.uri",
                     code="missing_uri",
                 )
+        elif family.protocol == "bedrock":
+            _check_bedrock(profile, path)
         elif not profile.uri and not family.base_url:
             raise ConfigError(
                 f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"

@@ -110,9 +110,11 @@ class Profile(_Section):
     api_version: str | None = None
     # Google Vertex AI (``region`` defaults to ``global``; ``publisher`` to the model's: Claude → anthropic)
     project: str | None = Field(default=None, min_length=1, max_length=128)
-    region: str | None = Field(default=None, pattern=r"^[a-z0-9-]{1,40}$")
     credentials_file: str | None = None
     publisher: Literal["anthropic", "google"] | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)

@@ -38,6 +38,10 @@ def adapter_class(protocol: str) -> type[HTTPAdapter]:
         from turnout.providers.ollama import OllamaAdapter
 
         return OllamaAdapter
+    if protocol == "bedrock":
+        from turnout.providers.bedrock import BedrockAdapter
+
+        return BedrockAdapter
     raise ValueError(f"unknown protocol {protocol!r}")
 
 

@@ -6,6 +6,9 @@ body bytes) and ``total`` (the whole attempt). Body bytes are watched by a lazy 
 connection's byte counter a few times per idle period, so reading a chunk costs nothing extra, and one timer
 per event loop checks every attempt in flight, so an attempt that ends in time costs no timer at all.
 
+A URL given as a ``yarl.URL`` built with ``encoded=True`` is sent as it is: a signed path keeps its escapes
+(``%3A`` in a Bedrock model id), which a string would lose to yarl's normalisation.
+
 Every aiohttp and socket exception is translated here, at one boundary, into a
 :class:`~turnout.errors.ProviderError` subclass (``raise ... from exc``).
 """
@@ -22,6 +25,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 from multidict import CIMultiDictProxy
+from yarl import URL
 
 from turnout.config.secrets import scrub
 from turnout.errors import ProtocolError, ProviderConnectionError, ProviderError, ProviderTimeout
@@ -225,7 +229,7 @@ class StreamingResponse:
     def __init__(
         self,
         client: HttpClient,
-        args: tuple[str, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
+        args: tuple[str | URL, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
     ) -> None:
         self._client = client
         self._args = args
@@ -413,7 +417,7 @@ class HttpClient:
 
     def _start(
         self,
-        url: str,
+        url: str | URL,
         headers: Mapping[str, str],
         body: bytes,
         timeouts: Timeouts,
@@ -479,7 +483,7 @@ class HttpClient:
 
     async def post(
         self,
-        url: str,
+        url: str | URL,
         *,
         headers: Mapping[str, str],
         body: bytes,
@@ -528,7 +532,7 @@ class HttpClient:
 
     def stream(
         self,
-        url: str,
+        url: str | URL,
         *,
         headers: Mapping[str, str],
         body: bytes,

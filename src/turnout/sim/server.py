@@ -24,6 +24,7 @@ from aiohttp import web
 
 from turnout.config.secrets import key_id
 from turnout.errors import ConfigError
+from turnout.sim.aws import verify
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
 from turnout.sim.google import GoogleTokens
 from turnout.sim.headroom import Limits
@@ -31,7 +32,16 @@ from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record,
 from turnout.sim.scenarios import Scenarios
 from turnout.sim.schema import structured
 from turnout.sim.script import Script
-from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
+from turnout.sim.wire import (
+    AnthropicMessages,
+    AzureChat,
+    BedrockConverse,
+    Codec,
+    Gemini,
+    Ollama,
+    OpenAIChat,
+    OpenAIResponses,
+)
 from turnout.sim.wire.base import JSON, Parsed
 from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
@@ -39,6 +49,7 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 MAX_BODY = 64 * 1024 * 1024
 _KEY_HEADERS = ("x-api-key", "x-goog-api-key", "api-key")
+_SIGV4 = "AWS4-HMAC-SHA256 Credential="
 _MAX_KEY_IDS = 1024
 _REASONS = {529: "Site Overloaded"}
 _LINGER_RESET = struct.pack("ii", 1, 0)
@@ -86,6 +97,7 @@ class SimServer:
         self._gemini = Gemini()
         self._ollama = Ollama()
         self._azure = AzureChat()
+        self._bedrock = BedrockConverse()
         self._vertex_anthropic = VertexAnthropic()
         self._vertex_gemini = VertexGemini()
         #: The bearer tokens of the Google token endpoint, which the Vertex AI routes check.
@@ -102,6 +114,8 @@ class SimServer:
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        add_post("/model/{model}/converse", self._on_bedrock)
+        add_post("/model/{model}/converse-stream", self._on_bedrock_stream)
         vertex = "/v1/projects/{project}/locations/{location}/publishers"
         add_post(vertex + "/anthropic/models/{target}", self._on_vertex_anthropic)
         add_post(vertex + "/google/models/{target}", self._on_vertex_gemini)
@@ -168,6 +182,24 @@ class SimServer:
     async def _on_azure(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._azure, path_model=request.match_info["deployment"])
 
+    async def _on_bedrock(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_bedrock(request, stream=False)
+
+    async def _on_bedrock_stream(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_bedrock(request, stream=True)
+
+    async def _serve_bedrock(self, request: web.Request, *, stream: bool) -> web.StreamResponse:
+        """Converse: the signature (or Bedrock API key) is checked first, as Bedrock does, then served."""
+        body = await request.read()
+        path, _, query = request.raw_path.partition("?")
+        refusal = verify(request.method, path, query, request.headers, body, time.time())
+        if refusal is not None:
+            reply = self._bedrock.refused(refusal.error_type, refusal.message)
+            return web.Response(
+                status=reply.status, body=reply.body, content_type=reply.content_type, headers=reply.headers
+            )
+        return await self._serve(request, self._bedrock, path_model=request.match_info["model"], stream=stream)
+
     async def _on_gemini(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
         if method == "generateContent":
@@ -220,7 +252,10 @@ class SimServer:
         headers = request.headers
         key = headers.get("Authorization")
         if key is not None:
-            key = key[7:] if key[:7].lower() == "bearer " else key
+            if key[:7].lower() == "bearer ":
+                key = key[7:]
+            elif key.startswith(_SIGV4):  # a SigV4 signature: the access key id names the credential
+                key = key[len(_SIGV4) :].partition("/")[0]
         else:
             for name in _KEY_HEADERS:
                 key = headers.get(name)

@@ -24,8 +24,8 @@ from turnout.sim.scenarios import Scenarios
 from turnout.sim.script import Script, ScriptSource, load_script
 from turnout.sim.server import SimServer, Sleep
 
-Protocol = Literal["openai", "responses", "anthropic", "gemini", "ollama", "azure", "vertex"]
-PROTOCOLS: tuple[Protocol, ...] = ("openai", "responses", "anthropic", "gemini", "ollama", "azure", "vertex")
+Protocol = Literal["openai", "responses", "anthropic", "gemini", "ollama", "azure", "bedrock", "vertex"]
+PROTOCOLS: tuple[Protocol, ...] = ("openai", "responses", "anthropic", "gemini", "ollama", "azure", "bedrock", "vertex")
 
 # Held requests (silence, stall) end at once on close; this only bounds a handler stuck elsewhere.
 _SHUTDOWN_TIMEOUT = 2.0
@@ -129,8 +129,8 @@ class Simulator:
     def base_url(self, protocol: Protocol, *, deployment: str = "sim-ok") -> str:
         """The base URL a client of ``protocol`` is configured with.
 
-        ``openai`` and ``responses``: ``…/v1``; ``anthropic`` and ``ollama``: the root (clients append
-        ``/v1/messages`` and ``/api/chat``); ``gemini``: ``…/v1beta``; ``azure``:
+        ``openai`` and ``responses``: ``…/v1``; ``anthropic``, ``ollama`` and ``bedrock``: the root (clients
+        append ``/v1/messages``, ``/api/chat`` and ``/model/{id}/converse``); ``gemini``: ``…/v1beta``; ``azure``:
         ``…/openai/deployments/<deployment>`` (the deployment is the model); ``vertex``: the root (a Vertex
         profile's ``uri``: clients append ``/v1/projects/…``).
 
@@ -139,7 +139,7 @@ class Simulator:
         """
         if protocol in ("openai", "responses"):
             return f"{self.url}/v1"
-        if protocol in ("anthropic", "ollama", "vertex"):
+        if protocol in ("anthropic", "ollama", "bedrock", "vertex"):
             return self.url
         if protocol == "gemini":
             return f"{self.url}/v1beta"
