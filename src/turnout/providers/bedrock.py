@@ -25,6 +25,7 @@ from yarl import URL
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.model_ids import wire_model
 from turnout.providers.aws import AwsCredentials, Frame, FrameReader, sign
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
 from turnout.providers.converse import REASONING_KEY, Untranslatable, converse_body, from_anthropic
@@ -168,8 +169,10 @@ class BedrockAdapter(HTTPAdapter):
                     model=model,
                     error_type="invalid_model",
                 )
-            # every character but the unreserved ones escaped: ':' → %3A, '/' (in ARNs) → %2F
-            path = f"{self._base}/model/{quote(model, safe='')}"
+            # a canonical name goes as the region's inference profile (turnout.model_ids); every character but
+            # the unreserved ones escaped: ':' → %3A, '/' (in ARNs) → %2F
+            wire = wire_model("bedrock", model, self.settings.region)
+            path = f"{self._base}/model/{quote(wire, safe='')}"
             if len(self._paths) >= 64:
                 self._paths.clear()
             self._paths[model] = path

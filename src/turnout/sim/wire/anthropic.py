@@ -156,9 +156,13 @@ class AnthropicMessages(Codec):
             content = m.get("content") if isinstance(m, dict) else None
             for block in content if isinstance(content, list) else ():
                 signed = isinstance(block, dict) and block.get("type") == "thinking"
-                if signed and block.get("signature") in self.foreign_signatures:
+                if signed and self.forged(block.get("signature")):
                     return "messages: Invalid `signature` in `thinking` block"
         return None
+
+    def forged(self, signature: object) -> bool:
+        """A signature this cloud did not issue: another sim cloud's, or one with ``!`` (outside base64)."""
+        return isinstance(signature, str) and (signature in self.foreign_signatures or "!" in signature)
 
     def error_body(self, req: Parsed, spec: ErrorSpec, status: int, request_id: str) -> bytes:
         """``{"type": "error", "error": {...}, "request_id": ...}``."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnout.sim.behaviour import ErrorKind, ErrorSpec
-from turnout.sim.wire.anthropic import SIGNATURE, VERTEX_SIGNATURE, AnthropicMessages
+from turnout.sim.wire.anthropic import VERTEX_SIGNATURE, AnthropicMessages
 from turnout.sim.wire.base import Parsed, dumps
 from turnout.sim.wire.gemini import Gemini, gemini_error
 
@@ -28,7 +28,6 @@ class VertexAnthropic(AnthropicMessages):
     protocol = "vertex-anthropic"
     request_id_header = "x-request-id"
     signature = VERTEX_SIGNATURE
-    foreign_signatures = frozenset({SIGNATURE})
 
     def default_status(self, kind: ErrorKind) -> int:
         """Quota is a 429 and a bad token a 401 on Vertex; the model's own errors keep Anthropic's statuses."""
@@ -43,6 +42,10 @@ class VertexAnthropic(AnthropicMessages):
         parsed = super().parse(payload, path_model)
         parsed.model = path_model or ""
         return parsed
+
+    def forged(self, signature: object) -> bool:
+        """Any signature but this cloud's own (an empty one included) is refused, as Vertex refuses it."""
+        return signature != self.signature
 
     def refuse(self, payload: dict[str, Any]) -> str | None:
         """``model`` in the body, a missing ``anthropic_version``, or a foreign thinking signature: a 400."""
