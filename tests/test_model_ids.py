@@ -82,3 +82,27 @@ def test_betas_pass_only_where_the_cloud_accepts_them() -> None:
     assert accepted_betas("bedrock", header) == "interleaved-thinking-2025-05-14"
     assert accepted_betas("vertex", "prompt-caching-2024-07-31") is None
     assert accepted_betas("somewhere-else", header) is None
+
+
+def test_every_family_sends_the_wire_id_of_the_configured_name() -> None:
+    """The Anthropic, Bedrock and Vertex adapters all send the catalogue's id for ``claude-sonnet-4-5``."""
+    from turnout.config import load_config_dict
+    from turnout.providers import HttpClient, build_adapter
+    from turnout.types import ChatRequest
+
+    models = {
+        "anthropic": {"main": {"api_key": "sk-test-0001", "model": "claude-sonnet-4-5"}},
+        "bedrock": {"main": {"region": "eu-west-1", "api_key": "k-0001", "model": "claude-sonnet-4-5"}},
+        "vertex": {"main": {"project": "p", "model": "claude-sonnet-4-5"}},
+    }
+    cfg = load_config_dict({"default_provider": "anthropic.main", "providers": {"models": models}}, env={})
+    http = HttpClient()
+    built = {n: build_adapter(n, p, http, None) for n, p in cfg.profiles().items()}
+    request = ChatRequest.of("hi")
+    assert built["anthropic.main"].build_body(request, "claude-sonnet-4-5", None, False)["model"] == "claude-sonnet-4-5"
+    assert str(built["bedrock.main"].url("claude-sonnet-4-5", False)).endswith(
+        "/model/eu.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse"
+    )
+    assert (
+        built["vertex.main"].url("claude-sonnet-4-5", False).endswith("/models/claude-sonnet-4-5@20250929:rawPredict")
+    )
