@@ -106,3 +106,20 @@ def test_every_family_sends_the_wire_id_of_the_configured_name() -> None:
     assert (
         built["vertex.main"].url("claude-sonnet-4-5", False).endswith("/models/claude-sonnet-4-5@20250929:rawPredict")
     )
+
+
+def test_prices_follow_the_canonical_name_on_each_cloud() -> None:
+    """``claude-sonnet-4-5`` is priced as each cloud sells it: Bedrock's in-region rate, Vertex's and Anthropic's."""
+    from turnout.pricing import Catalogue
+
+    catalogue = Catalogue()
+    anthropic = catalogue.rates("anthropic", "claude-sonnet-4-5")
+    bedrock = catalogue.rates("bedrock", "claude-sonnet-4-5")
+    vertex = catalogue.rates("vertex", "claude-sonnet-4-5")
+    assert anthropic is not None and bedrock is not None and vertex is not None
+    assert bedrock.input.base > anthropic.input.base  # Bedrock's regional profiles cost more than the list price
+    assert vertex.input.base == anthropic.input.base
+    assert catalogue.rates("vertex", "claude-sonnet-4-5@20250929") == vertex  # the native id prices the same
+    assert catalogue.context_window("vertex", "gemini-2.5-flash") == catalogue.context_window(
+        "gemini", "gemini-2.5-flash"
+    )

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from turnout.config.schema import Profile
-from turnout.model_ids import vertex_publisher
+from turnout.model_ids import cloud_of, vertex_publisher, wire_model
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
 from turnout.providers.registry import Family, family_for
@@ -66,4 +66,10 @@ def model_problem(name: str, profile: Profile, model: str) -> str | None:
     return adapter_class(_protocol(family, profile)).model_problem(model)
 
 
-__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter", "model_problem"]
+def wire_id(name: str, profile: Profile, model: str) -> str:
+    """The id profile ``name`` sends for ``model`` (the configured name stays its identity; see ``model_ids``)."""
+    family = family_for(name.partition(".")[0], profile.kind)
+    return wire_model(cloud_of(family.name, family.protocol), model, profile.region)
+
+
+__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter", "model_problem", "wire_id"]
