@@ -68,3 +68,26 @@ def _issuer(assertion: str | None) -> bool:
     except (ValueError, orjson.JSONDecodeError):
         return False
     return isinstance(claims, dict) and isinstance(claims.get("iss"), str) and bool(claims["iss"])
+
+
+def service_account_info(token_uri: str, *, project: str = "sim-project") -> dict[str, str]:
+    """A Google service-account key (a new 2048-bit RSA key) whose ``token_uri`` is ``token_uri``.
+
+    google-auth signs its JWT with the key and exchanges it at ``token_uri``, as with a real key file; pointed at
+    :attr:`Simulator.google_token_uri` everything stays on loopback. Needs ``cryptography`` (a dependency of
+    google-auth, the ``gcp`` extra).
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return {
+        "type": "service_account",
+        "project_id": project,
+        "private_key_id": "sim-key-0001",
+        "private_key": pem.decode(),
+        "client_email": f"turnout-sim@{project}.iam.gserviceaccount.com",
+        "client_id": "100000000000000000001",
+        "token_uri": token_uri,
+    }
