@@ -80,12 +80,15 @@ def test_signed_request_is_accepted_with_its_escaped_model_id() -> None:
 
 
 def test_only_the_needed_headers_are_signed() -> None:
-    """Only host, content-type and x-amz-date (and the session token) are signed: forwarded headers cannot break it."""
+    """Only host, content-type, the body hash and x-amz-date (and the token) are signed: forwarded headers are free."""
     body = b"{}"
     headers = sign(
         ReadOnlyCredentials(sim_aws.ACCESS_KEY, sim_aws.SECRET_KEY, "session-token"), "us-east-1", _url(), body
     )
-    assert "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token," in headers["Authorization"]
+    assert (
+        "SignedHeaders=content-type;host;x-amz-content-sha256;x-amz-date;x-amz-security-token,"
+        in headers["Authorization"]
+    )
     assert headers["X-Amz-Security-Token"] == "session-token"
     forwarded = {"X-Forwarded-For": "10.0.0.1", "anthropic-beta": "prompt-caching-2024-07-31", "User-Agent": "x/1"}
     assert _check(_url(), headers, body, **forwarded) is None
