@@ -1,11 +1,11 @@
 """Bedrock's cost against Anthropic's: one call through the client, and the stream decoder per chunk.
 
 1. A call: ``Client.chat`` on a ``bedrock`` profile (SigV4 signing with botocore on every call, credentials
-   resolved once and kept) against an ``anthropic`` profile, both answered by the same loopback upstream (a bare
-   aiohttp server in its own process, returning fixed bodies of the same text). The two contenders alternate in
-   rounds; the ratio is of the medians per call.
+   resolved once and kept; and, for comparison, one with a Bedrock API key) against an ``anthropic`` profile,
+   all answered by the same loopback upstream (a bare aiohttp server in its own process, returning fixed bodies
+   of the same text). The contenders alternate in rounds; the ratio is of the medians per call.
 2. Decoding: 100 text deltas, each as its own network read, through ``BedrockDecoder`` (event-stream frames,
-   CRC-checked by botocore) and ``AnthropicDecoder`` (SSE), in alternating rounds; the ratio is per chunk.
+   CRC-checked) and ``AnthropicDecoder`` (SSE), in alternating rounds; the ratio is per chunk.
 
 Run: ``python -m bench.bedrock [--rounds N] [--calls M] [--write]``; ``--write`` puts the results in their own
 section of ``bench/results.md``.
@@ -96,6 +96,23 @@ async def _calls(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
     clients = {
         "anthropic": Client.from_dict(
             {"providers": {"models": {"anthropic": {"main": {"uri": url, "api_key": "sk-bench", "model": CLAUDE}}}}},
+            ledger=False,
+        ),
+        "bedrock-key": Client.from_dict(
+            {
+                "providers": {
+                    "models": {
+                        "bedrock": {
+                            "main": {
+                                "uri": url,
+                                "region": "us-east-1",
+                                "api_key": "bedrock-bench-key",
+                                "model": CLAUDE_BEDROCK,
+                            }
+                        }
+                    }
+                }
+            },
             ledger=False,
         ),
         "bedrock": Client.from_dict(
@@ -193,6 +210,9 @@ def _report(calls: dict[str, list[float]], decoding: dict[str, list[float]], rou
             "|---|---:|---:|---:|---:|---|",
             f"| A non-streaming call through `Client.chat` (median) | {med['anthropic'] * 1e6:,.0f} µs | "
             f"{med['bedrock'] * 1e6:,.0f} µs | {call_ratio:.3f} × | ≤ 1.3 × | {verdict[call_ratio <= 1.3]} |",
+            f"| The same call on a Bedrock API key (bearer, nothing signed), for comparison | "
+            f"{med['anthropic'] * 1e6:,.0f} µs | {med['bedrock-key'] * 1e6:,.0f} µs | "
+            f"{med['bedrock-key'] / med['anthropic']:.3f} × | | |",
             f"| Stream decoding per chunk, 100 text deltas one read each (median) | {dec['anthropic'] * 1e6:.2f} µs "
             f"(SSE) | {dec['bedrock'] * 1e6:.2f} µs (event stream) | {dec_ratio:.3f} × | ≤ 1.3 × | "
             f"{verdict[dec_ratio <= 1.3]} |",
