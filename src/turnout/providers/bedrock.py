@@ -305,8 +305,9 @@ class BedrockAdapter(HTTPAdapter):
     ) -> AsyncGenerator[list[StreamEvent], None]:
         """One ConverseStream call (made again once, before any event, when the credentials expired)."""
         sent = False
+        first = super().stream_batches(request, model, temperature)
         try:
-            async for batch in super().stream_batches(request, model, temperature):
+            async for batch in first:
                 sent = True
                 yield batch
             return
@@ -315,8 +316,14 @@ class BedrockAdapter(HTTPAdapter):
                 raise
             assert self.aws is not None
             self.aws.invalidate()
-        async for batch in super().stream_batches(request, model, temperature):
-            yield batch
+        finally:
+            await first.aclose()  # a consumer that stops early releases the connection now, not at collection
+        again = super().stream_batches(request, model, temperature)
+        try:
+            async for batch in again:
+                yield batch
+        finally:
+            await again.aclose()
 
 
 class _Block:
