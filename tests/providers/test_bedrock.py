@@ -556,3 +556,14 @@ def test_default_endpoint_follows_the_region(http: HttpClient) -> None:
     assert str(made.url("amazon.nova-pro-v1:0", False)) == (
         "https://bedrock-runtime.eu-central-1.amazonaws.com/model/amazon.nova-pro-v1%3A0/converse"
     )
+
+
+def test_anthropic_signed_thinking_is_never_sent_to_bedrock(adapter: BedrockAdapter) -> None:
+    """Thinking blocks Anthropic signed, kept on a tool call, stay out of a Bedrock request."""
+    thinking = {"type": "thinking", "thinking": "hmm", "signature": "anthropic-signed"}
+    call = ToolCall(id="toolu_1", name="get", arguments="{}", extra={"anthropic_thinking": (thinking,)})
+    request = ChatRequest.of(
+        [Message.user("q"), Message.assistant("", tool_calls=[call]), Message.tool("toolu_1", "1")]
+    )
+    sent = adapter.build_body(request, MODEL, None, False)["messages"][1]["content"]
+    assert sent == [{"toolUse": {"toolUseId": "toolu_1", "name": "get", "input": {}}}]

@@ -124,7 +124,7 @@ class BedrockAdapter(HTTPAdapter):
         region = settings.region or "us-east-1"
         self.region = region
         self._base = settings.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
-        self._paths: dict[str, str] = {}
+        self._urls: dict[str, tuple[URL, URL]] = {}
         #: The AWS credential chain (None: a Bedrock API key is sent instead, and nothing is signed).
         self.aws: AwsCredentials | None = None
         if token is None:
@@ -158,8 +158,8 @@ class BedrockAdapter(HTTPAdapter):
         Raises:
             ProviderError: The id cannot be sent (see :meth:`model_problem`); nothing is sent.
         """
-        path = self._paths.get(model)
-        if path is None:
+        urls = self._urls.get(model)
+        if urls is None:
             problem = self.model_problem(model)
             if problem is not None:
                 raise ProviderError(
@@ -170,14 +170,15 @@ class BedrockAdapter(HTTPAdapter):
                     error_type="invalid_model",
                 )
             # a canonical name goes as the region's inference profile (turnout.model_ids); every character but
-            # the unreserved ones escaped: ':' → %3A, '/' (in ARNs) → %2F
+            # the unreserved ones escaped: ':' → %3A, '/' (in ARNs) → %2F; encoded: sent with its escapes as signed
+            # (from a plain string, yarl would turn ``%3A`` back into ``:``)
             wire = wire_model("bedrock", model, self.settings.region)
             path = f"{self._base}/model/{quote(wire, safe='')}"
-            if len(self._paths) >= 64:
-                self._paths.clear()
-            self._paths[model] = path
-        # encoded: sent with its escapes as signed (a plain string would have ``%3A`` turned back into ``:``)
-        return URL(path + ("/converse-stream" if stream else "/converse"), encoded=True)
+            urls = (URL(path + "/converse", encoded=True), URL(path + "/converse-stream", encoded=True))
+            if len(self._urls) >= 64:  # an unpinned profile sees many names; keep only a few
+                self._urls.clear()
+            self._urls[model] = urls
+        return urls[stream]
 
     async def signed(self, url: str | URL, headers: Mapping[str, str], body: bytes) -> Mapping[str, str]:
         """``headers`` with the SigV4 headers of this request (credentials resolved off the event loop)."""
@@ -307,8 +308,9 @@ class BedrockAdapter(HTTPAdapter):
     ) -> AsyncGenerator[list[StreamEvent], None]:
         """One ConverseStream call (made again once, before any event, when the credentials expired)."""
         sent = False
+        first = super().stream_batches(request, model, temperature)
         try:
-            async for batch in super().stream_batches(request, model, temperature):
+            async for batch in first:
                 sent = True
                 yield batch
             return
@@ -317,8 +319,14 @@ class BedrockAdapter(HTTPAdapter):
                 raise
             assert self.aws is not None
             self.aws.invalidate()
-        async for batch in super().stream_batches(request, model, temperature):
-            yield batch
+        finally:
+            await first.aclose()  # a consumer that stops early releases the connection now, not at collection
+        again = super().stream_batches(request, model, temperature)
+        try:
+            async for batch in again:
+                yield batch
+        finally:
+            await again.aclose()
 
 
 class _Block:

@@ -193,8 +193,12 @@ class SimServer:
         body = await request.read()
         path, _, query = request.raw_path.partition("?")
         refusal = verify(request.method, path, query, request.headers, body, time.time())
-        if refusal is not None:
+        if refusal is not None:  # logged as an attempt on no model's steps: the upstream refused it at the door
+            req = Parsed(model=request.match_info["model"], stream=stream)
+            rec = self._record(request, self._bedrock, req, 0, Kind.INVALID, self._key_id(request))
             reply = self._bedrock.refused(refusal.error_type, refusal.message)
+            rec.outcome, rec.duration = f"status:{reply.status}", 0.0
+            self.log.changed()
             return web.Response(
                 status=reply.status, body=reply.body, content_type=reply.content_type, headers=reply.headers
             )
