@@ -447,7 +447,7 @@ class HttpClient:
         return session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context), watchdog
 
     def _failed(
-        self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target, url: str
+        self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target, url: str | URL
     ) -> BaseException:
         """What to raise for a request that failed before its headers arrived: its typed error, or ``exc`` itself.
 
@@ -469,7 +469,7 @@ class HttpClient:
             )
             error.__cause__, error.__suppress_context__ = None, True  # as ``raise ... from None``
             return error
-        address = _address(exc, url)
+        address = _address(exc, str(url))
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             error = ProviderTimeout(
                 f"timed out connecting to {address} after {timeouts.connect:g}s",
