@@ -126,7 +126,7 @@ def _report(calls: dict[str, list[float]], refreshes: int, rounds: int, per: int
 
 
 def _write(section: str) -> None:
-    path = Path(__file__).resolve().parent / "results.md"
+    path = Path(__file__).resolve().with_name("results.md")
     text = path.read_text()
     start = text.find(SECTION)
     if start >= 0:
