@@ -228,7 +228,7 @@ def _report(calls: dict[str, list[float]], decoding: dict[str, list[float]], rou
 
 
 def _write(section: str) -> None:
-    path = Path(__file__).resolve().parent / "results.md"
+    path = Path(__file__).resolve().with_name("results.md")
     text = path.read_text()
     start = text.find(SECTION)
     if start >= 0:
