@@ -154,3 +154,14 @@ async def test_gateway_anthropic_surface_fails_over_to_bedrock(sim: Simulator, s
         assert raw.json()["content"][0]["text"] == "Hello from the Turnout simulator."
     entries = await sim.wait_for_log(2)
     assert [(e.protocol, e.outcome) for e in entries] == [("anthropic", "status:529"), ("bedrock", "ok")]
+
+
+async def test_extra_headers_ride_outside_the_signature(sim: Simulator) -> None:
+    """A profile's extra headers are sent unsigned: the simulator's signature check still passes."""
+    cfg = config(
+        {"bedrock.main": bedrock(sim, CLAUDE, extra_headers={"x-team": "blue", "X-Forwarded-For": "10.1.2.3"})}
+    )
+    async with client(cfg) as c:
+        reply = await c.chat("hello there")
+    assert reply.text == "Hello from the Turnout simulator."
+    assert [e.outcome for e in await sim.wait_for_log(1)] == ["ok"]

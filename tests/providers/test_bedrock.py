@@ -10,7 +10,7 @@ import orjson
 import pytest
 from provider_kit import fixture_path, make_adapter, two_way_splits
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
 from turnout.providers import HttpClient
 from turnout.providers.bedrock import BedrockAdapter, BedrockDecoder
 from turnout.types import (
@@ -450,11 +450,11 @@ def test_body_from_a_neutral_request(adapter: BedrockAdapter) -> None:
 
 
 def test_remote_image_is_refused_before_sending(adapter: BedrockAdapter) -> None:
-    """Converse takes image bytes only: an image URL is a non-retryable error raised before any request."""
+    """Converse takes image bytes only: an image URL is the caller's error, raised before any request."""
     request = ChatRequest.of([Message.user([ImagePart(url="https://example.com/cat.png")])])
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(InvalidRequest) as info:
         adapter.build_body(request, MODEL, None, False)
-    assert info.value.error_class is ErrorClass.NON_RETRYABLE
+    assert "inline images" in info.value.reason
 
 
 def test_anthropic_body_keeps_its_meaning(adapter: BedrockAdapter) -> None:
@@ -567,3 +567,12 @@ def test_anthropic_signed_thinking_is_never_sent_to_bedrock(adapter: BedrockAdap
     )
     sent = adapter.build_body(request, MODEL, None, False)["messages"][1]["content"]
     assert sent == [{"toolUse": {"toolUseId": "toolu_1", "name": "get", "input": {}}}]
+
+
+async def test_a_refused_connection_names_the_endpoint(adapter: BedrockAdapter) -> None:
+    """A connection that fails names the host and port it went to, from the escaped URL the adapter sends."""
+    from turnout.errors import ProviderConnectionError
+
+    with pytest.raises(ProviderConnectionError) as info:
+        await adapter.chat(ChatRequest.of("hi"), MODEL)
+    assert "127.0.0.1:9" in str(info.value)

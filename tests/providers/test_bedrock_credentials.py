@@ -212,3 +212,27 @@ def test_a_bedrock_profile_without_the_extra_names_it(monkeypatch: pytest.Monkey
         load_config_dict({"providers": {"models": {"bedrock": {"main": {"region": "us-east-1"}}}}}, env={})
     assert "pip install 'turnout[aws]'" in str(info.value)
     assert info.value.code == "missing_extra"
+
+
+async def test_a_chain_that_found_nothing_is_not_asked_on_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials: later calls fail at once with the same error, the chain asked again only after the recheck."""
+    asked: list[int] = []
+    original = aws.AwsCredentials._resolve
+
+    def resolve(self: aws.AwsCredentials) -> Any:
+        asked.append(1)
+        return original(self)
+
+    monkeypatch.setattr(aws.AwsCredentials, "_resolve", resolve)
+    now = [0.0]
+    creds = aws.AwsCredentials("bedrock.test", None, clock=lambda: now[0])
+    for _ in range(3):
+        with pytest.raises(ProviderError) as info:
+            await creds.get()
+        assert info.value.error_type == "credentials_missing"
+    assert len(asked) == 1
+    now[0] += aws.RECHECK_S + 1
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIALATER00000000001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "later-secret")
+    assert (await creds.get()).access_key == "AKIALATER00000000001"
+    assert len(asked) == 2

@@ -6,7 +6,7 @@ Imported only by the Bedrock adapter, so ``import turnout`` never imports botoco
   config and credentials files and ``aws_profile``, SSO, assume-role, web identity, container and instance
   metadata) in a worker thread, never on the event loop, and keeps them: a call uses the kept ones, and
   credentials that can expire are handed to botocore's own refresh at most every :data:`RECHECK_S` seconds,
-  again in a thread.
+  again in a thread; a chain that found nothing is asked again only after as long.
 - :func:`sign` signs one request with botocore's ``SigV4Auth``, over the headers that must be signed only
   (``host``, ``content-type``, ``x-amz-content-sha256``, ``x-amz-date`` and the session token), so forwarded
   headers never break it.
@@ -214,6 +214,7 @@ class AwsCredentials:
         self._check_at = 0.0
         self._lock: asyncio.Lock | None = None
         self._session: Session | None = None
+        self._missing: ProviderError | None = None  # the chain's last answer when it found nothing
 
     async def get(self) -> ReadOnlyCredentials:
         """The credentials to sign with (resolved or refreshed in a worker thread when needed).
@@ -231,8 +232,16 @@ class AwsCredentials:
             frozen = self._frozen
             if frozen is not None and (self._source is None or self._clock() < self._check_at):
                 return frozen
-            frozen = await asyncio.to_thread(self._resolve)
-            self._frozen = frozen
+            missing = self._missing
+            if missing is not None and self._clock() < self._check_at:
+                raise missing  # the chain found nothing a moment ago: no thread, no metadata wait per call
+            try:
+                frozen = await asyncio.to_thread(self._resolve)
+            except ProviderError as exc:
+                if exc.error_type == "credentials_missing":
+                    self._missing, self._check_at = exc, self._clock() + RECHECK_S
+                raise
+            self._frozen, self._missing = frozen, None
             self._check_at = self._clock() + RECHECK_S
             return frozen
 
@@ -241,6 +250,7 @@ class AwsCredentials:
         self._frozen = None
         self._source = None
         self._session = None
+        self._missing = None
 
     def _resolve(self) -> ReadOnlyCredentials:
         """Resolve through botocore's chain (runs in a worker thread: it may read files or call a metadata endpoint)."""

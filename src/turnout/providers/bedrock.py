@@ -24,7 +24,7 @@ import orjson
 from yarl import URL
 
 from turnout.classify import ErrorFacts
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
 from turnout.model_ids import wire_model
 from turnout.providers.aws import AwsCredentials, Frame, FrameReader, sign
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
@@ -190,7 +190,7 @@ class BedrockAdapter(HTTPAdapter):
         """The Converse body: from the caller's Anthropic body when there is one, else from the request.
 
         Raises:
-            ProviderError: Something in the request has no Converse form (non-retryable, before any request).
+            InvalidRequest: Something in the request has no Converse form (the caller's, before any request).
         """
         native = request.native
         try:
@@ -207,9 +207,7 @@ class BedrockAdapter(HTTPAdapter):
                     native_tools=self._caps.native_tools,
                 )
         except Untranslatable as exc:
-            raise ProviderError(
-                str(exc), error_class=ErrorClass.NON_RETRYABLE, provider=self.profile, model=model
-            ) from exc
+            raise InvalidRequest(str(exc)) from exc
         if self.settings.provider_extra:
             body.update(self.settings.provider_extra)
         return body

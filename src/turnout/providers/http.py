@@ -614,12 +614,12 @@ def connect_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _address(exc: BaseException, url: str) -> str:
+def _address(exc: BaseException, url: str | URL) -> str:
     """``host:port`` of the endpoint a failed request went to (the connector's, else the URL's)."""
     if isinstance(exc, aiohttp.ClientConnectorError) and exc.host:
         host, port = exc.host, exc.port
     else:
-        parts = urlsplit(url)
+        parts = urlsplit(str(url))
         host = parts.hostname or "?"
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
