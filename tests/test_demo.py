@@ -128,3 +128,21 @@ def test_the_hedging_tour_is_not_as_told_when_a_quick_call_was_hedged() -> None:
     assert not hedge_as_told([(False, spare), (True, spare), (True, spare), (True, quick)])
     assert not hedge_as_told([(False, quick), (True, spare), (True, spare), (True, spare)])
     assert not hedge_as_told([(False, quick), (True, spare), (True, spare)])
+
+
+async def test_the_clouds_stop_is_served_by_anthropic_then_bedrock_then_vertex(tmp_path: Path) -> None:
+    """One Claude name: Anthropic answers, Bedrock when Anthropic is overloaded, Vertex when Bedrock throttles."""
+    from turnout.demo_clouds import CALLS, clouds_config, clouds_tour
+
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator() as sim:
+        config = demo_config(sim, tmp_path / "ledger.sqlite3") + clouds_config(sim, tmp_path)
+        async with Client.from_toml(config, ledger=False) as c:
+            told = await clouds_tour(console, c, sim)
+        sent = [(e.model, e.outcome) for e in sim.log]
+    assert told
+    text = console.export_text()
+    assert [profile for _, profile, _ in CALLS] == ["anthropic.clouds", "bedrock.clouds", "vertex.clouds"]
+    assert "vertex.clouds/claude-sonnet-4-5" in text and "bedrock.clouds/claude-sonnet-4-5" in text
+    assert sent[-1] == ("claude-sonnet-4-5@20250929", "ok")
+    assert ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "status:429") in sent

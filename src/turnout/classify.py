@@ -102,9 +102,20 @@ RETRYABLE_TYPES = frozenset(
         "aborted",
         "service_unavailable",
         "malformed_function_call",
+        # AWS (Bedrock): exception frames and x-amzn-ErrorType names, lowercased
+        "internalserverexception",
+        "serviceunavailableexception",
+        "modelstreamerrorexception",
+        "modeltimeoutexception",
+        "modelnotreadyexception",
     }
 )
-RATE_LIMIT_TYPES = frozenset({"rate_limit_error", "rate_limit_exceeded", "resource_exhausted", "tokens", "requests"})
+#: AWS errors that are worth another try although their status is a 4xx (Bedrock sends the model's own failures
+#: as 424 ``ModelErrorException`` / ``ModelStreamErrorException``).
+RETRYABLE_4XX_TYPES = frozenset({"modelerrorexception", "modelstreamerrorexception", "modelnotreadyexception"})
+RATE_LIMIT_TYPES = frozenset(
+    {"rate_limit_error", "rate_limit_exceeded", "resource_exhausted", "tokens", "requests", "throttlingexception"}
+)
 NON_RETRYABLE_TYPES = frozenset(
     {
         "invalid_request_error",
@@ -117,12 +128,18 @@ NON_RETRYABLE_TYPES = frozenset(
         "not_found",
         "failed_precondition",
         "request_too_large",
+        # AWS (Bedrock): the caller's or the account's, not worth the same request again
+        "validationexception",
+        "accessdeniedexception",
+        "resourcenotfoundexception",
     }
 )
 #: Error types and codes that say the credential is invalid, whatever the status (OpenAI ``invalid_api_key``,
 #: Anthropic ``authentication_error``, Google ``UNAUTHENTICATED``). Permission errors are not here: they say
 #: what a key may do, and arrive as a 403 when they concern the key.
-KEY_INVALID_TYPES = frozenset({"authentication_error", "invalid_api_key", "unauthenticated"})
+KEY_INVALID_TYPES = frozenset(
+    {"authentication_error", "invalid_api_key", "unauthenticated", "unrecognizedclientexception"}
+)
 #: Gemini ``ErrorInfo.reason`` values that say the key is invalid.
 KEY_INVALID_REASONS = frozenset({"api_key_invalid", "api_key_expired"})
 
@@ -197,7 +214,12 @@ MODERATION_HINTS = ("moderation", "flagged")
 
 
 def _timed_quota(facts: ErrorFacts) -> bool:
-    return any(("perminute" in q.lower() or "perday" in q.lower()) for q in facts.quota_ids)
+    # Gemini's ids say ``PerMinute`` / ``PerDay``; Vertex AI's metrics ``per_minute``, and its online-prediction
+    # quotas (``aiplatform.googleapis.com/online_prediction_requests_per_base_model``) are per minute too
+    return any(
+        "perminute" in q or "perday" in q or "per_minute" in q or "per_day" in q or "online_prediction" in q
+        for q in (q.lower() for q in facts.quota_ids)
+    )
 
 
 def classify(facts: ErrorFacts) -> ErrorClass:
@@ -244,7 +266,7 @@ def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) 
         if status >= 500 or status in (408, 409):
             return _RETRYABLE
         if 400 <= status < 500:
-            if _has(text, TOOL_SCHEMA_HINTS):
+            if _has(text, TOOL_SCHEMA_HINTS) or etype in RETRYABLE_4XX_TYPES:
                 return _RETRYABLE
             return _NON_RETRYABLE
         return _RETRYABLE

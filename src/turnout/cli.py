@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -34,6 +34,9 @@ from turnout.config import (
 from turnout.errors import ConfigError, TurnoutError
 from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 from turnout.types import Usage
+
+#: The id a profile sends for a model name: ``(profile, model) -> id``.
+WireIds = Callable[[str, str], str]
 
 app = typer.Typer(
     name="turnout",
@@ -93,7 +96,8 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:
-        sys.stdout.write(orjson.dumps(plan_json(plan, warnings), option=orjson.OPT_INDENT_2).decode() + "\n")
+        body = plan_json(plan, warnings, wire_ids(cfg))
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     out = _out()
     if warnings:
@@ -104,7 +108,7 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     else:
         out.print("No warnings.", markup=False)
         out.print()
-    for line in plan_lines(plan):
+    for line in plan_lines(plan, wire_ids(cfg)):
         out.print(line, markup=False)
 
 
@@ -132,11 +136,20 @@ def pool_lines(pools: Iterable[PoolSpec]) -> list[str]:
     return lines
 
 
-def plan_lines(plan: Plan) -> list[str]:
+def wire_ids(config: Config) -> WireIds:
+    """The id each profile sends for a configured model name (``turnout.model_ids``: one name on every cloud)."""
+    from turnout.providers import wire_id
+
+    profiles = config.profiles()
+    return lambda profile, model: wire_id(profile, profiles[profile], model)
+
+
+def plan_lines(plan: Plan, wire: WireIds | None = None) -> list[str]:
     """The pools, then the attempt order of the default target and every route, as printed by ``turnout check``.
 
     Entries of a pool's members are marked ``[pool <name>]``: each call tries them in the order its strategy
-    chooses, before what follows the pool.
+    chooses, before what follows the pool. With ``wire``, an entry whose profile sends another id for its model
+    (a Bedrock inference profile, a Vertex version) says which: ``sends us.anthropic.…``.
     """
     pools = {p.name: p for p in plan.pools}
     lines = pool_lines(plan.pools)
@@ -147,13 +160,17 @@ def plan_lines(plan: Plan) -> list[str]:
             kind = "pinned" if entry.pinned else "unpinned"
             tries = plan.tries_per_entry
             member = f"  [pool {entry.pool}]" if entry.pool is not None else ""
-            lines.append(f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}")
+            sent = wire(entry.profile, entry.model) if wire is not None and entry.model is not None else model
+            sends = f"  sends {sent}" if sent != model else ""
+            lines.append(
+                f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}{sends}"
+            )
         lines.append("")
     return lines[:-1]
 
 
-def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
-    """``turnout check --json`` output."""
+def plan_json(plan: Plan, warnings: list[ConfigWarning], wire: WireIds | None = None) -> dict[str, Any]:
+    """``turnout check --json`` output (``wire_model``: the id an entry sends for its model)."""
 
     def route(r: Route) -> dict[str, Any]:
         return {
@@ -165,6 +182,7 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
                     "profile": e.profile,
                     "model": e.model,
                     "pinned": e.pinned,
+                    "wire_model": wire(e.profile, e.model) if wire is not None and e.model is not None else e.model,
                     "tries": plan.tries_per_entry,
                     "pool": e.pool,
                 }

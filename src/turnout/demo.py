@@ -30,6 +30,7 @@ from rich.text import Text
 
 from turnout.attribution import Attempt
 from turnout.client import Client
+from turnout.demo_clouds import clouds_config, clouds_tour
 from turnout.errors import (
     ContextWindowExceeded,
     RefusalError,
@@ -227,6 +228,15 @@ def _steps() -> list[Step | Tour]:
             outage_script(TIMING),
             outage_tour,
         ),
+        Tour(
+            "One Claude model on three clouds",
+            "hint:clouds walks anthropic.clouds → bedrock.clouds → vertex.clouds, each configured with the one name "
+            "claude-sonnet-4-5 (Bedrock is sent its inference profile, Vertex its versioned id). Three calls: "
+            "Anthropic answers; then Anthropic is overloaded and Bedrock answers; then Bedrock throttles too and "
+            "Vertex AI answers, with a token from a service-account key exchanged at the simulator.",
+            {},
+            clouds_tour,
+        ),
         Step(
             "A truncated stream",
             "The stream ends after 8 words without message_stop. The user saw those words, so nothing is "
@@ -323,7 +333,7 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
         ledger_path = Path(tmp) / "ledger.sqlite3"
         async with Simulator() as sim:
-            config = demo_config(sim, ledger_path)
+            config = demo_config(sim, ledger_path) + clouds_config(sim, Path(tmp))
             async with Client.from_toml(config) as client:
                 console.print(
                     Panel.fit(

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from turnout.config.schema import Pricing
+from turnout.model_ids import wire_model
 from turnout.types import Usage
 
 #: genai-prices provider ids per family (None: not in the catalogue).
@@ -28,8 +29,13 @@ FAMILY_CATALOGUE_IDS: dict[str, str | None] = {
     "together": "together",
     "openrouter": "openrouter",
     "azure": "azure",
+    "bedrock": "aws",
+    "vertex": "google",
     "ollama": None,
 }
+#: Families whose model names are priced through the model catalogue (``turnout.model_ids``): a canonical name
+#: is looked up as that cloud's own id, so ``claude-sonnet-4-5`` on Bedrock costs what Bedrock charges for it.
+_CLOUDS = {"anthropic": "anthropic", "bedrock": "bedrock", "vertex": "vertex", "gemini": "gemini", "google": "gemini"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,9 @@ class Catalogue:
         provider_id = FAMILY_CATALOGUE_IDS.get(family, family)
         if provider_id is None:  # a local family: searching every provider would price it as some cloud model
             return None, None
+        cloud = _CLOUDS.get(family)
+        if cloud is not None:
+            model = wire_model(cloud, model)  # Bedrock: the foundation id, which genai-prices prices in-region
         snapshot = get_snapshot()
         info = None
         for pid in (provider_id, None) if provider_id else (None,):

@@ -347,11 +347,13 @@ class ReasoningDelta:
     """A piece of reasoning/thinking text.
 
     ``signature`` is set on the last piece of an Anthropic thinking block: the block's signature, which a
-    same-protocol caller must send back unchanged with the block.
+    same-protocol caller must send back unchanged with the block, and only to ``signer``, the family that
+    issued it (see :mod:`turnout.providers.signatures`).
     """
 
     text: str
     signature: str | None = None
+    signer: str | None = None
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 

@@ -31,6 +31,7 @@ from turnout.errors import (
 )
 from turnout.providers import HttpClient
 from turnout.providers.gemini import GeminiAdapter
+from turnout.providers.signatures import SIGNER_KEY
 from turnout.streams import acollect, collect
 from turnout.types import (
     ChatRequest,
@@ -112,7 +113,7 @@ def check_call_stream(resp: ChatResponse) -> None:
     assert call.name == "weather"
     assert call.id.startswith("call_") and len(call.id) > 10
     assert call.parsed_arguments() == {"location": "San Francisco"}
-    assert call.extra == {"thought_signature": CALL_SIGNATURE}
+    assert call.extra == {"thought_signature": CALL_SIGNATURE, SIGNER_KEY: "gemini"}  # the signature stays with Gemini
     assert resp.usage == Usage(input_tokens=29, output_tokens=15 + 45)
     assert resp.finish_reason == "tool_calls"
     assert resp.model == "gemini-3-pro-preview"

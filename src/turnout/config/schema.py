@@ -114,6 +114,13 @@ class Profile(_Section):
     resource: str | None = None
     deployment: str | None = None
     api_version: str | None = None
+    # Google Vertex AI (``region`` defaults to ``global``; ``publisher`` to the model's: Claude → anthropic)
+    project: str | None = Field(default=None, min_length=1, max_length=128)
+    credentials_file: str | None = None
+    publisher: Literal["anthropic", "google"] | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)

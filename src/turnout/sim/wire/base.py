@@ -194,6 +194,10 @@ class Codec(ABC):
     def parse(self, payload: dict[str, Any], path_model: str | None) -> Parsed:
         """Read the request body (``path_model``: the model named by the URL, if any)."""
 
+    def refuse(self, payload: dict[str, Any]) -> str | None:
+        """Why this protocol refuses a body with a 400 whatever the script says (None: it does not)."""
+        return None
+
     @abstractmethod
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:
         """The complete non-stream answer."""
