@@ -4,6 +4,9 @@ Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``
 ``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
 ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
 ``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.
+
+Every section validates strictly: a value of the wrong type (a string where a number or a boolean belongs)
+is an error naming its key path, never converted.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # strict: a value of the wrong type is an error, never coerced (``provider_retries = "1"``, ``enabled = 1``),
+    # for every key of every section, also those added later. TOML integers still fill float keys.
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True)
 
     #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
@@ -166,20 +171,26 @@ class Breaker(_Section):
     """A circuit breaker's settings: ``[reliability.breaker]``, or a profile's ``breaker`` table (its keys win).
 
     A key left out keeps the value of the level above (the profile's: ``[reliability.breaker]``'s; that one's:
-    the defaults of :class:`turnout.breaker.BreakerSettings`).
+    the defaults of :class:`turnout.breaker.BreakerSettings`). ``min_attempts`` is the former name of
+    ``min_calls`` (the breaker now counts calls, one per call, not tries); ``min_calls`` wins when both are set.
     """
 
     enabled: bool | None = None
     failures: int | None = Field(default=None, ge=1, le=1000)
     window_secs: float | None = Field(default=None, gt=0, le=3600)
+    min_calls: int | None = Field(default=None, ge=1, le=100_000)
     min_attempts: int | None = Field(default=None, ge=1, le=100_000)
     failure_rate: float | None = Field(default=None, gt=0, le=1)
     open_secs: float | None = Field(default=None, gt=0, le=3600)
     max_open_secs: float | None = Field(default=None, gt=0, le=86_400)
 
     def settings(self) -> dict[str, Any]:
-        """The keys this table sets."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The keys this table sets (``min_attempts`` given as ``min_calls``)."""
+        values = {k: v for k, v in self.model_dump().items() if v is not None}
+        former = values.pop("min_attempts", None)
+        if former is not None:
+            values.setdefault("min_calls", former)
+        return values
 
 
 class Hedge(_Section):
@@ -371,3 +382,8 @@ class Config(_Section):
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""
         return {f"{fam}.{alias}": p for fam, aliases in self.providers.models.items() for alias, p in aliases.items()}
+
+
+# Profile names Breaker and Hedge before they are defined; resolving them now makes its ``model_fields`` show the
+# classes, which the key paths of config errors are read from (``turnout.config.loader.key_loc``).
+Profile.model_rebuild(force=True)
