@@ -109,6 +109,7 @@ def render_page(data: PageData) -> str:
         f"{''.join(_route(r, data.now) for r in data.routes)}</div></section>"
         f"{_pools(data.pools)}"
         f"{_hedging(data.hedging)}"
+        f"{_cache(data.cache)}"
         f'<section id="attempts"><h2>Last attempts</h2><div class="card">{_attempts(data.last, data.recent)}</div>'
         "</section>"
         f'<section id="today"><h2>Today (UTC)</h2><div class="card">{_today(data)}</div></section>'
@@ -236,6 +237,25 @@ def _hedging(hedging: Mapping[str, Any] | None) -> str:
 
 
 # --- attempts ------------------------------------------------------------------------------------------
+
+
+def _cache(cache: Mapping[str, Mapping[str, float | None]] | None) -> str:
+    """Each profile's prompt caching: cached share of its input tokens and the money saved (once one answered)."""
+    if not cache:
+        return ""
+    rows = []
+    for profile, c in cache.items():
+        rate = c.get("hit_rate")
+        share = f"{rate:.0%}" if isinstance(rate, float) else "–"
+        rows.append(
+            f"<tr><td>{esc(profile)}</td><td>{esc(c.get('input_tokens'))}</td><td>{esc(c.get('cached_input_tokens'))}"
+            f"</td><td>{share}</td><td>{_cost(c.get('saved_usd'))}</td></tr>"
+        )
+    return (
+        '<section id="cache"><h2>Prompt cache</h2><div class="card"><table><thead><tr><th>Profile</th>'
+        "<th>Input tokens</th><th>Cached</th><th>Hit rate</th><th>Saved</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
 
 
 def _kind(outcome: str) -> str:
