@@ -248,13 +248,14 @@ def _cache(cache: Mapping[str, Mapping[str, float | None]] | None) -> str:
         rate = c.get("hit_rate")
         share = f"{rate:.0%}" if isinstance(rate, float) else "–"
         rows.append(
-            f"<tr><td>{esc(profile)}</td><td>{esc(c.get('input_tokens'))}</td><td>{esc(c.get('cached_input_tokens'))}"
-            f"</td><td>{share}</td><td>{_cost(c.get('saved_usd'))}</td></tr>"
+            f"<tr><td>{esc(profile)}</td><td class='n'>{esc(c.get('input_tokens'))}</td>"
+            f"<td class='n'>{esc(c.get('cached_input_tokens'))}</td><td class='n'>{share}</td>"
+            f"<td class='n'>{_cost(c.get('saved_usd'))}</td></tr>"
         )
     return (
-        '<section id="cache"><h2>Prompt cache</h2><div class="card"><table><thead><tr><th>Profile</th>'
-        "<th>Input tokens</th><th>Cached</th><th>Hit rate</th><th>Saved</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+        '<section id="cache"><h2>Prompt cache</h2><div class="card"><div class="scroll"><table><thead><tr>'
+        '<th>profile</th><th class="n">input tokens</th><th class="n">cached</th><th class="n">hit rate</th>'
+        f'<th class="n">saved</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div></div></section>'
     )
 
 
