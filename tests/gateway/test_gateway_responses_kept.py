@@ -171,3 +171,16 @@ async def test_two_gateways_share_kept_conversations_through_redis(sim: Simulato
     assert second.usage.input_tokens == 2 + words + 1
     assert third.usage.input_tokens == 2 + 2 * words + 2
     assert third.previous_response_id == second.id
+
+
+async def test_a_store_false_request_may_continue_a_kept_response_without_being_kept(sim: Simulator) -> None:
+    """store: false with previous_response_id replays the kept conversation, echoes the id, and keeps nothing."""
+    async with gateway(one(sim)) as server:
+        client = sdk(server)
+        first = await client.responses.create(model="", input="one two")
+        second = await client.responses.create(model="", input="x", previous_response_id=first.id, store=False)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.create(model="", input="y", previous_response_id=second.id)
+        await client.close()
+    assert second.store is False and second.previous_response_id == first.id
+    assert second.usage is not None and second.usage.input_tokens == 2 + len(first.output_text.split()) + 1
