@@ -97,7 +97,7 @@ async def test_another_key_gets_not_found_like_an_unknown_id(sim: Simulator) -> 
 
 
 async def test_store_false_keeps_nothing(sim: Simulator) -> None:
-    """With store: false the answer says so and its id cannot be continued (today's stateless behaviour)."""
+    """With store: false the answer says so and its id cannot be continued (nothing is kept)."""
     async with gateway(one(sim)) as server:
         client = sdk(server)
         first = await client.responses.create(model="", input="hi", store=False)

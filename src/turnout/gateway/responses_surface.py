@@ -115,8 +115,8 @@ def _split(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             kind = item.get("type", "message") if isinstance(item, dict) else None
             if kind == "item_reference":
                 raise invalid(
-                    f"input[{i}]: item_reference needs stored items; this gateway is stateless (store: false), "
-                    "send the item itself",
+                    f"input[{i}]: item_reference is not supported: this gateway keeps whole conversations by "
+                    "previous_response_id, not items; send the item itself",
                     param=f"input[{i}]",
                 )
             if kind not in _ITEMS:
@@ -260,7 +260,9 @@ def _call(raw: dict[str, Any], kept: Kept | None) -> ChatCall:
         message, param = validation_message(exc)
         raise invalid(message, param=param) from None
     if req.background:
-        raise invalid("background responses need stored state; this gateway is stateless", param="background")
+        raise invalid(
+            "background responses are not supported: this gateway answers while it is asked", param="background"
+        )
     messages = _messages(req, only)
     choice = req.tool_choice
     summaries = req.reasoning is not None and req.reasoning.summary is not None
