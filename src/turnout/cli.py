@@ -353,13 +353,23 @@ def ledger(
 ) -> None:
     """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
     from turnout.ledger import summarize
+    from turnout.ledger_cache import cache_summary
+    from turnout.pricing import ProfileRates, profile_rates
 
+    rates = ProfileRates({})  # with only a ledger file: no profile is known, so no saving is priced
     if path is None:
         try:
-            path = load(config).ledger.path
+            cfg = load(config)
+        except ConfigError as exc:
+            raise _fail(exc, as_json) from None
+        path, rates = cfg.ledger.path, profile_rates(cfg)
+    elif config is not None:
+        try:
+            rates = profile_rates(load(config))
         except ConfigError as exc:
             raise _fail(exc, as_json) from None
     summary = summarize(path, since=_since(since))
+    caching = cache_summary(path, rates.rates, since=_since(since))
     if as_json:
         body = {
             "calls": summary.calls,
@@ -381,6 +391,18 @@ def ledger(
                     "avg_duration_ms": r.avg_duration_ms,
                 }
                 for r in summary.routes
+            ],
+            "cache": [
+                {
+                    "provider": c.provider,
+                    "model": c.model,
+                    "input_tokens": c.input_tokens,
+                    "cached_input_tokens": c.cached_input_tokens,
+                    "cache_write_tokens": c.cache_write_tokens,
+                    "hit_rate": c.hit_rate,
+                    "saved_usd": c.saved_usd,
+                }
+                for c in caching
             ],
         }
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -418,6 +440,31 @@ def ledger(
             f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
         )
     out.print(table)
+    cached = [c for c in caching if c.cached_input_tokens or c.cache_write_tokens]
+    if cached:
+        out.print("prompt cache:", markup=False)
+        caches = FittedTable(
+            [
+                Column(name="profile", identifies=True),
+                Column(name="model", identifies=True),
+                Column(name="input tokens", right=True),
+                Column(name="cached", right=True),
+                Column(name="written", right=True),
+                Column(name="hit rate", right=True),
+                Column(name="saved", right=True),
+            ]
+        )
+        for c in cached:
+            caches.add_row(
+                shown(c.provider),
+                shown(c.model),
+                str(c.input_tokens),
+                str(c.cached_input_tokens),
+                str(c.cache_write_tokens),
+                f"{c.hit_rate:.0%}" if c.hit_rate is not None else "-",
+                usd(c.saved_usd),
+            )
+        out.print(caches)
 
 
 GatewayOption = Annotated[

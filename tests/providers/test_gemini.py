@@ -874,3 +874,20 @@ def test_capabilities_and_tool_conversion() -> None:
     assert caps.native_tools and caps.vision and caps.streaming and caps.streaming_tool_events
     payload = ADAPTER.convert_tools([NOW])
     assert payload.function_declarations == ({"name": "now", "description": "Current time"},)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        ({"promptTokenCount": "12", "cachedContentTokenCount": True, "candidatesTokenCount": -3}, Usage()),
+        ({"promptTokenCount": 10, "cachedContentTokenCount": 40, "candidatesTokenCount": 2}, None),
+        ({"promptTokenCount": 1.5e300, "candidatesTokenCount": 2}, Usage(output_tokens=2)),
+    ],
+    ids=["garbage", "cached-beyond-prompt", "float"],
+)
+def test_malformed_usage_counts_are_bounded_where_parsed(meta: dict[str, Any], expected: Usage | None) -> None:
+    """Non-integer, negative or boolean counts are 0, and cached input never exceeds the prompt it is part of."""
+    resp = collect(decode([sse(chunk([{"text": "Hi."}], "STOP", meta))]))
+    if expected is None:
+        expected = Usage(input_tokens=10, cached_input_tokens=10, output_tokens=2)
+    assert resp.usage == expected

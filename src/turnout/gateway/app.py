@@ -33,6 +33,7 @@ from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, log
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import JSON, serve_chat
+from turnout.gateway.conversations import Conversations
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
@@ -58,6 +59,7 @@ from turnout.gateway.wire import (
 )
 from turnout.gateway.workers import Peers, Totals, merge
 from turnout.pools import pool_loads
+from turnout.pricing import profile_rates
 from turnout.reply import Reply
 
 if TYPE_CHECKING:
@@ -174,7 +176,10 @@ class Gateway:
             )
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
         self.metrics = Metrics(
-            labelled=self.policy.served_models(), breakers=client.factory.breakers, clock=client.factory.clock
+            labelled=self.policy.served_models(),
+            breakers=client.factory.breakers,
+            clock=client.factory.clock,
+            rates=profile_rates(config, client.factory.catalogue).rates,
         )
         self.recent = RecentAttempts()
         self.peers = peers
@@ -192,6 +197,12 @@ class Gateway:
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
+        self.conversations = Conversations(
+            client.factory.store,
+            ttl=config.gateway.responses_ttl_secs,
+            max_items=config.gateway.responses_max_items,
+            max_bytes=config.gateway.responses_max_bytes,
+        )
         self.edges = Edges(
             config.gateway.cors_origins,
             self._edge_error,

@@ -19,10 +19,12 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
 
 from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.gateway.policy import Admitted
+from turnout.gateway.responses_stream import ResponsesStreamEncoder
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
     CLIENT_CLOSED,
@@ -50,6 +52,8 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
+        if call.kept is not None and call.kept.previous_id is not None:
+            call = await gw.conversations.resume(call, ex.caller.name)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
@@ -80,6 +84,8 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
         return _refusal(gw, surface, call, exc, ex)
     except TurnoutError as exc:
         return gw.failure_response(surface, exc, ex)
+    if call.kept is not None and call.kept.store:
+        return await _complete_kept(gw, surface, request, call, reply, ex)
     return _complete(gw, surface, request, call, reply, ex)
 
 
@@ -118,6 +124,18 @@ def _complete(
     return web.Response(body=surface.reply_body(reply, call), headers=gw.edges.stamped(request, headers, ex.request_id))
 
 
+async def _complete_kept(
+    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+) -> web.Response:
+    """:func:`_complete` for a Responses answer that is kept: kept before it is sent (the next turn may name it)."""
+    assert ex.caller is not None
+    response = _complete(gw, surface, request, call, reply, ex)
+    body = response.body
+    output = orjson.loads(body).get("output") if isinstance(body, bytes) else None
+    await gw.conversations.keep(call, ex.caller.name, reply.call_id, output if isinstance(output, list) else [])
+    return response
+
+
 def _refusal(gw: Gateway, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
     provider, model = _refused_by(exc, call)
     gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
@@ -136,6 +154,7 @@ def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
 async def _stream(
     gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
 ) -> web.StreamResponse:
+    assert ex.caller is not None
     try:
         stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **options)
     except TurnoutError as exc:  # routing: an unknown profile, a missing model
@@ -181,7 +200,11 @@ async def _stream(
             if ending is None:
                 reply = stream.response
                 gw.observe_reply(reply, ex)
-                await response.write(encoder.finish(reply.usage))
+                finish = encoder.finish(reply.usage)
+                if call.kept is not None and isinstance(encoder, ResponsesStreamEncoder):
+                    # kept before the completion is sent: the client's next turn may name it at once
+                    await gw.conversations.keep(call, ex.caller.name, stream.call_id, encoder.output)
+                await response.write(finish)
             else:
                 gw.observe_attempts(getattr(ending, "attempts", ()), ex, provider=served.provider, model=served.model)
                 if isinstance(ending, RefusalError):

@@ -1,6 +1,7 @@
 """``GET /status`` and the shape of ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
-``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
+``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, each
+profile's prompt caching (input and cached input tokens, the hit rate and the money the cache saved), dead keys by
 id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
 until a time, or half-open), attempt counts per outcome over a recent window, each pool's members with their
 load (calls in flight, moving time to first token, share of the pool's calls), what hedging did (whether it is on,
@@ -26,6 +27,7 @@ from turnout.attribution import Attempt
 from turnout.config import Config, default_target
 from turnout.config.graph import pool_specs
 from turnout.errors import ConfigError
+from turnout.gateway.metrics import cache_by_profile
 from turnout.gateway.workers import LAST_ATTEMPTS, Totals
 from turnout.health import describe_breakers
 from turnout.hedge import hedging_status
@@ -40,6 +42,14 @@ RECENT_WINDOW_S = 900
 BUCKET_S = 60
 
 _PROVIDER_OUTCOME = attrgetter("provider", "outcome")
+#: A profile's prompt-cache totals before it answered anything.
+_NO_CACHE: dict[str, float | None] = {
+    "input_tokens": 0,
+    "cached_input_tokens": 0,
+    "cache_write_tokens": 0,
+    "hit_rate": None,
+    "saved_usd": 0.0,
+}
 
 
 class RecentAttempts:
@@ -137,6 +147,7 @@ def status_payload(
             {"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": round(until - now, 3)}
         )
     cooling = {c["profile"] for c in cooldowns if c["key_id"] is None}
+    cache = cache_by_profile(totals.counters)
     profiles = [
         {
             "name": name,
@@ -144,6 +155,7 @@ def status_payload(
             "fallback_models": list(p.fallback_models),
             "fallback": list(p.fallback),
             "cooling_down": name in cooling,
+            "cache": cache.get(name, _NO_CACHE),
         }
         for name, p in config.profiles().items()
     ]

@@ -79,7 +79,7 @@ def finish_reason(stop_reason: str | None, has_calls: bool) -> str:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:

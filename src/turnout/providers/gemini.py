@@ -129,6 +129,11 @@ def error_facts_of(error: Any, *, status: int | None, headers: Mapping[str, str]
     )
 
 
+def _count(value: Any) -> int:
+    """A token count of ``usageMetadata``: a non-negative int (0 for a missing, negative or non-integer value)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _unwrap(data: Any) -> Any:
     """Vertex wraps some bodies in a one-element list."""
     if isinstance(data, list) and len(data) == 1:
@@ -169,11 +174,13 @@ class _Assembler:
         else:
             self._candidate(candidates[0], out)
         meta = data.get("usageMetadata")
-        if meta:
+        if meta and isinstance(meta, Mapping):
+            prompt = _count(meta.get("promptTokenCount"))
             usage = Usage(
-                input_tokens=int(meta.get("promptTokenCount") or 0),
-                cached_input_tokens=int(meta.get("cachedContentTokenCount") or 0),
-                output_tokens=int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0),
+                input_tokens=prompt,
+                # the cached part is inside promptTokenCount: never more than it
+                cached_input_tokens=min(_count(meta.get("cachedContentTokenCount")), prompt),
+                output_tokens=_count(meta.get("candidatesTokenCount")) + _count(meta.get("thoughtsTokenCount")),
             )
             if usage != self._usage:
                 self._usage = usage

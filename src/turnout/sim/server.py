@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -26,6 +27,7 @@ from turnout.config.secrets import key_id
 from turnout.errors import ConfigError
 from turnout.sim.aws import verify
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
+from turnout.sim.caching import blocks
 from turnout.sim.google import GoogleTokens
 from turnout.sim.headroom import Limits
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
@@ -306,6 +308,8 @@ class SimServer:
         req = codec.parse(payload, path_model)
         if stream is not None:
             req.stream = stream
+        if self.scenarios.script.cache_ttl is not None:
+            req.prompt = blocks(payload)
         attempt, behaviour = self.scenarios.select(req.model, kid)
         limits = self.scenarios.limits(req.model)
         if limits is not None:
@@ -393,6 +397,11 @@ class SimServer:
         content = structured(b.content, req.schema) if b.content is not None else None
         assert content is not None
         usage = content.usage(req.input_words)
+        ttl = self.scenarios.script.cache_ttl
+        if req.prompt is not None and ttl is not None and not (content.usage_cached or content.usage_cache_write):
+            cached, written = self.scenarios.prompts.observe((req.model, rec.key_id), req.prompt, ttl)
+            cached = min(cached, usage.input)
+            usage = replace(usage, cached_input=cached, cache_write=min(written, usage.input - cached))
         announce = self._announcing.get(id(request))
         if announce is not None:
             announce.tokens = usage.input + usage.output

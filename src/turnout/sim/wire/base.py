@@ -96,6 +96,7 @@ class Parsed:
         input_words: Whitespace-separated words in the system prompt and every message.
         prefill: Whether the last message is the assistant's.
         schema: The JSON Schema of a structured-output request (see :mod:`turnout.sim.schema`), else None.
+        prompt: The prompt's prefixes (:func:`turnout.sim.caching.blocks`) when the script caches prompts.
     """
 
     model: str
@@ -104,6 +105,7 @@ class Parsed:
     input_words: int = 0
     prefill: bool = False
     schema: Any = None
+    prompt: list[tuple[bytes, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
