@@ -27,7 +27,7 @@ from turnout.errors import (
     TurnCancelled,
 )
 from turnout.ledger import CallRecord, Ledger
-from turnout.reply import Reply, new_reply
+from turnout.reply import Reply
 from turnout.streams import without_think
 from turnout.types import ChatRequest, ChatResponse
 
@@ -214,7 +214,7 @@ class Call(DispatchScope):
             response = without_think(response)
         if plan.tracer is not None:
             plan.tracer.accepted(self, response, served, notice)
-        return new_reply(
+        return Reply(
             text=response.text,
             tool_calls=response.tool_calls,
             usage=response.usage,

@@ -11,14 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from turnout._fast import fast_init
 from turnout.errors import RefusalError
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
 from turnout.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 
 
-@fast_init  # one per request
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatCall:
     """A parsed chat request, in Turnout's terms.

@@ -44,8 +44,6 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
-    new_chat_response,
-    new_text_delta,
 )
 
 #: What a stream is missing when it ends too early.
@@ -100,8 +98,6 @@ class OpenAIChatAdapter(HTTPAdapter):
         self._stream_options = vendor not in _NO_STREAM_OPTIONS
         self._url = self._endpoint()
         self._extras = bool(s.provider_extra) or s.chat_template_kwargs is not None
-        #: Whether a request's kept wire messages are sent as they are (merged system text changes them).
-        self._keeps_messages = not s.merge_system_into_user
 
     def _endpoint(self) -> str:
         base, _, query = self.settings.base_url.partition("?")
@@ -129,10 +125,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         native = request.native
         if native is not None and self.passes_through(request):
             return self._native_body(native.body, model, temperature, stream)
-        # The messages the request keeps, read here rather than through ``_wire_messages`` (one frame fewer a call).
-        messages = request.openai_messages if self._keeps_messages else None
-        if messages is None:
-            messages = self._wire_messages(request)
+        messages = self._messages(request.messages)
         s = self.settings
         body: dict[str, Any]
         if not self._azure:
@@ -190,20 +183,6 @@ class OpenAIChatAdapter(HTTPAdapter):
             body.pop("stream", None)
             body.pop("stream_options", None)
         return self.with_merged_extras(body) if self._extras else body
-
-    def _wire_messages(self, request: ChatRequest) -> list[dict[str, Any]]:
-        """:meth:`_messages`, kept by the request (``openai_messages``) unless system text is merged.
-
-        A retry, or a fallback to another entry of this protocol, sends the same list: nothing changes a body's
-        messages once built.
-        """
-        if self.settings.merge_system_into_user:
-            return self._messages(request.messages)
-        out = request.openai_messages
-        if out is None:
-            out = self._messages(request.messages)
-            object.__setattr__(request, "openai_messages", out)  # a cache: the field is never compared
-        return out
 
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         merge = self.settings.merge_system_into_user
@@ -266,7 +245,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return new_chat_response(
+        return ChatResponse(
             text=text,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
             finish_reason=finish,
@@ -312,7 +291,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return new_chat_response(
+        return ChatResponse(
             text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
@@ -505,7 +484,7 @@ class ChatStreamDecoder(StreamDecoder):
             content = delta.get("content")
             if type(content) is str:
                 if content:
-                    out.append(new_text_delta(text=content))
+                    out.append(TextDelta(text=content))
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
@@ -513,7 +492,7 @@ class ChatStreamDecoder(StreamDecoder):
         content = delta.get("content")
         if content:
             if isinstance(content, str):
-                out.append(new_text_delta(text=content))
+                out.append(TextDelta(text=content))
             elif isinstance(content, list):
                 for is_reasoning, piece in content_parts(content):
                     out.append(ReasoningDelta(text=piece) if is_reasoning else TextDelta(text=piece))
