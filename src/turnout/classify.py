@@ -185,9 +185,8 @@ def classify(facts: ErrorFacts) -> ErrorClass:
 
 
 def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) -> ErrorClass:
-    # The checks of the refusal, context-window and retry-hint rules are written out here, where they are asked
-    # (one failed try: three Python calls fewer); ``tests/test_classify_paths.py`` holds this to the rules as
-    # separate functions over generated facts.
+    # The refusal, context-window and retry-hint rules are asked in line, in the order SPEC section 5 gives them;
+    # ``tests/test_classify_paths.py`` holds this to the rules as separate functions over generated facts.
     status = facts.status
     # A refusal: its typed code or reason; then, for a 400 or an error without a status, its phrases. Too large for
     # the context window: its typed code; then, for a 4xx other than a 429 or an error without a status, its phrases.
@@ -364,18 +363,10 @@ def provider_error(
     fallback_message: str = "provider error",
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
-    # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer); the scrub's scan for key shapes
-    # reads the lowercased message too, rather than lowercasing it again.
-    code = facts.error_code.lower() if facts.error_code else ""
-    etype = facts.error_type.lower() if facts.error_type else ""
-    reason = facts.reason.lower() if facts.reason else ""
-    message = facts.message
-    if message:
-        text = message.lower()
-        message = scrub(message[:2000], tuple(secrets), text)
-    else:
-        text = ""
-        message = scrub(fallback_message[:2000], tuple(secrets))
+    code, etype, reason, text = _lowered(facts)
+    # the scrub's scan for key shapes reads the lowercased message too, rather than lowercasing it again
+    kept = tuple(secrets)
+    message = scrub(facts.message[:2000], kept, text) if facts.message else scrub(fallback_message[:2000], kept)
     error_class = _classify(facts, code, etype, reason, text)
     headers = facts.headers
     status = facts.status

@@ -31,8 +31,6 @@ from turnout.providers.openai_compat import (
 )
 from turnout.tools import openai_tools
 from turnout.types import (
-    FINISH_LENGTH,
-    FINISH_STOP,
     ChatRequest,
     ChatResponse,
     Final,
@@ -50,8 +48,6 @@ from turnout.types import (
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
-#: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
-_PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
 #: Perplexity's closing summary chunk, whose delta repeats the answer.
 _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
@@ -223,38 +219,8 @@ class OpenAIChatAdapter(HTTPAdapter):
     def parse_response(self, data: Any, model: str) -> ChatResponse:
         """A ``chat.completion`` object → the answer; raises ``RefusalError`` for refusals and filters.
 
-        The common answer (one choice of plain text, finished by ``stop`` or ``length``, no refusal, tool
-        calls or reasoning) is read by indexing, which fails at once on any other shape; everything else goes
-        through :meth:`parse_general`, which gives the same answer for the common one too.
+        Any shape: several choices (the one of index 0 answers), content parts, tool calls, reasoning, refusals.
         """
-        try:
-            (choice,) = data["choices"]
-            message = choice["message"]
-            text = message["content"]
-            finish = _PLAIN_FINISH[choice["finish_reason"]]
-        except (KeyError, TypeError, ValueError):
-            return self.parse_general(data, model)
-        if (
-            type(text) is not str
-            or message.get("refusal")
-            or message.get("tool_calls")
-            or message.get("reasoning_content")
-            or message.get("reasoning")
-        ):
-            return self.parse_general(data, model)
-        usage = data.get("usage")
-        reported = data.get("model")
-        request_id = data.get("id")
-        return ChatResponse(
-            text=text,
-            usage=usage_from(usage) if isinstance(usage, dict) else None,
-            finish_reason=finish,
-            model=reported if isinstance(reported, str) and reported else model,
-            request_id=request_id if isinstance(request_id, str) and request_id else None,
-        )
-
-    def parse_general(self, data: Any, model: str) -> ChatResponse:
-        """:meth:`parse_response` for every shape: several choices, content parts, tool calls, refusals."""
         if type(data) is not dict:
             raise TypeError("response is not a JSON object")
         choices = data.get("choices")
@@ -302,7 +268,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         )
 
     #: OpenAI, OpenRouter, Azure, Mistral and DeepSeek error bodies, or an excerpt of an HTML page: the vendors'
-    #: reader itself, not a method calling it (one Python frame fewer per failed try).
+    #: shared reader (:func:`turnout.providers.openai_compat.error_facts`).
     error_facts = staticmethod(error_facts)
 
     def decoder(self, model: str) -> StreamDecoder:
