@@ -48,12 +48,12 @@ async def tour(tmp_path: Path, *, breaker: bool = True) -> tuple[bool, str, list
 
 
 async def test_the_outage_tour_opens_skips_probes_reopens_and_closes(tmp_path: Path) -> None:
-    """The primary fails twice, is skipped, probed (fails: reopened for twice as long), skipped, probed and back."""
+    """The primary fails three calls, is skipped, probed (fails: reopened for twice as long), skipped, probed, back."""
     told, text, firsts, hits = await tour(tmp_path)
     assert told, text
-    assert firsts[:4] == ["503", "503", "breaker_skip", "503"]  # calls 1-2 open it; call 4 is the failed probe
-    assert firsts[-1] == "ok" and "breaker_skip" in firsts[4:-1]
-    assert hits == 2 + 2 + 1 + 1  # two calls of two tries, one failed probe, one good probe
+    assert firsts[:5] == ["503", "503", "503", "breaker_skip", "503"]  # calls 1-3 open it; call 5 is the failed probe
+    assert firsts[-1] == "ok" and "breaker_skip" in firsts[5:-1]
+    assert hits == 2 + 2 + 2 + 1 + 1  # three calls of two tries, one failed probe, one good probe
     assert text.count("open, ") >= 4 and text.rstrip().endswith(
         f"The primary was sent {hits} requests in {len(firsts)} calls."
     )

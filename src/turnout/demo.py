@@ -213,9 +213,10 @@ def _steps() -> list[Step | Tour]:
         ),
         Tour(
             "An outage is learned and forgotten (circuit breaker)",
-            f"claude-sonnet-4-5 answers 503 for {TIMING.outage_secs:g} s; a call every {TIMING.pace_secs:g} s. After a "
-            "few health failures its breaker opens: calls skip it at no cost (breaker_skip) and claude-haiku-4-5 "
-            f"serves. After {TIMING.open_secs:g} s one call probes it; a failed probe reopens the breaker for twice as "
+            f"claude-sonnet-4-5 answers 503 for {TIMING.outage_secs:g} s; a call every {TIMING.pace_secs:g} s. "
+            "After the third call that fails on it (a call's retries are one signal) its breaker opens: calls skip "
+            "it at no cost (breaker_skip) and claude-haiku-4-5 serves. "
+            f"After {TIMING.open_secs:g} s one call probes it; a failed probe reopens the breaker for twice as "
             "long; once the outage is over the next probe closes it and the primary serves again.",
             outage_script(TIMING),
             outage_tour,

@@ -11,6 +11,7 @@
     │   ├── ProviderTimeout              connect / first_token / idle / total bound exceeded (.phase)
     │   ├── ProviderConnectionError      the connection failed or was reset before an answer
     │   ├── ProtocolError                a malformed or oversized response or stream event
+    │   │   ├── ResponseTooLarge         a body or stream event over its bound once decoded; not replayed on the entry
     │   │   └── StreamTruncated          the body ended before the protocol's completion signal (.missing_signal)
     │   ├── RefusalError                 the model refused (never retried, not routed around unless opted in)
     │   └── EmptyCompletion              a 200 with no text and no tool calls (not an answer)
@@ -196,6 +197,14 @@ class ProtocolError(ProviderError):
     default_class = ErrorClass.RETRYABLE
 
 
+class ResponseTooLarge(ProtocolError):
+    """A response body, a stream or one of its events is larger than its bound (counted after decompression).
+
+    A health failure like any protocol error, but the walk does not try the same entry again for the call: the next
+    try would fetch the same answer (SPEC 6.7 and docs/reliability.md).
+    """
+
+
 class StreamTruncated(ProtocolError):
     """The stream ended before the protocol's completion signal.
 
@@ -282,14 +291,22 @@ class AllProvidersFailed(TurnoutError):
         attempts: Every attempt of the walk, in order.
         last_error: The exception of the last failed try, when one was raised (its message is the
             provider's, scrubbed of keys; never part of this error's own message).
+        retry_at: When no entry of the walk is usable now (each cooling down or behind an open circuit breaker):
+            the earliest moment one is (Unix seconds); None when one is usable now.
     """
 
     def __init__(
-        self, message: str, *, attempts: Sequence[Attempt] = (), last_error: BaseException | None = None
+        self,
+        message: str,
+        *,
+        attempts: Sequence[Attempt] = (),
+        last_error: BaseException | None = None,
+        retry_at: float | None = None,
     ) -> None:
         super().__init__(message)
         self.attempts = tuple(attempts)
         self.last_error = last_error
+        self.retry_at = retry_at
 
     @property
     def retry_after(self) -> float | None:

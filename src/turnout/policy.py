@@ -21,9 +21,10 @@ timeout                     move on; retried only on the last entry
 empty                       retry after the backoff, then move on
 ==========================  ===========================================================================
 
-A retry or a key switch with no try left on the entry, or on a try that probes a half-open circuit breaker,
-becomes a move to the next entry. A ``retryable`` or ``timeout`` failure is also a *health* failure: it counts
-towards the entry's circuit breaker (:mod:`turnout.breaker`); no other class does.
+A retry or a key switch with no try left on the entry, on a try that probes a half-open circuit breaker, or
+after a failure that would repeat on the same entry (a response over its size bound: the next try would fetch the
+same answer), becomes a move to the next entry. A ``retryable`` or ``timeout`` failure is also a *health* failure:
+it counts towards the entry's circuit breaker (:mod:`turnout.breaker`), once per call; no other class does.
 """
 
 from __future__ import annotations
@@ -104,15 +105,16 @@ _SWITCH_KEY_REPORTING_IT = Action(step=Step.NEXT_KEY, report_key=True)
 _MOVE_ON_REPORTING_KEY = Action(step=Step.NEXT_ENTRY, report_key=True)
 
 
-def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False) -> Action:
+def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False, replay: bool = True) -> Action:
     """The action after a try failed with ``error_class`` at ``at``.
 
     Args:
         error_class: What the failure means (from :mod:`turnout.classify`).
         at: Where the try stands.
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
+        replay: Whether trying the same entry again may answer differently (False: a response over its bound).
     """
-    # One function, the usual class first: a failed try pays for one Python frame here, not two.
+    # The usual class first.
     cls = error_class
     if cls is ErrorClass.RATE_LIMITED:
         if at.rotates:
@@ -140,6 +142,6 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False)
     else:  # pragma: no cover - ErrorClass is closed
         raise AssertionError(f"unhandled error class {cls!r}")
     # A retry or a key switch with no try left, or on a probe, becomes a move on (its state updates kept).
-    if (at.tries_left <= 0 or at.probing) and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
+    if (at.tries_left <= 0 or at.probing or not replay) and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
         return action._replace(step=Step.NEXT_ENTRY)
     return action

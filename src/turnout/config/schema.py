@@ -163,20 +163,26 @@ class Breaker(_Section):
     """A circuit breaker's settings: ``[reliability.breaker]``, or a profile's ``breaker`` table (its keys win).
 
     A key left out keeps the value of the level above (the profile's: ``[reliability.breaker]``'s; that one's:
-    the defaults of :class:`turnout.breaker.BreakerSettings`).
+    the defaults of :class:`turnout.breaker.BreakerSettings`). ``min_attempts`` is the former name of
+    ``min_calls`` (the breaker now counts calls, one per call, not tries); ``min_calls`` wins when both are set.
     """
 
     enabled: bool | None = None
     failures: int | None = Field(default=None, ge=1, le=1000)
     window_secs: float | None = Field(default=None, gt=0, le=3600)
+    min_calls: int | None = Field(default=None, ge=1, le=100_000)
     min_attempts: int | None = Field(default=None, ge=1, le=100_000)
     failure_rate: float | None = Field(default=None, gt=0, le=1)
     open_secs: float | None = Field(default=None, gt=0, le=3600)
     max_open_secs: float | None = Field(default=None, gt=0, le=86_400)
 
     def settings(self) -> dict[str, Any]:
-        """The keys this table sets."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The keys this table sets (``min_attempts`` given as ``min_calls``)."""
+        values = {k: v for k, v in self.model_dump().items() if v is not None}
+        former = values.pop("min_attempts", None)
+        if former is not None:
+            values.setdefault("min_calls", former)
+        return values
 
 
 class Hedge(_Section):

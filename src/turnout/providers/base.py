@@ -433,6 +433,7 @@ class HTTPAdapter(Provider):
             timeouts=self.settings.timeouts,
             target=self._targets.get(model) or self.target(model),  # no call once the model's is made
             ssl_context=self._ssl,
+            max_bytes=self.settings.max_response_bytes,
         ) as resp:
             if resp.status >= 400:
                 raw = await resp.read_body(min(self.settings.max_response_bytes, 1024 * 1024))

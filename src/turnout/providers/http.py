@@ -6,6 +6,12 @@ body bytes) and ``total`` (the whole attempt). Body bytes are watched by a lazy 
 connection's byte counter a few times per idle period, so reading a chunk costs nothing extra, and one timer
 per event loop checks every attempt in flight, so an attempt that ends in time costs no timer at all.
 
+Size bounds count the bytes *after* decompression: aiohttp inflates a ``Content-Encoding`` (gzip, deflate, br
+with Brotli installed) a bounded piece at a time as the body is read, so a whole body is read piece by piece and
+its decoded size compared with ``max_response_bytes`` as it grows (the compressed ``Content-Length`` says nothing
+about what it inflates to), and an encoded stream is bounded the same way in total; either raises
+:class:`~turnout.errors.ResponseTooLarge` with memory bounded by the limit.
+
 Every aiohttp and socket exception is translated here, at one boundary, into a
 :class:`~turnout.errors.ProviderError` subclass (``raise ... from exc``).
 """
@@ -27,7 +33,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from turnout.config.secrets import scrub
-from turnout.errors import ProtocolError, ProviderConnectionError, ProviderError, ProviderTimeout
+from turnout.errors import ProviderConnectionError, ProviderError, ProviderTimeout, ResponseTooLarge
 
 USER_AGENT = "turnout/0.1"
 #: What sending a request and waiting for its headers may raise (translated by ``HttpClient._failed``).
@@ -218,7 +224,7 @@ class StreamingResponse:
     response are set when it opens.
     """
 
-    __slots__ = ("_args", "_client", "_resp", "_watchdog", "headers", "status")
+    __slots__ = ("_args", "_client", "_left", "_resp", "_watchdog", "headers", "status")
 
     _resp: aiohttp.ClientResponse
     _watchdog: _Watchdog
@@ -229,9 +235,12 @@ class StreamingResponse:
         self,
         client: HttpClient,
         args: tuple[str, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
+        max_bytes: int | None = None,
     ) -> None:
         self._client = client
         self._args = args
+        #: Decoded bytes an encoded stream may still bring (None: unbounded in total, bounded per event).
+        self._left = max_bytes
 
     async def __aenter__(self) -> StreamingResponse:
         """Send the request and wait for the response headers; the open response."""
@@ -244,6 +253,8 @@ class StreamingResponse:
             raise client._failed(exc, watchdog, timeouts, target, url)  # noqa: B904 - the cause is set by _failed
         watchdog._content = resp.content  # the headers arrived: watch the body from now on
         self._resp, self._watchdog, self.status, self.headers = resp, watchdog, resp.status, resp.headers
+        if self._left is not None and not _encoded(resp.headers):
+            self._left = None  # a plain stream's size on the wire is its size: its events are bounded one by one
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -263,7 +274,7 @@ class StreamingResponse:
             ProviderConnectionError: The connection was lost.
         """
         try:
-            return await self._resp.content.readany()
+            chunk = await self._resp.content.readany()
         except ProviderError:
             raise
         except (aiohttp.ClientError, OSError) as exc:
@@ -272,6 +283,17 @@ class StreamingResponse:
                 provider=self._watchdog._target.provider,
                 model=self._watchdog._target.model,
             ) from exc
+        if self._left is not None:
+            self._left -= len(chunk)
+            if self._left < 0:
+                target = self._watchdog._target
+                raise ResponseTooLarge(
+                    "compressed stream exceeds the response limit once decoded",
+                    provider=target.provider,
+                    model=target.model,
+                    status=self.status,
+                )
+        return chunk
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive (:meth:`read_chunk` until the end of the body)."""
@@ -283,10 +305,17 @@ class StreamingResponse:
         return await _read_limited(self._resp, limit, self._watchdog._target)
 
 
+def _encoded(headers: Mapping[str, str]) -> bool:
+    """Whether a response's body is content-encoded (aiohttp decodes it as it is read)."""
+    encoding = headers.get("Content-Encoding")
+    return encoding is not None and encoding.strip().lower() not in ("", "identity")
+
+
 async def _read_limited(resp: aiohttp.ClientResponse, limit: int, target: Target) -> bytes:
+    """The whole body, read piece by piece: at most ``limit`` bytes once decoded, else :class:`ResponseTooLarge`."""
     length = resp.content_length
     if length is not None and length > limit:
-        raise ProtocolError(
+        raise ResponseTooLarge(
             f"response body of {length} bytes exceeds the limit of {limit} bytes",
             provider=target.provider,
             model=target.model,
@@ -302,8 +331,8 @@ async def _read_limited(resp: aiohttp.ClientResponse, limit: int, target: Target
                 break
             size += len(chunk)
             if size > limit:
-                raise ProtocolError(
-                    f"response body exceeds the limit of {limit} bytes",
+                raise ResponseTooLarge(
+                    f"response body exceeds the limit of {limit} bytes once decoded",
                     provider=target.provider,
                     model=target.model,
                     status=resp.status,
@@ -504,7 +533,7 @@ class HttpClient:
         Raises:
             ProviderTimeout: A time bound was exceeded.
             ProviderConnectionError: The connection failed or was reset.
-            ProtocolError: The body is larger than ``max_bytes``.
+            ResponseTooLarge: The body is larger than ``max_bytes`` (once decoded).
         """
         # What ``StreamingResponse.__aenter__`` does, without a coroutine of its own (one request per try).
         request, watchdog = self._start(url, headers, body, timeouts, target, ssl_context)
@@ -515,7 +544,9 @@ class HttpClient:
         content = watchdog._content = resp.content  # the headers arrived: watch the body from now on
         try:
             length = resp.content_length
-            if length is not None and length <= max_bytes:  # the common case: aiohttp's own fast read
+            # The common case, a plain body of a known size within the bound: aiohttp's own fast read. An encoded body's
+            # length is its compressed size, which bounds nothing: it is read piece by piece and counted decoded.
+            if length is not None and length <= max_bytes and not _encoded(resp.headers):
                 try:
                     data = await resp.read()
                 except ProviderError:
@@ -546,13 +577,16 @@ class HttpClient:
         timeouts: Timeouts,
         target: Target,
         ssl_context: ssl.SSLContext | bool = True,
+        max_bytes: int | None = None,
     ) -> StreamingResponse:
         """POST ``body``; use as ``async with``: it gives the open response once its headers arrived.
 
         Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
-        upstream sees the client go; a body read to its end releases the connection to the pool.
+        upstream sees the client go; a body read to its end releases the connection to the pool. With
+        ``max_bytes``, a content-encoded stream brings at most that many bytes once decoded (reading past it raises
+        :class:`~turnout.errors.ResponseTooLarge`).
         """
-        return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context))
+        return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context), max_bytes)
 
 
 def connect_failure(exc: BaseException) -> str | None:
