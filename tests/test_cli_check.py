@@ -218,5 +218,5 @@ def test_check_reports_a_bad_pool_with_its_key_path(tmp_path: Path) -> None:
     assert json.loads(result.output)["error"] == {
         "code": "unknown_pool_member",
         "path": "pools.gpt.members[1]",
-        "message": "member 'azure.north' does not name a configured profile",
+        "message": "member 'azure.north' does not name a configured profile; did you mean 'azure.west'?",
     }

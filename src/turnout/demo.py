@@ -26,17 +26,23 @@ from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
-from turnout.attribution import SKIPS, Attempt
+from turnout.attribution import Attempt
 from turnout.client import Client
-from turnout.errors import ConfigError, ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.errors import (
+    ContextWindowExceeded,
+    RefusalError,
+    StreamInterruptedAfterOutput,
+    TurnoutError,
+    cannot_listen,
+)
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.serve import can_listen
 from turnout.ledger import summarize
 from turnout.reply import Reply
 from turnout.sim import Simulator
-from turnout.terminal import shown
+from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 
 DEMO_CONFIG = """
 default_provider = "anthropic.main"
@@ -143,7 +149,7 @@ class Step:
     explain: str
     script: dict[str, Any]
     run: Callable[[Client], Awaitable[Reply]]
-    after: Callable[[Client], Table] | None = None
+    after: Callable[[Client], FittedTable] | None = None
 
 
 @dataclass
@@ -272,50 +278,22 @@ def _steps() -> list[Step | Tour]:
 POOL_CALLS = 12
 
 
-def pool_table(client: Client, name: str) -> Table:
+def pool_table(client: Client, name: str) -> FittedTable:
     """A pool's members with the calls each took and its moving time to first token."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=f"pool {name}")
-    for col, justify in [("member", "left"), ("calls", "right"), ("share", "right"), ("moving TTFT ms", "right")]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = FittedTable(
+        [
+            Column(name="member", identifies=True),
+            Column(name="calls", right=True),
+            Column(name="share", right=True),
+            Column(name="moving TTFT ms", right=True),
+        ],
+        title=f"pool {name}",
+    )
     pool = next(p for p in client.status()["pools"] if p["name"] == name)
     for m in pool["members"]:
         share = f"{m['share']:.0%}" if m["share"] is not None else "-"
         ttft = f"{m['ttft_ms']:.0f}" if m["ttft_ms"] is not None else "-"
-        table.add_row(m["profile"], str(m["calls"]), share, ttft)
-    return table
-
-
-def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name, justify in [
-        ("#", "right"),
-        ("profile", "left"),
-        ("model", "left"),
-        ("outcome", "left"),
-        ("status", "right"),
-        ("key", "left"),
-        ("in/out tokens", "right"),
-        ("cost", "right"),
-        ("ms", "right"),
-        ("retry hint", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    styles = {"ok": "green", "cooldown_skip": "yellow", "breaker_skip": "yellow", "stream_interrupted": "red"}
-    for i, a in enumerate(attempts, 1):
-        tokens = f"{a.usage.input_tokens}/{a.usage.output_tokens}" if a.usage else "-"
-        cost = f"${a.cost_usd:.6f}" if a.cost_usd is not None else "-"
-        table.add_row(
-            str(i),
-            shown(a.provider),
-            shown(a.model),
-            Text(a.outcome, style=styles.get(a.outcome, "magenta")),
-            str(a.status) if a.status is not None else "-",
-            a.key_id or "-",
-            tokens,
-            cost,
-            f"{a.duration_ms:.0f}" if a.outcome not in SKIPS else "-",
-            f"{a.retry_after:.1f}s" if a.retry_after is not None else "-",
-        )
+        table.add_row(shown(m["profile"]), str(m["calls"]), share, ttft)
     return table
 
 
@@ -330,11 +308,16 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
         console: Where the tour is printed (default: the terminal).
         serve: Then serve a gateway over the tour's client until SIGINT or SIGTERM (:func:`serve_demo`).
         port: The gateway's port on 127.0.0.1 (0: a free one).
+
+    Raises:
+        ConfigError: With ``serve``, the port cannot be bound (checked before the tour; code ``listen_failed``).
     """
     if console is None:
         console = Console(highlight=False)
         if not console.is_terminal:
             console = Console(highlight=False, width=max(console.width, 120))
+    if serve and port:
+        can_listen("127.0.0.1", port)  # a busy port fails now, not after the tour
     started = time.perf_counter()
     as_told = True
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
@@ -387,15 +370,21 @@ def demo_config(sim: Simulator, ledger: Path, open_secs: float = TIMING.open_sec
 def _print_summary(console: Console, ledger_path: Path, started: float) -> None:
     """The ledger's totals of the tour."""
     summary = summarize(ledger_path)
-    table = Table(title="Ledger summary", box=None, header_style="bold")
-    for col in ("profile", "model", "attempts", "outcomes", "cost"):
-        table.add_column(col)
+    table = FittedTable(
+        [
+            Column(name="profile", identifies=True),
+            Column(name="model", identifies=True),
+            Column(name="attempts", right=True),
+            Column(name="outcomes"),
+            Column(name="cost", right=True, identifies=True),
+        ],
+        title="Ledger summary",
+    )
     for r in summary.routes:
         outcomes = ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
-        cost = f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-"
-        table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
+        table.add_row(shown(r.provider), shown(r.model), str(r.attempts), shown(outcomes), usd(r.cost_usd))
     console.print(table)
-    total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
+    total = usd(summary.cost_usd)
     skips = ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items())) or "none"
     console.print(
         f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts (skipped without a "
@@ -422,7 +411,7 @@ async def serve_demo(
     try:
         await server.start()
     except OSError as exc:
-        raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", code="listen_failed") from None
+        raise cannot_listen("127.0.0.1", port, exc) from None
     on_signals = stop is None
     stop = _stop_on_signals() if stop is None else stop
     try:
@@ -470,29 +459,28 @@ async def _run_step(console: Console, client: Client, n: int, step: Step) -> Non
     try:
         reply = await step.run(client)
     except StreamInterruptedAfterOutput as exc:
-        console.print(f"User saw: [cyan]{exc.partial_text}[/cyan][red]  [stream interrupted][/red]")
+        console.print(Text("User saw: ") + Text(exc.partial_text, style="cyan") + Text("  [stream interrupted]", "red"))
         console.print(f"StreamInterruptedAfterOutput: {len(exc.partial_text.split())} words kept, no replay.")
-        console.print(_attempts_table(exc.attempts))
+        console.print(attempts_table(exc.attempts))
         return
     except RefusalError as exc:
-        console.print(f"RefusalError: {exc.message}")
-        console.print(_attempts_table(exc.attempts))
+        console.print(Text("RefusalError: ") + shown_lines(exc.message, 2000))
+        console.print(attempts_table(exc.attempts))
         return
     except ContextWindowExceeded as exc:
-        console.print(f"ContextWindowExceeded: {exc}")
-        console.print(_attempts_table(exc.attempts))
+        console.print(Text("ContextWindowExceeded: ") + shown_lines(str(exc), 2000))
+        console.print(attempts_table(exc.attempts))
         return
     except TurnoutError as exc:
-        console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
-        console.print(_attempts_table(getattr(exc, "attempts", ())))
+        console.print(Text(type(exc).__name__, style="red") + Text(": ") + shown_lines(str(exc), 2000))
+        console.print(attempts_table(getattr(exc, "attempts", ())))
         return
-    console.print(f"Answer: [cyan]{reply.text[:100]}[/cyan]")
-    served = f"{reply.served.provider}/{reply.served.model}"
-    cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
-    console.print(f"Served by [bold]{served}[/bold]; call cost {cost}")
+    console.print(Text("Answer: ") + Text(reply.text[:100], style="cyan"))
+    served = Text(f"{reply.served.provider}/{reply.served.model}", style="bold")
+    console.print(Text("Served by ") + served + Text(f"; call cost {usd(reply.cost_usd, 'unknown')}"))
     if reply.notice:
-        console.print(reply.notice, style="yellow")
-    console.print(_attempts_table(reply.attempts))
+        console.print(Text(reply.notice, style="yellow"))
+    console.print(attempts_table(reply.attempts))
     if step.after is not None:
         console.print(step.after(client))
 
@@ -525,9 +513,15 @@ async def outage_tour(
         clock: Seconds (the tour's own time line).
         sleep: The pause between calls.
     """
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("call", "at", "attempts (the last one served)", "ms", "the primary's breaker after the call"):
-        table.add_column(name)
+    table = FittedTable(
+        [
+            Column(name="call", identifies=True),
+            Column(name="at", right=True),
+            Column(name="attempts (the last one served)", label="attempts"),
+            Column(name="ms", right=True),
+            Column(name="the primary's breaker after the call", label="breaker", identifies=True),
+        ]
+    )
     start, seen = clock(), len(sim.log)
     calls: list[tuple[float, Reply]] = []
     while len(calls) < MAX_TOUR_CALLS:
@@ -616,9 +610,16 @@ async def hedge_tour(console: Console, client: Client, sim: Simulator, timing: H
         sim: The simulator, scripted with :func:`hedge_script` and seeded with ``timing.seed`` just before.
         timing: The tour's delays.
     """
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("call", "openai.quick drew", "first text ms", "attempts", "hedged", "answered by"):
-        table.add_column(name)
+    table = FittedTable(
+        [
+            Column(name="call", identifies=True),
+            Column(name="openai.quick drew", label="drew"),
+            Column(name="first text ms", right=True),
+            Column(name="attempts"),
+            Column(name="hedged", identifies=True),
+            Column(name="answered by", identifies=True),
+        ]
+    )
     calls: list[tuple[bool, Reply]] = []
     for n in range(1, timing.calls + 1):
         seen = len(sim.log)

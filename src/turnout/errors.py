@@ -29,6 +29,8 @@ Messages never contain API keys. Provider errors may carry the provider's own (s
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -68,6 +70,22 @@ class ConfigError(TurnoutError):
         self.code = code
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+def cannot_listen(host: str, port: int, exc: OSError, *, path: str | None = None) -> ConfigError:
+    """The error of a command that cannot listen on ``host:port``: one line, what happened and what to do.
+
+    Its code is ``listen_failed`` (the command line exits with status 2 for it).
+    """
+    if exc.errno == errno.EADDRINUSE:
+        why = "the port is already in use; stop what listens there, or choose another port with --port (0: a free one)"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (ports below 1024 need privileges); choose another port with --port"
+    elif exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        why = f"{host!r} is not an address of this host; choose another with --host (127.0.0.1: this host only)"
+    else:
+        why = exc.strerror or type(exc).__name__
+    return ConfigError(f"cannot listen on {host}:{port}: {why}", path=path, code="listen_failed")
 
 
 class InvalidRequest(TurnoutError):

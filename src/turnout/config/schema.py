@@ -4,6 +4,9 @@ Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``
 ``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
 ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
 ``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.
+
+Every section validates strictly: a value of the wrong type (a string where a number or a boolean belongs)
+is an error naming its key path, never converted.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # strict: a value of the wrong type is an error, never coerced (``provider_retries = "1"``, ``enabled = 1``),
+    # for every key of every section, also those added later. TOML integers still fill float keys.
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True)
 
     #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
@@ -374,3 +379,8 @@ class Config(_Section):
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""
         return {f"{fam}.{alias}": p for fam, aliases in self.providers.models.items() for alias, p in aliases.items()}
+
+
+# Profile names Breaker and Hedge before they are defined; resolving them now makes its ``model_fields`` show the
+# classes, which the key paths of config errors are read from (``turnout.config.loader.key_loc``).
+Profile.model_rebuild(force=True)

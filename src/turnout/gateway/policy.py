@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
+from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
 from turnout.gateway.spend import SpendBook, seconds_to_midnight
@@ -184,7 +185,12 @@ class Policy:
         if target.startswith(HINT_PREFIX):
             hint = known.get(target)
             if hint is None or hint.kind != "hint":
-                raise ConfigError(f"{target!r} is not a configured route hint", path=path, code="unknown_route_target")
+                hints = [n for n, named in known.items() if named.kind == "hint"]
+                raise ConfigError(
+                    f"{target!r} is not a configured route hint" + did_you_mean(target, hints),
+                    path=path,
+                    code="unknown_route_target",
+                )
             return PublicName(id=alias, kind="alias", choice=hint.choice, provider=hint.provider, model=hint.model)
         if target in self.config.pools:
             return PublicName(id=alias, kind="alias", choice=RouteChoice(None, target), provider=target, model=None)
@@ -259,7 +265,8 @@ class Policy:
                         opened.add(raw)
                     continue
                 raise ConfigError(
-                    f"{raw!r} is not a hint, alias, profile or model of the default profile",
+                    f"{raw!r} is not a hint, alias, profile or model of the default profile"
+                    + did_you_mean(raw, self.universe),
                     path=f"{path}.models[{i}]",
                     code="unknown_model",
                 )
@@ -267,7 +274,11 @@ class Policy:
             default_route = self._reaches_default(chosen)
         sender = entry.sender if entry is not None else None
         if sender is not None and sender not in self.config.senders:
-            raise ConfigError(f"{sender!r} is not a [senders.<id>] table", path=f"{path}.sender", code="unknown_sender")
+            raise ConfigError(
+                f"{sender!r} is not a [senders.<id>] table" + did_you_mean(sender, self.config.senders),
+                path=f"{path}.sender",
+                code="unknown_sender",
+            )
         limit = entry.daily_limit_usd if entry is not None else None
         if limit is not None and not self.config.ledger.enabled:
             raise ConfigError(
