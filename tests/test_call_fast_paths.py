@@ -219,13 +219,6 @@ def test_provider_error_builds_what_the_class_call_builds(
     assert vars(made) == vars(called)
 
 
-@given(status=st.none() | st.integers(min_value=-10, max_value=1000), etype=st.none() | st.text(max_size=3))
-def test_a_status_tag_is_the_status_formatted(status: int | None, etype: str | None) -> None:
-    """The tag kept for a status is the one formatting it gives, for any status (and none)."""
-    tag = error_detail(ProviderError("m", status=status, error_type=etype))
-    assert tag == (f"http_{status}" if status is not None else (etype or "provider_error"))
-
-
 _facts = st.builds(
     ErrorFacts,
     status=st.none() | st.sampled_from([400, 401, 402, 403, 404, 408, 429, 500, 503]),
