@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.policy import Admitted
 from turnout.gateway.responses_stream import ResponsesStreamEncoder
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
@@ -34,10 +35,7 @@ from turnout.gateway.wire import (
     interrupted,
     read_body,
 )
-
-if TYPE_CHECKING:
-    from turnout.gateway.app import Exchange, Gateway
-    from turnout.reply import Reply
+from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
 
@@ -45,7 +43,7 @@ JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """Answer one chat request of ``surface``."""
     assert ex.caller is not None  # the guard authenticated the request
     try:
@@ -58,26 +56,11 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
     ex.route = call.model
+    options = _options(admitted, call, ex)
     if call.stream:
-        return await _stream(gw, surface, request, call, _options(admitted, call, ex), ex)
-    # the call is awaited here rather than in a coroutine of its own: one frame fewer on every request; and its
-    # options, what ``_options`` holds, are passed as keywords (a dict unpacked into them costs about 6k
-    # instructions more; tests/gateway/test_gateway_policy.py holds the two to each other)
+        return await _stream(gw, surface, request, call, options, ex)
     try:
-        reply = await gw.client.chat(
-            call.messages,
-            model=admitted.model,
-            provider=admitted.provider,
-            sender=admitted.sender,
-            tools=call.tools,
-            temperature=call.temperature,
-            max_tokens=call.max_tokens,
-            tool_choice=call.tool_choice,
-            response_format=call.response_format,
-            native=call.native,
-            call_id=ex.request_id,
-            caller=ex.caller.name,
-        )
+        reply = await gw.client.chat(call.messages, **options)
     except RefusalError as exc:
         if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
             return gw.failure_response(surface, exc, ex)
@@ -90,6 +73,7 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:
+    """The client options of one admitted call, whole or streamed alike."""
     assert ex.caller is not None
     return {
         "model": admitted.model,
@@ -107,7 +91,7 @@ def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]
 
 
 def _complete(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
 ) -> web.Response:
     gw.observe_reply(reply, ex)
     served = reply.served
@@ -125,7 +109,7 @@ def _complete(
 
 
 async def _complete_kept(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
 ) -> web.Response:
     """:func:`_complete` for a Responses answer that is kept: kept before it is sent (the next turn may name it)."""
     assert ex.caller is not None
@@ -136,7 +120,7 @@ async def _complete_kept(
     return response
 
 
-def _refusal(gw: Gateway, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
+def _refusal(gw: Host, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
     provider, model = _refused_by(exc, call)
     gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
     headers = attribution_headers(provider, model, len(exc.attempts), None, None)
@@ -152,7 +136,7 @@ def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
 
 
 async def _stream(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
 ) -> web.StreamResponse:
     assert ex.caller is not None
     try:

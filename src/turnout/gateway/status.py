@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -33,9 +33,6 @@ from turnout.health import describe_breakers
 from turnout.hedge import hedging_status
 from turnout.pools import pools_status
 from turnout.state.dead_keys import describe_dead_keys
-
-if TYPE_CHECKING:
-    from turnout.gateway.policy import PublicName
 
 #: How far back ``/status`` counts attempts, and the width of one counting bucket.
 RECENT_WINDOW_S = 900
@@ -190,50 +187,3 @@ def _default(config: Config) -> str | None:
         return default_target(config)
     except ConfigError:
         return None
-
-
-def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
-    """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
-    if anthropic:
-        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
-    return {
-        "id": name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "turnout",
-        "turnout": {"kind": "model", "provider": provider, "model": model},
-    }
-
-
-def openai_model(n: PublicName) -> dict[str, Any]:
-    """One ``GET /v1/models`` item in OpenAI's shape (it also says what it routes to, under ``turnout``)."""
-    return {
-        "id": n.id,
-        "object": "model",
-        "created": 0,
-        "owned_by": "turnout",
-        "turnout": {"kind": n.kind, "provider": n.provider, "model": n.model},
-    }
-
-
-def anthropic_model(n: PublicName) -> dict[str, Any]:
-    """One ``GET /v1/models`` item in Anthropic's shape."""
-    return {"type": "model", "id": n.id, "display_name": n.id, "created_at": "1970-01-01T00:00:00Z"}
-
-
-def openai_models(names: Iterable[PublicName]) -> bytes:
-    """``GET /v1/models`` in OpenAI's shape."""
-    return orjson.dumps({"object": "list", "data": [openai_model(n) for n in names]})
-
-
-def anthropic_models(names: Iterable[PublicName]) -> bytes:
-    """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
-    data = [anthropic_model(n) for n in names]
-    return orjson.dumps(
-        {
-            "data": data,
-            "has_more": False,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
-    )

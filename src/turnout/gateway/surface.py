@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnout._fast import fast_init
 from turnout.errors import RefusalError
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
@@ -36,7 +35,6 @@ class Kept:
     body: Mapping[str, Any]
 
 
-@fast_init  # one per request
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatCall:
     """A parsed chat request, in Turnout's terms.

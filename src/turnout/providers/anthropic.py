@@ -40,7 +40,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 API_VERSION = "2023-06-01"
@@ -583,7 +582,7 @@ class AnthropicDecoder(SSEEventDecoder):
         if dtype == "text_delta":
             text = _str(delta["text"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif dtype == "input_json_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:

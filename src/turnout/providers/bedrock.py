@@ -37,11 +37,11 @@ from turnout.types import (
     Final,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolCallEvent,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 #: The variable holding a Bedrock API key when the profile gives none.
@@ -466,7 +466,7 @@ class BedrockDecoder(StreamDecoder):
         if "text" in delta:
             text = _str(delta["text"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif "toolUse" in delta:
             block = self._blocks.get(index)
             if block is None or block.kind != "tool":

@@ -40,13 +40,13 @@ from turnout.types import (
     Message,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolCallEvent,
     ToolsPayload,
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 #: Finish reasons that mean the output was blocked: a refusal, never an answer.
@@ -205,7 +205,7 @@ class _Assembler:
                 continue
             text = part.get("text")
             if text:
-                out.append(ReasoningDelta(text=text) if part.get("thought") else new_text_delta(text=text))
+                out.append(ReasoningDelta(text=text) if part.get("thought") else TextDelta(text=text))
         if finish:
             self.finish = str(finish)
 

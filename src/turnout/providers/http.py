@@ -363,8 +363,7 @@ class Credential(dict[str, str]):
 
     An adapter makes one per key (:meth:`HttpClient.credential`) and never changes it. Requests made with it go
     through a session of its own that sends these headers as its defaults and shares the client's connection
-    pool, instead of merging them into every request (``python -m bench.hotpath --instructions``: about 11k
-    instructions less per call).
+    pool: kept because it is contained in this module and saves merging the headers into every request.
     """
 
     __slots__ = ("connect", "session")

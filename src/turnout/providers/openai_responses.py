@@ -39,6 +39,7 @@ from turnout.types import (
     ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     TextPart,
     ToolCall,
     ToolCallEvent,
@@ -46,7 +47,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -434,7 +434,7 @@ class ResponsesDecoder(SSEEventDecoder):
         if kind == "response.output_text.delta":
             text = _str(obj["delta"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif kind == "response.function_call_arguments.delta":
             call = self._call(obj)
             if call is not None:
