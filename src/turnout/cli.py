@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -34,6 +34,9 @@ from turnout.config import (
 from turnout.errors import ConfigError, TurnoutError
 from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 from turnout.types import Usage
+
+#: The id a profile sends for a model name: ``(profile, model) -> id``.
+WireIds = Callable[[str, str], str]
 
 app = typer.Typer(
     name="turnout",
@@ -93,7 +96,8 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:
-        sys.stdout.write(orjson.dumps(plan_json(plan, warnings), option=orjson.OPT_INDENT_2).decode() + "\n")
+        body = plan_json(plan, warnings, wire_ids(cfg))
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     out = _out()
     if warnings:
@@ -104,7 +108,7 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     else:
         out.print("No warnings.", markup=False)
         out.print()
-    for line in plan_lines(plan):
+    for line in plan_lines(plan, wire_ids(cfg)):
         out.print(line, markup=False)
     for line in embedding_lines(cfg, plan):
         out.print(line, markup=False)
@@ -164,11 +168,20 @@ def pool_lines(pools: Iterable[PoolSpec]) -> list[str]:
     return lines
 
 
-def plan_lines(plan: Plan) -> list[str]:
+def wire_ids(config: Config) -> WireIds:
+    """The id each profile sends for a configured model name (``turnout.model_ids``: one name on every cloud)."""
+    from turnout.providers import wire_id
+
+    profiles = config.profiles()
+    return lambda profile, model: wire_id(profile, profiles[profile], model)
+
+
+def plan_lines(plan: Plan, wire: WireIds | None = None) -> list[str]:
     """The pools, then the attempt order of the default target and every route, as printed by ``turnout check``.
 
     Entries of a pool's members are marked ``[pool <name>]``: each call tries them in the order its strategy
-    chooses, before what follows the pool.
+    chooses, before what follows the pool. With ``wire``, an entry whose profile sends another id for its model
+    (a Bedrock inference profile, a Vertex version) says which: ``sends us.anthropic.…``.
     """
     pools = {p.name: p for p in plan.pools}
     lines = pool_lines(plan.pools)
@@ -179,13 +192,17 @@ def plan_lines(plan: Plan) -> list[str]:
             kind = "pinned" if entry.pinned else "unpinned"
             tries = plan.tries_per_entry
             member = f"  [pool {entry.pool}]" if entry.pool is not None else ""
-            lines.append(f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}")
+            sent = wire(entry.profile, entry.model) if wire is not None and entry.model is not None else model
+            sends = f"  sends {sent}" if sent != model else ""
+            lines.append(
+                f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}{sends}"
+            )
         lines.append("")
     return lines[:-1]
 
 
-def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
-    """``turnout check --json`` output."""
+def plan_json(plan: Plan, warnings: list[ConfigWarning], wire: WireIds | None = None) -> dict[str, Any]:
+    """``turnout check --json`` output (``wire_model``: the id an entry sends for its model)."""
 
     def route(r: Route) -> dict[str, Any]:
         return {
@@ -197,6 +214,7 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
                     "profile": e.profile,
                     "model": e.model,
                     "pinned": e.pinned,
+                    "wire_model": wire(e.profile, e.model) if wire is not None and e.model is not None else e.model,
                     "tries": plan.tries_per_entry,
                     "pool": e.pool,
                 }
@@ -367,13 +385,23 @@ def ledger(
 ) -> None:
     """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
     from turnout.ledger import summarize
+    from turnout.ledger_cache import cache_summary
+    from turnout.pricing import ProfileRates, profile_rates
 
+    rates = ProfileRates({})  # with only a ledger file: no profile is known, so no saving is priced
     if path is None:
         try:
-            path = load(config).ledger.path
+            cfg = load(config)
+        except ConfigError as exc:
+            raise _fail(exc, as_json) from None
+        path, rates = cfg.ledger.path, profile_rates(cfg)
+    elif config is not None:
+        try:
+            rates = profile_rates(load(config))
         except ConfigError as exc:
             raise _fail(exc, as_json) from None
     summary = summarize(path, since=_since(since))
+    caching = cache_summary(path, rates.rates, since=_since(since))
     if as_json:
         body = {
             "calls": summary.calls,
@@ -395,6 +423,18 @@ def ledger(
                     "avg_duration_ms": r.avg_duration_ms,
                 }
                 for r in summary.routes
+            ],
+            "cache": [
+                {
+                    "provider": c.provider,
+                    "model": c.model,
+                    "input_tokens": c.input_tokens,
+                    "cached_input_tokens": c.cached_input_tokens,
+                    "cache_write_tokens": c.cache_write_tokens,
+                    "hit_rate": c.hit_rate,
+                    "saved_usd": c.saved_usd,
+                }
+                for c in caching
             ],
         }
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -432,6 +472,31 @@ def ledger(
             f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
         )
     out.print(table)
+    cached = [c for c in caching if c.cached_input_tokens or c.cache_write_tokens]
+    if cached:
+        out.print("prompt cache:", markup=False)
+        caches = FittedTable(
+            [
+                Column(name="profile", identifies=True),
+                Column(name="model", identifies=True),
+                Column(name="input tokens", right=True),
+                Column(name="cached", right=True),
+                Column(name="written", right=True),
+                Column(name="hit rate", right=True),
+                Column(name="saved", right=True),
+            ]
+        )
+        for c in cached:
+            caches.add_row(
+                shown(c.provider),
+                shown(c.model),
+                str(c.input_tokens),
+                str(c.cached_input_tokens),
+                str(c.cache_write_tokens),
+                f"{c.hit_rate:.0%}" if c.hit_rate is not None else "-",
+                usd(c.saved_usd),
+            )
+        out.print(caches)
 
 
 GatewayOption = Annotated[

@@ -30,6 +30,7 @@ from rich.text import Text
 
 from turnout.attribution import Attempt
 from turnout.client import Client
+from turnout.demo_clouds import clouds_config, clouds_tour
 from turnout.errors import (
     ContextWindowExceeded,
     RefusalError,
@@ -40,6 +41,7 @@ from turnout.errors import (
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.serve import can_listen
 from turnout.ledger import summarize
+from turnout.pricing import profile_rates
 from turnout.reply import Reply
 from turnout.sim import Simulator
 from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
@@ -133,6 +135,11 @@ path = "{ledger}"
 """
 
 PROMPT = [{"role": "user", "content": "Summarise the release notes in one sentence."}]
+#: The system prompt of the prompt-cache step (long enough for the cached part to show).
+HOUSE_RULES = " ".join(
+    ["You write release summaries for a small open-source project: plain words, no marketing, one sentence."] * 20
+)
+FOLLOW_UP = [{"role": "user", "content": "Now say it in French."}]
 
 #: The primary of the outage tour, and the most calls the tour makes.
 PRIMARY = "claude-sonnet-4-5"
@@ -166,6 +173,8 @@ class Step:
     script: dict[str, Any]
     run: Callable[[Client], Awaitable[Reply]]
     after: Callable[[Client], FittedTable] | None = None
+    #: The simulator caches prompt prefixes for this long during the step (None: no prompt caching).
+    cache_ttl: float | None = None
 
 
 @dataclass
@@ -200,8 +209,27 @@ def _steps() -> list[Step | Tour]:
             reply = await chat(c, model="hint:pool")
         return reply
 
+    turns: list[Reply] = []
+
+    async def conversation(c: Client) -> Reply:
+        turns.clear()
+        first = [{"role": "system", "content": HOUSE_RULES}, *PROMPT]
+        turns.append(await c.chat(first))
+        turns.append(await c.chat([*first, {"role": "assistant", "content": turns[0].text}, *FOLLOW_UP]))
+        return turns[-1]
+
     return [
         Step("A clean answer", "The primary profile answers on the first try.", {}, chat),
+        Step(
+            "A conversation's second turn reads the prompt cache",
+            "The simulator caches prompt prefixes per deployment for 5 minutes, as Anthropic does. Turn 1 writes "
+            "the system prompt and question to the cache; turn 2 repeats them, so they are cached input, priced at "
+            "the cache-read rate.",
+            {},
+            conversation,
+            lambda c: cache_table(c, turns),
+            cache_ttl=300,
+        ),
         Step(
             "A 429 with Retry-After, then recovery",
             "A single-entry profile gets 429 with Retry-After: 1; the walk waits the hinted second and retries.",
@@ -242,6 +270,15 @@ def _steps() -> list[Step | Tour]:
             "long; once the outage is over the next probe closes it and the primary serves again.",
             outage_script(TIMING),
             outage_tour,
+        ),
+        Tour(
+            "One Claude model on three clouds",
+            "hint:clouds walks anthropic.clouds → bedrock.clouds → vertex.clouds, each configured with the one name "
+            "claude-sonnet-4-5 (Bedrock is sent its inference profile, Vertex its versioned id). Three calls: "
+            "Anthropic answers; then Anthropic is overloaded and Bedrock answers; then Bedrock throttles too and "
+            "Vertex AI answers, with a token from a service-account key exchanged at the simulator.",
+            {},
+            clouds_tour,
         ),
         Step(
             "A truncated stream",
@@ -315,6 +352,30 @@ async def embed_tour(console: Console, client: Client, sim: Simulator) -> bool:
     console.print(attempts_table(reply.attempts))
     other_model = any(a.model == "text-embedding-3-large" for a in reply.attempts)
     return reply.served.provider == "azure.embed" and not other_model
+def cache_table(client: Client, turns: list[Reply]) -> FittedTable:
+    """Each turn's input, the part read from and written to the prompt cache, its cost and what the cache saved."""
+    table = FittedTable(
+        [
+            Column(name="turn", right=True, identifies=True),
+            Column(name="input tokens", right=True),
+            Column(name="cached", right=True),
+            Column(name="written", right=True),
+            Column(name="cost", right=True),
+            Column(name="saved", right=True),
+        ],
+        title="prompt cache",
+    )
+    prices = profile_rates(client.config, client.factory.catalogue)
+    for n, reply in enumerate(turns, 1):
+        usage = reply.usage
+        rates = prices.rates(reply.served.provider, reply.served.model)
+        saved = usd(rates.cache_saving(usage)) if rates is not None and usage is not None else "-"
+        if usage is None:
+            table.add_row(str(n), "-", "-", "-", usd(reply.cost_usd), saved)
+            continue
+        cached, written = usage.cached_input_tokens, usage.cache_write_tokens
+        table.add_row(str(n), str(usage.input_tokens), str(cached), str(written), usd(reply.cost_usd), saved)
+    return table
 
 
 #: How many calls the pool step makes.
@@ -366,7 +427,7 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
         ledger_path = Path(tmp) / "ledger.sqlite3"
         async with Simulator() as sim:
-            config = demo_config(sim, ledger_path)
+            config = demo_config(sim, ledger_path) + clouds_config(sim, Path(tmp))
             async with Client.from_toml(config) as client:
                 console.print(
                     Panel.fit(
@@ -376,7 +437,10 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
                     )
                 )
                 for n, step in enumerate(_steps(), 1):
-                    sim.set_script({"models": step.script, "seed": step.seed if isinstance(step, Tour) else None})
+                    cache = {"cache": {"ttl": step.cache_ttl}} if isinstance(step, Step) and step.cache_ttl else {}
+                    sim.set_script(
+                        {"models": step.script, "seed": step.seed if isinstance(step, Tour) else None, **cache}
+                    )
                     if isinstance(step, Tour):
                         console.rule(f"[bold]{n}. {step.title}")
                         console.print(step.explain, style="dim")

@@ -149,25 +149,17 @@ class ProviderError(TurnoutError):
         request_id: str | None = None,
         auth_failure: bool = False,
     ) -> None:
-        # What ``super().__init__(message)`` does (``BaseException.__init__`` only sets ``args``), and the attributes
-        # as one dict merged at once: an exception keeps them in a dict of its own, and ten stores into it cost about
-        # twice as much (one error per failed try; ``tests/test_errors.py`` holds it to the plain form). Merged,
-        # not assigned: what a subclass set before calling this stays.
-        self.args = (message,)
-        self.__dict__.update(
-            {
-                "message": message,
-                "auth_failure": auth_failure,
-                "error_class": error_class if error_class is not None else self.default_class,
-                "provider": provider,
-                "model": model,
-                "status": status,
-                "error_type": error_type,
-                "error_code": error_code,
-                "retry_after": retry_after,
-                "request_id": request_id,
-            }
-        )
+        super().__init__(message)
+        self.message = message
+        self.auth_failure = auth_failure
+        self.error_class = error_class if error_class is not None else self.default_class
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.error_type = error_type
+        self.error_code = error_code
+        self.retry_after = retry_after
+        self.request_id = request_id
 
     def __str__(self) -> str:
         where = " ".join(x for x in (self.provider, self.model) if x)

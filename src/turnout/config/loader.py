@@ -7,6 +7,7 @@ not on the first request.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 import tomllib
@@ -18,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from turnout.config.schema import Config
+from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
-from turnout.providers.registry import family_for
+from turnout.providers.registry import Family, family_for
 
 #: A pool's name: no dot (so ``family.alias`` always names a profile), and safe in paths, logs and labels.
 _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -321,6 +322,58 @@ def default_profile(config: Config) -> str:
     )
 
 
+def _installed(family: Family) -> bool:
+    """Whether the client library of ``family``'s extra is installed (looked up, not imported)."""
+    try:
+        return family.extra_module is None or importlib.util.find_spec(family.extra_module) is not None
+    except (ImportError, ValueError):  # the parent package is missing, or a module stub stands in for it
+        return False
+
+
+def _check_vertex(profile: Profile, path: str) -> None:
+    """A Vertex AI profile names its project, and a ``credentials_file`` that exists."""
+    if not profile.project:
+        raise ConfigError(
+            "a vertex profile needs project (the Google Cloud project id)", path=f"{path}.project", code="missing_key"
+        )
+    if not profile.publisher and not profile.model:
+        raise ConfigError(
+            'an unpinned vertex profile needs publisher ("anthropic" for Claude, "google" for Gemini)',
+            path=f"{path}.publisher",
+            code="missing_key",
+        )
+    if profile.region is not None and not _VERTEX_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not a Google Cloud location (e.g. global, us-east5)",
+            path=f"{path}.region",
+            code="invalid_value",
+        )
+    if profile.credentials_file and not Path(profile.credentials_file).is_file():
+        raise ConfigError("credentials file not found", path=f"{path}.credentials_file", code="file_not_found")
+
+
+#: A Google Cloud location: it becomes part of the endpoint's host and of the URL path.
+_VERTEX_REGION = re.compile(r"[a-z][a-z0-9-]{1,39}")
+
+
+#: An AWS region name (``us-east-1``, ``eu-central-2``, ``us-gov-west-1``): it becomes part of the endpoint's host.
+_AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+){1,2}-[0-9]{1,2}")
+
+
+def _check_bedrock(profile: Profile, path: str) -> None:
+    """A Bedrock profile needs a region, and the ``aws`` extra (botocore) to sign and decode."""
+    if not profile.region:
+        raise ConfigError('a bedrock profile needs region (e.g. region = "us-east-1")', path=f"{path}.region")
+    if not _AWS_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not an AWS region name", path=f"{path}.region", code="invalid_value"
+        )
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(
+            "a bedrock profile needs the aws extra: pip install 'turnout[aws]'", path=path, code="missing_extra"
+        )
+
+
 def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
     for name, profile in config.profiles().items():
         fam, _, alias = name.partition(".")
@@ -340,12 +393,22 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
                     path=f"{path}.uri",
                     code="missing_uri",
                 )
+        elif family.protocol == "bedrock":
+            _check_bedrock(profile, path)
         elif not profile.uri and not family.base_url:
             raise ConfigError(
                 f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"
             )
         if profile.uri and not profile.uri.startswith(("http://", "https://")):
             raise ConfigError("uri must start with http:// or https://", path=f"{path}.uri", code="invalid_value")
+        if family.extra is not None and not _installed(family):
+            raise ConfigError(
+                f"the {fam} family needs the {family.extra} extra: pip install 'turnout[{family.extra}]'",
+                path=path,
+                code="missing_extra",
+            )
+        if family.protocol == "vertex":
+            _check_vertex(profile, path)
         if profile.api_keys and (profile.api_key is not None or profile.api_key_env):
             raise ConfigError(
                 "set either api_keys (a rotation pool) or api_key/api_key_env, not both",

@@ -114,6 +114,13 @@ class Profile(_Section):
     resource: str | None = None
     deployment: str | None = None
     api_version: str | None = None
+    # Google Vertex AI (``region`` defaults to ``global``; ``publisher`` to the model's: Claude → anthropic)
+    project: str | None = Field(default=None, min_length=1, max_length=128)
+    credentials_file: str | None = None
+    publisher: Literal["anthropic", "google"] | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)
@@ -289,6 +296,12 @@ class Gateway(_Section):
     max_connections: int = Field(default=1024, ge=2)
     drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
+    #: How long a Responses conversation stays nameable by ``previous_response_id`` (at most 30 days).
+    responses_ttl_secs: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    #: The most input and output items a kept Responses conversation holds.
+    responses_max_items: int = Field(default=1000, gt=0, le=100_000)
+    #: The most bytes (as JSON) a kept Responses conversation holds.
+    responses_max_bytes: int = Field(default=4 * 1024 * 1024, gt=0, le=64 * 1024 * 1024)
     allowed_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("allowed_hosts")

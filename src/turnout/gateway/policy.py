@@ -26,15 +26,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
-from turnout._fast import fast_init
+import orjson
+
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
 from turnout.gateway.spend import SpendBook, seconds_to_midnight
-from turnout.gateway.status import anthropic_models, openai_models
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
 from turnout.providers import model_problem
 from turnout.router import HINT_PREFIX
@@ -98,7 +98,6 @@ class Caller:
         object.__setattr__(self, "admitted", admitted)
 
 
-@fast_init  # one per request
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """What a request may do: ``client.chat(model=..., provider=..., sender=...)`` arguments."""
@@ -444,4 +443,54 @@ def daily_limit(caller: Caller, spent: float) -> Failure:
         ),
         code="daily_limit_exceeded",
         retry_after=max(1, math.ceil(seconds_to_midnight())),
+    )
+
+
+# --- the ``GET /v1/models`` lists: the public names, in each protocol's shape ---------------------------
+
+
+def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
+    """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
+    if anthropic:
+        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": "model", "provider": provider, "model": model},
+    }
+
+
+def openai_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in OpenAI's shape (it also says what it routes to, under ``turnout``)."""
+    return {
+        "id": n.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": n.kind, "provider": n.provider, "model": n.model},
+    }
+
+
+def anthropic_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in Anthropic's shape."""
+    return {"type": "model", "id": n.id, "display_name": n.id, "created_at": "1970-01-01T00:00:00Z"}
+
+
+def openai_models(names: Iterable[PublicName]) -> bytes:
+    """``GET /v1/models`` in OpenAI's shape."""
+    return orjson.dumps({"object": "list", "data": [openai_model(n) for n in names]})
+
+
+def anthropic_models(names: Iterable[PublicName]) -> bytes:
+    """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
+    data = [anthropic_model(n) for n in names]
+    return orjson.dumps(
+        {
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
     )

@@ -40,5 +40,6 @@ async def _serve(host: str, port: int, script: str | None, seed: int | None) -> 
         print(f"  gemini                      {sim.base_url('gemini')}")
         print(f"  ollama                      {sim.base_url('ollama')}")
         print(f"  azure                       {sim.base_url('azure', deployment='<deployment>')}")
+        print(f"  bedrock                     {sim.base_url('bedrock')}  (SigV4 with the simulator's keys, or Bearer)")
         print(f"  log: GET {sim.url}/_sim/log   reset: POST {sim.url}/_sim/reset   Ctrl-C to stop", flush=True)
         await stop.wait()
