@@ -110,6 +110,38 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         out.print()
     for line in plan_lines(plan, wire_ids(cfg)):
         out.print(line, markup=False)
+    for line in embedding_lines(cfg, plan):
+        out.print(line, markup=False)
+
+
+def embedding_lines(cfg: Config, plan: Plan) -> list[str]:
+    """For each route that asks for an embedding model: the entries an embedding call skips (another vector space).
+
+    A route asks for an embedding model when its first model's name says so (``embed``) or ``[embeddings.spaces]``
+    lists it; other routes are chat routes, and their fallbacks to other models are normal.
+    """
+    from turnout.embeddings import looks_like_embedding_model, space_notes
+    from turnout.providers.registry import family_for
+
+    spaces = cfg.embeddings.space_names()
+    profiles = cfg.profiles()
+    pools = {p.name: p for p in plan.pools}
+    lines: list[str] = []
+    for route in (plan.default, *plan.routes):
+        entries = [(e.profile, e.model) for e in route.entries]
+        if not entries:
+            continue
+        first = entries[0][1] if entries[0][1] is not None else route.model or ""
+        if not (looks_like_embedding_model(first) or first.removeprefix("models/") in spaces):
+            continue
+        protocols = [family_for(p.partition(".")[0], profiles[p].kind).protocol for p, _ in entries]
+        notes = space_notes(entries, first, spaces, protocols=protocols)
+        lines.append("")
+        lines.append(f"embeddings via {_route_title(route, pools)}: one vector space, {first}")
+        if not notes:
+            notes = ["every entry produces it"]
+        lines.extend(f"  {note}" for note in notes)
+    return lines
 
 
 def _route_title(route: Route, pools: dict[str, PoolSpec]) -> str:

@@ -100,6 +100,22 @@ uri = "{openai}"
 api_key = "sk-demo-spare"
 model = "gpt-4o-mini"
 
+[providers.models.openai.embed]
+uri = "{openai}"
+api_key = "sk-demo-embed"
+model = "text-embedding-3-small"
+fallback = ["openai.embed3l", "azure.embed"]
+
+[providers.models.openai.embed3l]
+uri = "{openai}"
+api_key = "sk-demo-embed"
+model = "text-embedding-3-large"
+
+[providers.models.azure.embed]
+uri = "{azure_embed}"
+api_key = "sk-demo-embed-eu"
+model = "text-embedding-3-small"
+
 [[model_routes]]
 hint = "reasoning"
 model_provider = "deepseek.reasoner"
@@ -297,6 +313,14 @@ def _steps() -> list[Step | Tour]:
             lambda c: pool_table(c, "gpt-4o"),
         ),
         Tour(
+            "An embedding call never leaves its vector space",
+            "openai.embed (text-embedding-3-small) answers 503. Its first fallback serves text-embedding-3-large, "
+            "whose vectors could not be compared with the caller's: it is skipped. The same model on Azure serves "
+            "all 300 inputs, dimensions=32 included.",
+            {"text-embedding-3-small": {"steps": [{"do": "status", "status": 503}]}},
+            embed_tour,
+        ),
+        Tour(
             "A slow first token is hedged",
             f"openai.quick streams its first token after 30 ms, but after {HEDGE.tail_secs:g} s in 30 % of calls; "
             f'its profile hedges after {HEDGE.after_ms} ms (here fixed; after_ms = "auto" learns it from the '
@@ -311,6 +335,23 @@ def _steps() -> list[Step | Tour]:
     ]
 
 
+#: The Azure deployment of the embedding tour's same-model fallback (the simulator takes it as the model name).
+EMBED_DEPLOYMENT = "embed-eu"
+
+
+async def embed_tour(console: Console, client: Client, sim: Simulator) -> bool:
+    """The embedding tour: the primary is down; the other model is skipped, the same model on Azure serves."""
+    texts = [f"passage {i} about railway turnouts" for i in range(300)]
+    reply = await client.embed(texts, provider="openai.embed", dimensions=32)
+    console.print(
+        f"{len(reply.vectors)} vectors of {reply.dimensions} numbers, in input order, served by "
+        f"[bold]{reply.served.provider}/{reply.served.model}[/bold]"
+    )
+    if reply.notice:
+        console.print(reply.notice, style="yellow")
+    console.print(attempts_table(reply.attempts))
+    other_model = any(a.model == "text-embedding-3-large" for a in reply.attempts)
+    return reply.served.provider == "azure.embed" and not other_model
 def cache_table(client: Client, turns: list[Reply]) -> FittedTable:
     """Each turn's input, the part read from and written to the prompt cache, its cost and what the cache saved."""
     table = FittedTable(
@@ -426,6 +467,7 @@ def demo_config(sim: Simulator, ledger: Path, open_secs: float = TIMING.open_sec
         anthropic=sim.base_url("anthropic"),
         openai=sim.base_url("openai"),
         azure_west=sim.base_url("azure", deployment="gpt-4o-west"),
+        azure_embed=sim.base_url("azure", deployment=EMBED_DEPLOYMENT),
         ledger=ledger,
         open_secs=open_secs,
         hedge_after_ms=HEDGE.after_ms,

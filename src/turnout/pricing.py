@@ -57,12 +57,17 @@ class _Rate:
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """A model's rates, USD per million tokens."""
+    """A model's rates, USD per million tokens.
+
+    ``input_only`` rates come from a catalogue entry without an output price (an embedding model's): they price
+    embeddings (:meth:`Catalogue.embedding_rates`), never a chat, whose output would look free.
+    """
 
     input: _Rate
     output: _Rate
     cached_input: _Rate | None = None
     cache_write: _Rate | None = None
+    input_only: bool = False
     #: ``(input, output, cached, write)`` base rates when no rate is tiered (the cost is then four products).
     _flat: tuple[float, float, float | None, float | None] | None = field(init=False, repr=False, compare=False)
 
@@ -200,18 +205,24 @@ class Catalogue:
             return None, window
         inp = _rate(getattr(price, "input_mtok", None))
         out = _rate(getattr(price, "output_mtok", None))
-        if inp is None or out is None:
+        if inp is None:
             return None, window
         rates = Rates(
             input=inp,
-            output=out,
+            output=out if out is not None else _Rate(0.0),
             cached_input=_rate(getattr(price, "cache_read_mtok", None)),
             cache_write=_rate(getattr(price, "cache_write_mtok", None)),
+            input_only=out is None,
         )
         return rates, window
 
     def rates(self, family: str, model: str) -> Rates | None:
-        """The catalogue's rates for a model, or None when it is not listed."""
+        """The catalogue's rates for a model, or None when it is not listed (or lists no output price)."""
+        rates = self._lookup(family, model)[0]
+        return None if rates is None or rates.input_only else rates
+
+    def embedding_rates(self, family: str, model: str) -> Rates | None:
+        """The catalogue's rates for an embedding model, priced per input token (None: not listed)."""
         return self._lookup(family, model)[0]
 
     def context_window(self, family: str, model: str) -> int | None:

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 MAX_BACKOFF_S = 10.0
 
 T = TypeVar("T")
+#: What one try sends: a chat request, or another kind of request (an embedding batch) its ``call`` knows.
+R = TypeVar("R")
 
 _walk_numbers = itertools.count(1)
 
@@ -390,8 +392,8 @@ class Walk:
         entry: Entry,
         served: str,
         tries: int,
-        call: Callable[[Provider, ChatRequest, str, float | None], Awaitable[T]],
-        request: ChatRequest,
+        call: Callable[[Provider, R, str, float | None], Awaitable[T]],
+        request: R,
         temperature: float | None,
         *,
         check: Callable[[T], None] | None = None,

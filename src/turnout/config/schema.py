@@ -373,6 +373,35 @@ class Telemetry(_Section):
         return value
 
 
+class Embeddings(_Section):
+    """``[embeddings]``: which model names produce one vector space (see docs/embeddings.md).
+
+    ``spaces`` maps a space's name to the model names that make its vectors, e.g. one model under two vendors'
+    names; a model named nowhere is a space of its own. A name may belong to one space only.
+    """
+
+    spaces: dict[str, list[Annotated[str, Field(min_length=1, max_length=256)]]] = Field(default_factory=dict)
+
+    @field_validator("spaces")
+    @classmethod
+    def _one_space_each(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: dict[str, str] = {}
+        for space, models in value.items():
+            if not space.strip():
+                raise ValueError("a space's name cannot be blank")
+            for model in models:
+                if not model.strip():
+                    raise ValueError(f"space {space!r} lists a blank model name")
+                if model in seen and seen[model] != space:
+                    raise ValueError(f"model {model!r} is listed in two spaces ({seen[model]!r} and {space!r})")
+                seen[model] = space
+        return value
+
+    def space_names(self) -> dict[str, str]:
+        """Each listed model name (without Gemini's ``models/``) → the name of its space."""
+        return {m.removeprefix("models/"): space for space, models in self.spaces.items() for m in models}
+
+
 class Config(_Section):
     """The whole ``turnout.toml``."""
 
@@ -388,6 +417,7 @@ class Config(_Section):
     state: State = Field(default_factory=State)
     pools: dict[str, Pool] = Field(default_factory=dict)
     telemetry: Telemetry = Field(default_factory=Telemetry)
+    embeddings: Embeddings = Field(default_factory=Embeddings)
 
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""

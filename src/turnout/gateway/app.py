@@ -36,6 +36,7 @@ from turnout.gateway.chat import JSON, serve_chat
 from turnout.gateway.conversations import Conversations
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges
+from turnout.gateway.embeddings import serve_embeddings
 from turnout.gateway.exchange import Exchange
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
@@ -194,6 +195,7 @@ class Gateway:
         app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses, **json))
         app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic, **json))
         app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic, **json))
+        app.router.add_post("/v1/embeddings", self._guard("embeddings", self._embeddings, self.openai, **json))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))
         app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
         app.router.add_get("/status", self._guard("status", self._status))
@@ -339,6 +341,9 @@ class Gateway:
     def _chat(self, request: web.Request, ex: Exchange, surface: Surface) -> Awaitable[web.StreamResponse]:
         # serve_chat's own coroutine: no frame of this one stays on the request's await chain
         return serve_chat(self, surface, request, ex)
+
+    def _embeddings(self, request: web.Request, ex: Exchange, surface: Surface) -> Awaitable[web.StreamResponse]:
+        return serve_embeddings(self, surface, request, ex)
 
     async def _count(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         return await serve_count_tokens(self, surface, request, ex)

@@ -20,9 +20,11 @@ from yarl import URL
 
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
-from turnout.errors import InvalidRequest, ProtocolError, ProviderError, TurnoutError
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, TurnoutError, UnsupportedRequest
 from turnout.headroom import HeadroomWatch
 from turnout.provider import Provider, flatten
+from turnout.providers.embedding import EmbeddingWire
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
@@ -32,6 +34,9 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
 _AUTH_BY_PROTOCOL = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
 
+
+#: The bound on an embedding answer: 2,048 vectors of 3,072 numbers are about 130 MB of JSON, beyond a chat's bound.
+EMBEDDING_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 #: Parse failures that mean "the provider sent something malformed", never a crash.
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
@@ -250,6 +255,7 @@ class HTTPAdapter(Provider):
         self._caps = self._capabilities()
         self._targets: dict[str | None, Target] = {}
         self.headroom: HeadroomWatch | None = None
+        self._embedding = self.embedding_wire()
 
     def with_key(self, api_key: str | None) -> Self:
         """The same adapter bound to another credential."""
@@ -310,6 +316,10 @@ class HTTPAdapter(Provider):
     @abstractmethod
     def decoder(self, model: str) -> StreamDecoder:
         """A fresh decoder for one stream."""
+
+    def embedding_wire(self) -> EmbeddingWire | None:
+        """This family's embedding protocol, built from the adapter's settings (None: it serves no embeddings)."""
+        return None
 
     # --- shared -----------------------------------------------------------------------------
 
@@ -488,6 +498,59 @@ class HTTPAdapter(Provider):
                 raise self._malformed_event(exc, model) from exc
             if tail:
                 yield tail
+
+    def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
+        """What this adapter's embedding endpoint takes (None: it serves no embeddings)."""
+        return self._embedding.limits if self._embedding is not None else None
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        """One embedding request (one batch): the request cycle of :meth:`chat` around the family's wire.
+
+        Raises:
+            UnsupportedRequest: The family serves no embeddings.
+            ProviderError: The call failed, or the answer does not hold one vector per input (of the asked size).
+        """
+        wire = self._embedding
+        if wire is None:
+            raise UnsupportedRequest(f"{self.settings.profile} serves no embeddings")
+        settings = self.settings
+        problem = self.model_problem(model)
+        if problem is not None:
+            raise ProviderError(problem, error_class=ErrorClass.NON_RETRYABLE, provider=settings.profile, model=model)
+        count = len(request.inputs)
+        try:
+            body = _dumps(wire.body(request, model))
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
+        resp = await self.http.post(
+            wire.url(model, count),
+            headers=self._headers,
+            body=body,
+            timeouts=settings.timeouts,
+            target=self.target(model),
+            max_bytes=max(settings.max_response_bytes, EMBEDDING_MAX_RESPONSE_BYTES),
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        watch = self.headroom
+        if watch is not None and (cooling := watch.seen(resp.headers)) is not None:
+            await cooling
+        data = loads(resp.body, provider=settings.profile, model=model)
+        try:
+            answer = wire.parse(data, count)
+        except MALFORMED as exc:
+            raise ProtocolError(
+                f"malformed embedding answer: {type(exc).__name__}", provider=settings.profile, model=model
+            ) from exc
+        size = request.dimensions if request.dimensions is not None else len(answer.vectors[0])
+        if any(len(v) != size for v in answer.vectors):
+            raise ProtocolError(
+                "malformed embedding answer: its vectors are not all of the asked size",
+                provider=settings.profile,
+                model=model,
+            )
+        return answer
 
     def _unbuildable(self, exc: Exception) -> InvalidRequest:
         """The caller's error for a request this adapter could not build or encode, whatever raised it.

@@ -23,6 +23,7 @@ from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalErro
 from turnout.model_ids import wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, GeminiEmbeddings
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
 from turnout.providers.signatures import SIGNER_KEY, mine, signer_of
@@ -356,6 +357,18 @@ class GeminiAdapter(HTTPAdapter):
         Raises:
             ProviderError: The model name cannot be sent (see :meth:`model_problem`); nothing is sent.
         """
+        return self.model_path(model) + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``:embedContent`` / ``:batchEmbedContents`` on :meth:`model_path`."""
+        return GeminiEmbeddings(self.model_path)
+
+    def model_path(self, model: str) -> str:
+        """``{base}/models/{model}``, the model escaped (kept for a few models).
+
+        Raises:
+            ProviderError: The model name cannot be sent (see :meth:`model_problem`); nothing is sent.
+        """
         path = self._paths.get(model)
         if path is None:
             problem = self.model_problem(model)
@@ -372,7 +385,7 @@ class GeminiAdapter(HTTPAdapter):
             if len(self._paths) >= 64:  # an unpinned profile sees many names; keep only a few
                 self._paths.clear()
             self._paths[model] = path
-        return path + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+        return path
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Gemini ``functionDeclarations``."""

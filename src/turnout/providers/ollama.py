@@ -18,6 +18,7 @@ from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated, TurnoutError
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, OllamaEmbeddings
 from turnout.providers.framing import NDJSONParser
 from turnout.providers.http import HttpClient
 from turnout.streams import collect
@@ -245,6 +246,10 @@ class OllamaAdapter(HTTPAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``{root}/api/chat`` for both modes."""
         return self._url
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``{root}/api/embed``."""
+        return OllamaEmbeddings(server_root(self.settings.base_url))
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """OpenAI-shaped ``tools``."""

@@ -19,6 +19,7 @@ from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
 from turnout.providers.openai_compat import (
@@ -110,6 +111,14 @@ class OpenAIChatAdapter(HTTPAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``{base_url}/chat/completions`` (Azure: with ``?api-version=``)."""
         return self._url
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``{base_url}/embeddings``: OpenAI and Azure take every parameter; other vendors no token arrays or user."""
+        s = self.settings
+        vendor = s.family.vendor
+        azure = vendor == "azure"
+        limits = OPENAI_LIMITS if azure or (vendor is None and s.family.name == "openai") else COMPATIBLE_LIMITS
+        return OpenAIEmbeddings(s.base_url, api_version=s.api_version if azure else None, limits=limits)
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
         """The Chat Completions body (reasoning from earlier turns is not replayed).

@@ -27,6 +27,7 @@ from turnout.providers.base import (
     StreamDecoder,
     loads,
 )
+from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
 from turnout.providers.http import HttpClient
 from turnout.tools import prompt_guided_tools
 from turnout.types import (
@@ -161,6 +162,14 @@ class OpenAIResponsesAdapter(HTTPAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``{base_url}/responses`` (Azure: ``{resource}/openai/responses?api-version=...``)."""
         return self._url
+
+    def embedding_wire(self) -> EmbeddingWire | None:
+        """``{base_url}/embeddings``, as the Chat Completions adapter's (None for Azure, whose deployments differ)."""
+        s = self.settings
+        if s.family.vendor == "azure":
+            return None
+        limits = OPENAI_LIMITS if s.family.vendor is None and s.family.name == "openai" else COMPATIBLE_LIMITS
+        return OpenAIEmbeddings(s.base_url, limits=limits)
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Flat Responses function tools (prompt-guided instructions when native tools are off)."""

@@ -45,6 +45,12 @@ from turnout.sim.wire import (
     OpenAIResponses,
 )
 from turnout.sim.wire.base import JSON, Parsed
+from turnout.sim.wire.embeddings import (
+    BadEmbeddingRequest,
+    GeminiEmbeddingsCodec,
+    OllamaEmbeddingsCodec,
+    OpenAIEmbeddingsCodec,
+)
 from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -116,6 +122,9 @@ class SimServer:
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        add_post("/v1/embeddings", self._on_openai_embeddings)
+        add_post("/openai/deployments/{deployment}/embeddings", self._on_azure_embeddings)
+        add_post("/api/embed", self._on_ollama_embeddings)
         add_post("/model/{model}/converse", self._on_bedrock)
         add_post("/model/{model}/converse-stream", self._on_bedrock_stream)
         vertex = "/v1/projects/{project}/locations/{location}/publishers"
@@ -212,8 +221,18 @@ class SimServer:
             return await self._serve(request, self._gemini, path_model=model, stream=False)
         if method == "streamGenerateContent":
             return await self._serve(request, self._gemini, path_model=model, stream=True)
+        if method in ("embedContent", "batchEmbedContents"):
+            return await self._serve(request, _GEMINI_EMBEDDINGS, path_model=model)
         raise web.HTTPNotFound()
 
+    async def _on_openai_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OPENAI_EMBEDDINGS)
+
+    async def _on_azure_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OPENAI_EMBEDDINGS, path_model=request.match_info["deployment"])
+
+    async def _on_ollama_embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, _OLLAMA_EMBEDDINGS)
     async def _on_vertex_anthropic(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
         if method not in ("rawPredict", "streamRawPredict"):
@@ -297,6 +316,15 @@ class SimServer:
             rec = self._record(request, codec, req, 0, Kind.INVALID, kid)
             spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message="turnout-sim: the body is not a JSON object")
             invalid = self._error(codec, req, spec, rec)
+            rec.duration = 0.0
+            self.log.changed()
+            return invalid
+        try:
+            req = codec.parse(payload, path_model)
+        except BadEmbeddingRequest as exc:  # an embedding body its codec cannot read: logged, not counted
+            req = Parsed(model=path_model or "", stream=False)
+            rec = self._record(request, codec, req, 0, Kind.INVALID, kid)
+            invalid = self._error(codec, req, ErrorSpec(kind=ErrorKind.BAD_REQUEST, message=_bounded(exc)), rec)
             rec.duration = 0.0
             self.log.changed()
             return invalid
@@ -535,6 +563,15 @@ class SimServer:
             rec.usage = usage
         await resp.write(out)
         await resp.write_eof()
+
+
+_OPENAI_EMBEDDINGS = OpenAIEmbeddingsCodec()
+_GEMINI_EMBEDDINGS = GeminiEmbeddingsCodec()
+_OLLAMA_EMBEDDINGS = OllamaEmbeddingsCodec()
+
+
+def _bounded(exc: Exception) -> str:
+    return f"turnout-sim: {str(exc)[:200]}"
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
