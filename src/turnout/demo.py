@@ -352,6 +352,8 @@ async def embed_tour(console: Console, client: Client, sim: Simulator) -> bool:
     console.print(attempts_table(reply.attempts))
     other_model = any(a.model == "text-embedding-3-large" for a in reply.attempts)
     return reply.served.provider == "azure.embed" and not other_model
+
+
 def cache_table(client: Client, turns: list[Reply]) -> FittedTable:
     """Each turn's input, the part read from and written to the prompt cache, its cost and what the cache saved."""
     table = FittedTable(

@@ -13,18 +13,16 @@ from __future__ import annotations
 import base64
 import sys
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from turnout.embeddings import MAX_INPUTS, EmbedReply
 from turnout.errors import TurnoutError
+from turnout.gateway.exchange import Exchange, Host
+from turnout.gateway.surface import Surface
 from turnout.gateway.wire import RequestRejected, attribution_headers, invalid, parse_json, read_body
-
-if TYPE_CHECKING:
-    from turnout.gateway.app import Exchange, Gateway
-    from turnout.gateway.surface import Surface
 
 JSON = "application/json"
 _FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
@@ -94,7 +92,7 @@ def embedding_body(reply: EmbedReply, as_base64: bool) -> bytes:
     )
 
 
-async def serve_embeddings(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_embeddings(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """Answer one ``POST /v1/embeddings``."""
     assert ex.caller is not None  # the guard authenticated the request
     try:

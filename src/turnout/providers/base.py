@@ -519,7 +519,7 @@ class HTTPAdapter(Provider):
             raise ProviderError(problem, error_class=ErrorClass.NON_RETRYABLE, provider=settings.profile, model=model)
         count = len(request.inputs)
         try:
-            body = _dumps(wire.body(request, model))
+            body = orjson.dumps(wire.body(request, model))
         except Exception as exc:
             raise self._unbuildable(exc) from exc
         resp = await self.http.post(

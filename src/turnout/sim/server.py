@@ -233,6 +233,7 @@ class SimServer:
 
     async def _on_ollama_embeddings(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, _OLLAMA_EMBEDDINGS)
+
     async def _on_vertex_anthropic(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
         if method not in ("rawPredict", "streamRawPredict"):
