@@ -256,7 +256,8 @@ class GatewayKey(_Section):
     key: SecretValue
     models: list[str] | None = None
     sender: str | None = None
-    daily_limit_usd: float | None = Field(default=None, gt=0)
+    daily_limit_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_call_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class Gateway(_Section):
@@ -275,6 +276,7 @@ class Gateway(_Section):
     body_timeout_secs: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=1024, ge=2)
     cors_origins: list[str] = Field(default_factory=list)
+    on_ledger_failure: Literal["closed", "open"] = "closed"
 
     @field_validator("cors_origins")
     @classmethod

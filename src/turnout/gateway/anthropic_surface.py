@@ -243,6 +243,7 @@ _ERROR_TYPES: dict[str, str] = {
     "upstream_failed": "api_error",
     "upstream_interrupted": "api_error",
     "shutting_down": "overloaded_error",
+    "unavailable": "api_error",
     "internal": "api_error",
 }
 

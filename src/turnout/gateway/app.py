@@ -446,11 +446,8 @@ class Gateway:
         ex.ended = now = time.time()
         attempts = ex.attempts
         caller = ex.caller
-        if attempts is not None:
-            if attempts.__class__ is not tuple:  # a stream's list, which may still grow: what it holds now
-                ex.attempts = attempts = tuple(attempts)
-            if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
-                self.spend.add(caller.name, attempts)
+        if attempts is not None and attempts.__class__ is not tuple:  # a stream's list, which may still grow
+            ex.attempts = attempts = tuple(attempts)  # what it holds now
         done = self._done
         done.append(ex)
         if len(done) >= FOLD_EVERY:

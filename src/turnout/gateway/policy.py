@@ -113,6 +113,8 @@ class Policy:
     def __init__(self, config: Config, spend: SpendBook | None = None) -> None:
         self.config = config
         self.spend = spend
+        #: Refuse limited keys while the ledger cannot record (``[gateway] on_ledger_failure = "closed"``).
+        self.fail_closed = config.gateway.on_ledger_failure == "closed"
         self.allow_any_model = config.gateway.allow_any_model
         self._profiles = config.profiles()
         try:
@@ -318,6 +320,8 @@ class Policy:
             choice = self._beyond_names(caller, model)
             admitted = Admitted(choice.model, choice.provider, caller.sender)
         if caller.daily_limit_usd is not None and self.spend is not None:
+            if self.fail_closed and not self.spend.recording:
+                raise RequestRejected(LEDGER_UNAVAILABLE)
             spent = self.spend.spent(caller.name)
             if spent >= caller.daily_limit_usd:
                 raise RequestRejected(daily_limit(caller, spent))
@@ -386,6 +390,19 @@ def not_available(model: str) -> RequestRejected:
             code="model_not_found",
         )
     )
+
+
+#: The 503 for a limited key while the ledger cannot record what it spends (``on_ledger_failure = "closed"``).
+LEDGER_UNAVAILABLE = Failure(
+    status=503,
+    kind="unavailable",
+    message=(
+        "this key has a spend limit and the gateway's ledger cannot record spend right now; "
+        "the call is refused rather than left uncounted (try again later)"
+    ),
+    code="ledger_unavailable",
+    retry_after=5,
+)
 
 
 def daily_limit(caller: Caller, spent: float) -> Failure:

@@ -45,6 +45,7 @@ from turnout.types import (
     Usage,
     UsageEvent,
     new_text_delta,
+    provider_count,
 )
 
 #: Finish reasons that mean the output was blocked: a refusal, never an answer.
@@ -127,6 +128,20 @@ def error_facts_of(error: Any, *, status: int | None, headers: Mapping[str, str]
     )
 
 
+def gemini_usage(meta: Mapping[str, Any]) -> Usage:
+    """Gemini ``usageMetadata`` → :class:`Usage` (thinking tokens are billed as output)."""
+    prompt, bad_prompt = provider_count(meta.get("promptTokenCount"))
+    cached, bad_cached = provider_count(meta.get("cachedContentTokenCount"))
+    output, bad_output = provider_count(meta.get("candidatesTokenCount"))
+    thoughts, bad_thoughts = provider_count(meta.get("thoughtsTokenCount"))
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=cached,
+        output_tokens=output + thoughts,
+        clamped=bad_prompt or bad_cached or bad_output or bad_thoughts,
+    )
+
+
 def _unwrap(data: Any) -> Any:
     """Vertex wraps some bodies in a one-element list."""
     if isinstance(data, list) and len(data) == 1:
@@ -168,11 +183,7 @@ class _Assembler:
             self._candidate(candidates[0], out)
         meta = data.get("usageMetadata")
         if meta:
-            usage = Usage(
-                input_tokens=int(meta.get("promptTokenCount") or 0),
-                cached_input_tokens=int(meta.get("cachedContentTokenCount") or 0),
-                output_tokens=int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0),
-            )
+            usage = gemini_usage(meta)
             if usage != self._usage:
                 self._usage = usage
                 out.append(UsageEvent(usage=usage))

@@ -47,6 +47,7 @@ from turnout.types import (
     Usage,
     UsageEvent,
     new_text_delta,
+    provider_count,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -66,18 +67,17 @@ _PROVIDER_TOOL_ITEMS = frozenset(
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part)."""
     details = raw.get("input_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    cached, bad_cached = provider_count(details.get("cached_tokens")) if isinstance(details, Mapping) else (0, False)
+    input_tokens, bad_input = provider_count(raw.get("input_tokens"))
+    output, bad_output = provider_count(raw.get("output_tokens"))
     return Usage(
-        input_tokens=_int(raw.get("input_tokens")),
-        output_tokens=_int(raw.get("output_tokens")),
+        input_tokens=input_tokens,
+        output_tokens=output,
         cached_input_tokens=cached,
+        clamped=bad_cached or bad_input or bad_output,
     )
 
 
