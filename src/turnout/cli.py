@@ -344,6 +344,7 @@ def ledger(
             "failure_classes": summary.failure_classes,
             "skips": summary.skips,
             "cost_usd": summary.cost_usd,
+            "usage_notes": {note: {"attempts": n, "cost_usd": cost} for note, (n, cost) in summary.usage_notes.items()},
             "routes": [
                 {
                     "provider": r.provider,
@@ -371,6 +372,9 @@ def ledger(
         out.print(shown("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items())))
     if summary.skips:
         out.print(shown("skipped without a call: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items()))))
+    if summary.usage_notes:
+        notes = (f"{k}={n} (${c or 0.0:.6f})" for k, (n, c) in summary.usage_notes.items())
+        out.print(shown("usage not reported by the provider: " + ", ".join(notes)))
     table = Table(box=None, header_style="bold")
     for col in ("profile", "model", "attempts", "outcomes", "tokens in/out", "cost", "avg ms"):
         table.add_column(col)

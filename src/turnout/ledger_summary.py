@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class LedgerSummary:
         skips: Entries skipped without a call, per outcome (``cooldown_skip``, ``breaker_skip``).
         cost_usd: Total cost, None when no attempt was priced.
         routes: Totals per profile and model.
+        usage_notes: Attempts whose usage is not the provider's own, per note: ``estimated`` (a stream abandoned or
+            cut before its usage came, a call abandoned before its answer: Turnout's estimate), ``clamped`` (a
+            count out of range, bounded) or ``sanitised`` (a value SQLite could not store, replaced), with their cost.
     """
 
     calls: int
@@ -54,6 +57,7 @@ class LedgerSummary:
     cost_usd: float | None
     routes: list[RouteSummary]
     skips: dict[str, int]
+    usage_notes: dict[str, tuple[int, float | None]] = field(default_factory=dict)
 
 
 def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
@@ -83,6 +87,14 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
             "GROUP BY provider, model, outcome ORDER BY provider, model",
             (cutoff,),
         ).fetchall()
+        try:
+            notes = db.execute(
+                "SELECT usage_note, COUNT(*), SUM(cost_usd) FROM attempts WHERE ts >= ? AND usage_note IS NOT NULL "
+                "GROUP BY usage_note ORDER BY usage_note",
+                (cutoff,),
+            ).fetchall()
+        except sqlite3.OperationalError:  # a file from before usage notes were recorded
+            notes = []
     finally:
         db.close()
     routes: dict[tuple[str, str], dict[str, Any]] = {}
@@ -123,6 +135,7 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         cost_usd=sum(known_costs) if known_costs else None,
         routes=summaries,
         skips={k: n for k, n in classes.items() if k in SKIPS},
+        usage_notes={note: (n, cost) for note, n, cost in notes},
     )
 
 

@@ -39,7 +39,7 @@ from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.session import Sessions
-from turnout.gateway.spend import SpendBook
+from turnout.gateway.spend import Hold, SpendBook, keys_status, ledger_status
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
@@ -80,6 +80,7 @@ class Exchange:
         "caller",
         "ended",
         "fallback",
+        "hold",
         "interrupted",
         "model",
         "provider",
@@ -108,6 +109,8 @@ class Exchange:
         self.fallback: tuple[str, str] | None = None
         self.call_id: str | None = None
         self.interrupted = False
+        #: The call's spend reservation (a limited key's), released when the request ends.
+        self.hold: Hold | None = None
         #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).
         self.stamped = False
 
@@ -350,14 +353,33 @@ class Gateway:
             draining=self.draining,
             started=self.started,
             now=self.client.factory.clock(),
+            money=self.money(),
         )
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        body = self.metrics.render(await self.view())
+        body = self.metrics.render(await self.view(), key_spend=self.key_spend())
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     # --- what the gateway knows -----------------------------------------------------------------
+
+    def money(self) -> dict[str, Any]:
+        """``/status``'s ``ledger`` (its health) and ``keys`` (each limited key's spend, reservations and limits).
+
+        Every worker reads the same ledger file, so this process's view is the whole host's; the ledger's health is
+        this process's writer's.
+        """
+        limits = [(c.name, c.daily_limit_usd, c.max_call_usd) for c in self.auth.callers() if c.limited]
+        return {
+            "ledger": ledger_status(self.client.ledger, self.spend, fail_closed=self.policy.fail_closed),
+            "keys": keys_status(self.spend, limits),
+        }
+
+    def key_spend(self) -> dict[str, float]:
+        """Each limited key's spend today (``turnout_key_spend_usd``)."""
+        if self.spend is None:
+            return {}
+        return {c.name: self.spend.spent(c.name) for c in self.auth.callers() if c.daily_limit_usd is not None}
 
     def totals(self) -> Totals:
         """This process's totals now: its metrics, recent attempts, requests in flight and upstream state."""
@@ -365,7 +387,12 @@ class Gateway:
         now = factory.clock()
         store = factory.store
         self._fold()
-        counters, histograms = self.metrics.export()
+        metrics = self.metrics
+        if self.client.ledger is not None:
+            metrics.ledger_errors.totals[()] = float(self.client.ledger.errors)
+        for labels, n in self.policy.rejections.items():
+            metrics.rejections.totals[labels] = float(n)
+        counters, histograms = metrics.export()
         return Totals(
             worker=self.worker,
             at=now,
@@ -446,6 +473,8 @@ class Gateway:
         ex.ended = now = time.time()
         attempts = ex.attempts
         caller = ex.caller
+        if ex.hold is not None and self.spend is not None:  # the call ended: its record counts from here
+            self.spend.release(ex.hold)
         if attempts is not None and attempts.__class__ is not tuple:  # a stream's list, which may still grow
             ex.attempts = attempts = tuple(attempts)  # what it holds now
         done = self._done

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.gateway.policy import Admitted
+from turnout.gateway.spend import Hold, worst_case
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
     CLIENT_CLOSED,
@@ -48,6 +49,8 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
+        if ex.caller.limited:
+            ex.hold = _reserve(gw, admitted, call, ex)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
@@ -79,6 +82,16 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
     except TurnoutError as exc:
         return gw.failure_response(surface, exc, ex)
     return _complete(gw, surface, request, call, reply, ex)
+
+
+def _reserve(gw: Gateway, admitted: Admitted, call: ChatCall, ex: Exchange) -> Hold | None:
+    """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``)."""
+    assert ex.caller is not None
+    try:
+        target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
+    except ConfigError:  # the call fails to route the same way, spending nothing
+        return None
+    return gw.policy.reserve(ex.caller, worst_case(target, call.messages, call.tools, call.max_tokens))
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:

@@ -19,6 +19,7 @@ Everything is computed when the gateway starts; admitting a request costs a dict
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -27,7 +28,7 @@ from turnout._fast import fast_init
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
-from turnout.gateway.spend import SpendBook, seconds_to_midnight
+from turnout.gateway.spend import Hold, SpendBook, seconds_to_midnight
 from turnout.gateway.status import anthropic_models, openai_models
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
 from turnout.providers import model_problem
@@ -67,6 +68,7 @@ class Caller:
         open_profiles: Profiles without a pinned model whose model it may choose (``family.alias/<model>``).
         sender: The bound ``[senders.<id>]`` tier, if any.
         daily_limit_usd: Its daily spend limit, if any.
+        max_call_usd: The most one of its calls may reserve (its worst case), if bounded.
         default_route: Whether an empty ``model`` (the default route) is open to it: with the default policy, or
             when its names reach the default target (the default profile or one of its models; a hint to a
             default pool).
@@ -79,9 +81,15 @@ class Caller:
     open_profiles: frozenset[str]
     sender: str | None = None
     daily_limit_usd: float | None = None
+    max_call_usd: float | None = None
     default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
     admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
+
+    @property
+    def limited(self) -> bool:
+        """Whether its calls reserve their worst case first (a daily limit or a per-call bound)."""
+        return self.daily_limit_usd is not None or self.max_call_usd is not None
 
     def __post_init__(self) -> None:
         admitted = {n: Admitted(p.choice.model, p.choice.provider, self.sender) for n, p in self.names.items()}
@@ -115,6 +123,8 @@ class Policy:
         self.spend = spend
         #: Refuse limited keys while the ledger cannot record (``[gateway] on_ledger_failure = "closed"``).
         self.fail_closed = config.gateway.on_ledger_failure == "closed"
+        #: Refused calls of limited keys, per (key name, reason) (``turnout_key_rejections_total``).
+        self.rejections: Counter[tuple[str, str]] = Counter()
         self.allow_any_model = config.gateway.allow_any_model
         self._profiles = config.profiles()
         try:
@@ -260,6 +270,7 @@ class Policy:
             open_profiles=open_profiles,
             sender=sender,
             daily_limit_usd=limit,
+            max_call_usd=entry.max_call_usd if entry is not None else None,
             default_route=default_route,
             models_json=(openai_models(items), anthropic_models(items)),
         )
@@ -321,11 +332,36 @@ class Policy:
             admitted = Admitted(choice.model, choice.provider, caller.sender)
         if caller.daily_limit_usd is not None and self.spend is not None:
             if self.fail_closed and not self.spend.recording:
+                self.rejections[(caller.name, "ledger_unavailable")] += 1
                 raise RequestRejected(LEDGER_UNAVAILABLE)
             spent = self.spend.spent(caller.name)
             if spent >= caller.daily_limit_usd:
+                self.rejections[(caller.name, "daily_limit")] += 1
                 raise RequestRejected(daily_limit(caller, spent))
         return admitted
+
+    def reserve(self, caller: Caller, amount: float) -> Hold | None:
+        """Reserve ``amount``, the worst case of ``caller``'s call, before it is sent (None: nothing to reserve).
+
+        A limited key's call holds its worst case until it ends and the ledger has its record
+        (:class:`~turnout.gateway.spend.SpendBook`), so however many calls run at once the limit is exceeded by
+        at most one call's reservation.
+
+        Raises:
+            RequestRejected: 400 ``max_call_exceeded`` when the worst case is above the key's ``max_call_usd``;
+                429 ``daily_limit_exceeded`` (until 00:00 UTC) when what the key spent and holds reached its limit.
+        """
+        if caller.max_call_usd is not None and amount > caller.max_call_usd:
+            self.rejections[(caller.name, "max_call")] += 1
+            raise RequestRejected(max_call(caller, amount))
+        if caller.daily_limit_usd is None or self.spend is None:
+            return None
+        hold = self.spend.reserve(caller.name, amount, caller.daily_limit_usd)
+        if hold is None:
+            self.rejections[(caller.name, "reservation")] += 1
+            spent, held = self.spend.spent(caller.name), self.spend.reserved(caller.name)
+            raise RequestRejected(daily_limit(caller, spent, held))
+        return hold
 
     def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
         """The empty model, a model of an unpinned profile, or anything under ``allow_any_model``."""
@@ -373,6 +409,7 @@ def _renamed(caller: Caller, name: str) -> Caller:
         open_profiles=caller.open_profiles,
         sender=caller.sender,
         daily_limit_usd=caller.daily_limit_usd,
+        max_call_usd=caller.max_call_usd,
         default_route=caller.default_route,
         models_json=caller.models_json,
     )
@@ -405,16 +442,31 @@ LEDGER_UNAVAILABLE = Failure(
 )
 
 
-def daily_limit(caller: Caller, spent: float) -> Failure:
-    """The 429 for a key whose daily limit is spent (it resets at 00:00 UTC)."""
+def daily_limit(caller: Caller, spent: float, held: float = 0.0) -> Failure:
+    """The 429 for a key whose daily limit is spent, or held by its calls in flight (it resets at 00:00 UTC)."""
     limit = caller.daily_limit_usd or 0.0
+    holding = f", ${held:.4f} held by calls in flight" if held else ""
     return Failure(
         status=429,
         kind="rate_limited",
         message=(
-            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today); "
-            "it resets at 00:00 UTC"
+            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today"
+            f"{holding}); it resets at 00:00 UTC"
         ),
         code="daily_limit_exceeded",
         retry_after=max(1, math.ceil(seconds_to_midnight())),
+    )
+
+
+def max_call(caller: Caller, amount: float) -> Failure:
+    """The 400 for a call whose worst case is above its key's ``max_call_usd`` (lower ``max_tokens``)."""
+    return Failure(
+        status=400,
+        kind="invalid_request",
+        message=(
+            f"this call may cost up to ${amount:.4f} (its input and max_tokens at the route's prices), above the "
+            f"${caller.max_call_usd or 0.0:.4f} one call of key {caller.name!r} may cost; lower max_tokens"
+        ),
+        param="max_tokens",
+        code="max_call_exceeded",
     )

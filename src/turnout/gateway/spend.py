@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
+from turnout.estimate import estimate_tokens, output_bound
 from turnout.ledger import Ledger, LedgerUnavailable
+from turnout.router import Target
+from turnout.types import ChatRequest, Message, ToolSpec, Usage
 
 #: How stale the ledger's totals may be before the next admission of a limited key refreshes them.
 REFRESH_S = 1.0
@@ -35,6 +39,14 @@ def seconds_to_midnight(now: float | None = None) -> float:
     """Seconds until the next 00:00 UTC, when every daily limit resets."""
     now = time.time() if now is None else now
     return day_start(now) + _DAY_S - now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Hold:
+    """One call's reservation: its key name and the worst case it holds (compared by identity)."""
+
+    name: str
+    amount: float
 
 
 class SpendBook:
@@ -57,6 +69,7 @@ class SpendBook:
         self._refreshed = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self.readable = True
+        self._holds: dict[str, dict[Hold, None]] = {}  # reservations of calls in flight, per key name
 
     def spent(self, name: str) -> float:
         """What ``name`` spent today, as far as is known now; starts a refresh when the totals are stale."""
@@ -74,6 +87,34 @@ class SpendBook:
         """What every key known to have spent today spent (``/status``)."""
         names = set(self._totals) | set(self.ledger.given_since(self._day))
         return {name: self.spent(name) for name in sorted(names)}
+
+    def reserve(self, name: str, amount: float, limit: float) -> Hold | None:
+        """Hold ``amount`` for a call of ``name`` while what it spent and holds is under ``limit`` (else None).
+
+        The check and the hold happen with no await between them, so concurrent calls of one process cannot both
+        take the last of a limit; the call's record, when it ends, replaces the hold (:meth:`release`).
+        """
+        if self.spent(name) + self.reserved(name) >= limit:
+            return None
+        hold = Hold(name=name, amount=amount)
+        self._holds.setdefault(name, {})[hold] = None
+        return hold
+
+    def release(self, hold: Hold) -> None:
+        """The call of ``hold`` ended and the ledger was given its record: its cost counts from there."""
+        holds = self._holds.get(hold.name)
+        if holds is not None:
+            holds.pop(hold, None)
+            if not holds:
+                del self._holds[hold.name]
+
+    def reserved(self, name: str) -> float:
+        """What the calls of ``name`` in flight hold now."""
+        return sum(h.amount for h in self._holds.get(name, ()))
+
+    def holding(self, name: str) -> int:
+        """How many calls of ``name`` hold a reservation now."""
+        return len(self._holds.get(name, ()))
 
     async def refresh(self) -> None:
         """Read today's totals from the ledger file (through its writer, after what is queued)."""
@@ -99,3 +140,63 @@ class SpendBook:
         """Wait for a refresh in progress."""
         if self._task is not None:
             await asyncio.wait((self._task,))
+
+
+def ledger_status(ledger: Ledger | None, book: SpendBook | None, *, fail_closed: bool) -> dict[str, object] | None:
+    """``/status``'s ``ledger`` field: whether it records, what went wrong, what waits (None: no ledger)."""
+    if ledger is None:
+        return None
+    h = ledger.health
+    return {
+        "ok": h.ok and (book is None or book.readable),
+        "problem": h.problem if h.problem is not None else (None if book is None or book.readable else "unreadable"),
+        "errors": h.errors,
+        "sanitised": h.sanitised,
+        "pending_calls": h.pending,
+        "since": round(h.since, 3),
+        "on_failure": "closed" if fail_closed else "open",
+    }
+
+
+def keys_status(
+    book: SpendBook | None, limits: Iterable[tuple[str, float | None, float | None]]
+) -> list[dict[str, object]]:
+    """``/status``'s ``keys``: each limited key's spend today, its limits and what its calls in flight reserve.
+
+    Args:
+        book: The spend book (None: no limits are enforced).
+        limits: ``(name, daily_limit_usd, max_call_usd)`` of every key with a limit.
+    """
+    if book is None:
+        return []
+    out: list[dict[str, object]] = []
+    for name, daily, per_call in limits:
+        out.append(
+            {
+                "key": name,
+                "spent_usd": round(book.spent(name), 6),
+                "reserved_usd": round(book.reserved(name), 6),
+                "in_flight": book.holding(name),
+                "daily_limit_usd": daily,
+                "max_call_usd": per_call,
+            }
+        )
+    return out
+
+
+def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int | None) -> float:
+    """The most a call can cost on any entry of ``target``: its input (estimated) and its output bound, priced.
+
+    The output bound is the request's ``max_tokens``, else the entry's profile ``max_tokens``, else
+    :data:`turnout.estimate.DEFAULT_OUTPUT_BOUND`. An entry without a known price counts as $0.
+    """
+    request = ChatRequest(messages=tuple(messages), tools=tuple(tools), max_tokens=max_tokens)
+    input_tokens = estimate_tokens(messages, tools)
+    walk = target.walk
+    worst = 0.0
+    for entry in walk.entries:
+        usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
+        cost = walk.cost(entry, entry.served_model(target.model), usage)
+        if cost is not None and cost > worst:
+            worst = cost
+    return worst
