@@ -75,6 +75,13 @@ CREATE TABLE IF NOT EXISTS attempts (
     accepted INTEGER NOT NULL,
     usage_note TEXT
 );
+CREATE TABLE IF NOT EXISTS reservations (
+    call_id TEXT PRIMARY KEY,
+    caller TEXT NOT NULL,
+    amount REAL NOT NULL,
+    pid INTEGER NOT NULL,
+    expires REAL NOT NULL
+);
 CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
 CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
 """
@@ -108,6 +115,8 @@ class CallRecord:
 
 
 _STOP = object()
+#: How long a reservation holds at most (seconds): a backstop for a process that died on another host.
+RESERVATION_TTL_S = 3600.0
 
 #: How long :meth:`Ledger.flush` and :meth:`Ledger.aclose` wait for the writer at most (seconds).
 FLUSH_TIMEOUT_S = 10.0
@@ -144,6 +153,13 @@ class LedgerHealth:
 
 class LedgerUnavailable(Exception):
     """The ledger could not answer a question about what it holds (its writer is failing or gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """A call ended: drop its reservation once the file holds its record (see :meth:`Ledger.release`)."""
+
+    call_id: str
 
 
 @dataclass(slots=True)
@@ -202,6 +218,10 @@ class Ledger:
         self.errors = 0
         self.sanitised = 0
         self._pending: list[CallRecord] = []  # refused by the file; written again (writer thread only)
+        self._releases: list[str] = []  # reservations to drop once the calls before them are written (writer only)
+        self._local = threading.local()  # each reserving thread's own connection
+        self._reserving: list[sqlite3.Connection] = []  # all of them (closed by aclose)
+        self._released: dict[str, None] = {}  # released reservations not yet dropped from the file (under _lock)
         self._problem: str | None = None
         self._since = time.time()
         # cost per (caller, UTC day number): given to the ledger, and written to the file (under _lock)
@@ -339,17 +359,93 @@ class Ledger:
         calls = [x for x in batch if isinstance(x, CallRecord)]
         if self._pending:
             calls, self._pending = self._pending + calls, []
+        self._releases += [x.call_id for x in batch if isinstance(x, _Release)]
         queries = [x for x in batch if isinstance(x, _Query)]
-        if calls or queries:
+        if calls or queries or self._releases:
             db, identity = self._connection(db, identity)
         if calls:
             if db is None:
                 self._keep(calls)
             else:
                 self._write_all(db, calls)
+        if self._releases and db is not None and not self._pending:  # a reservation goes once its record is in
+            try:
+                with db:
+                    db.executemany("DELETE FROM reservations WHERE call_id = ?", [(c,) for c in self._releases])
+                with self._lock:
+                    for c in self._releases:
+                        self._released.pop(c, None)
+                self._releases = []
+            except Exception as exc:
+                self.errors += 1
+                self._trouble(exc)
         for query in queries:
             self._answer(db, query)
         return db, identity
+
+    # --- reservations shared by the processes writing the file --------------------------------------
+
+    async def reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+        """Reserve ``amount`` for ``call_id`` in the file while ``caller``'s spend and reservations are under ``limit``.
+
+        Spend counts since ``since`` (the UTC day's start). Returns whether it reserved.
+
+        The check and the insert are one SQLite write transaction, so every process writing the file (the workers
+        of a host) shares one limit. The reservation goes when the call's record is written after
+        :meth:`release`; one held by a process that is gone, or older than :data:`RESERVATION_TTL_S`, expires.
+
+        Raises:
+            LedgerUnavailable: The file cannot take the reservation (full, read-only, gone).
+        """
+        try:
+            return await asyncio.to_thread(self._reserve, call_id, caller, amount, limit, since)
+        except (OSError, sqlite3.Error) as exc:
+            raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}") from exc
+
+    def _reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            # closed by aclose, from another thread: each is used by its own thread only until then
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._local.db = db
+            with self._lock:
+                self._reserving.append(db)
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM reservations WHERE expires < ?", (now,))
+            for (pid,) in db.execute("SELECT DISTINCT pid FROM reservations").fetchall():
+                if not _alive(pid):
+                    db.execute("DELETE FROM reservations WHERE pid = ?", (pid,))
+            (spent,) = db.execute(
+                "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE caller = ? AND ts >= ?", (caller, since)
+            ).fetchone()
+            rows = db.execute("SELECT call_id, amount FROM reservations WHERE caller = ?", (caller,)).fetchall()
+            with self._lock:  # this process's ended calls count by their records, written or not, not their rows
+                released = set(self._released)
+                unwritten = self._given.get((caller, _day_number(since)), 0.0)
+                unwritten -= self._written.get((caller, _day_number(since)), 0.0)
+            held = sum(amount for cid, amount in rows if cid not in released)
+            if spent + held + max(unwritten, 0.0) >= limit:
+                db.execute("ROLLBACK")
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO reservations (call_id, caller, amount, pid, expires) VALUES (?,?,?,?,?)",
+                (call_id, caller, amount, os.getpid(), now + RESERVATION_TTL_S),
+            )
+            db.execute("COMMIT")
+            return True
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def release(self, call_id: str) -> None:
+        """The call ``call_id`` ended (its record, if any, is already queued): drop its reservation after it."""
+        with self._lock:
+            self._released[call_id] = None
+        self._ensure_thread()
+        self._queue.put(_Release(call_id))
 
     def _connection(
         self, db: sqlite3.Connection | None, identity: tuple[int, int] | None
@@ -481,6 +577,11 @@ class Ledger:
 
     async def aclose(self) -> None:
         """Write what is queued and stop the writer thread (waiting at most ``flush_timeout``)."""
+        with self._lock:
+            connections, self._reserving = self._reserving, []
+            self._local = threading.local()
+        for db in connections:
+            db.close()
         thread = self._thread
         if thread is None:
             return
@@ -494,6 +595,17 @@ class Ledger:
                 "turnout ledger: %d calls could not be written to %s before closing", len(self._pending), self.path
             )
         self._thread = None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a reservation of a dead process expires at once)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def _day_number(ts: float) -> int:

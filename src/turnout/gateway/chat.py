@@ -50,7 +50,7 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
         if ex.caller.limited:
-            ex.hold = _reserve(gw, admitted, call, ex)
+            ex.hold = await _reserve(gw, admitted, call, ex)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
@@ -84,14 +84,15 @@ async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Ex
     return _complete(gw, surface, request, call, reply, ex)
 
 
-def _reserve(gw: Gateway, admitted: Admitted, call: ChatCall, ex: Exchange) -> Hold | None:
+async def _reserve(gw: Gateway, admitted: Admitted, call: ChatCall, ex: Exchange) -> Hold | None:
     """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``)."""
     assert ex.caller is not None
     try:
         target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
     except ConfigError:  # the call fails to route the same way, spending nothing
         return None
-    return gw.policy.reserve(ex.caller, worst_case(target, call.messages, call.tools, call.max_tokens))
+    amount = worst_case(target, call.messages, call.tools, call.max_tokens)
+    return await gw.policy.reserve(ex.caller, amount, ex.request_id)
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:

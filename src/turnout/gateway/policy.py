@@ -340,7 +340,7 @@ class Policy:
                 raise RequestRejected(daily_limit(caller, spent))
         return admitted
 
-    def reserve(self, caller: Caller, amount: float) -> Hold | None:
+    async def reserve(self, caller: Caller, amount: float, call_id: str) -> Hold | None:
         """Reserve ``amount``, the worst case of ``caller``'s call, before it is sent (None: nothing to reserve).
 
         A limited key's call holds its worst case until it ends and the ledger has its record
@@ -356,7 +356,7 @@ class Policy:
             raise RequestRejected(max_call(caller, amount))
         if caller.daily_limit_usd is None or self.spend is None:
             return None
-        hold = self.spend.reserve(caller.name, amount, caller.daily_limit_usd)
+        hold = await self.spend.reserve(caller.name, amount, caller.daily_limit_usd, call_id)
         if hold is None:
             self.rejections[(caller.name, "reservation")] += 1
             spent, held = self.spend.spent(caller.name), self.spend.reserved(caller.name)

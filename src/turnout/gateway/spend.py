@@ -43,10 +43,19 @@ def seconds_to_midnight(now: float | None = None) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Hold:
-    """One call's reservation: its key name and the worst case it holds (compared by identity)."""
+    """One call's reservation (compared by identity).
+
+    Attributes:
+        name: The key name.
+        amount: The worst case it holds (USD).
+        call_id: The call's id (the ledger's).
+        shared: Whether the ledger file holds it too (every process writing the file sees it).
+    """
 
     name: str
     amount: float
+    call_id: str = ""
+    shared: bool = False
 
 
 class SpendBook:
@@ -88,20 +97,41 @@ class SpendBook:
         names = set(self._totals) | set(self.ledger.given_since(self._day))
         return {name: self.spent(name) for name in sorted(names)}
 
-    def reserve(self, name: str, amount: float, limit: float) -> Hold | None:
-        """Hold ``amount`` for a call of ``name`` while what it spent and holds is under ``limit`` (else None).
+    async def reserve(self, name: str, amount: float, limit: float, call_id: str) -> Hold | None:
+        """Hold ``amount`` for call ``call_id`` of ``name`` while what it spent and holds is under ``limit``.
 
-        The check and the hold happen with no await between them, so concurrent calls of one process cannot both
-        take the last of a limit; the call's record, when it ends, replaces the hold (:meth:`release`).
+        Two checks, both must pass: this process's (what the book knows was spent, and its calls in flight: the
+        check and the hold happen with no await between them, so concurrent calls cannot both take the last of a
+        limit), then the ledger file's (every process writing the file: :meth:`turnout.ledger.Ledger.reserve`).
+        When the file cannot take the reservation, this process's hold alone counts. The call's record, when it
+        ends, replaces the hold (:meth:`release`). None: the limit is reached.
         """
         if self.spent(name) + self.reserved(name) >= limit:
             return None
-        hold = Hold(name=name, amount=amount)
-        self._holds.setdefault(name, {})[hold] = None
+        local = Hold(name=name, amount=amount, call_id=call_id)
+        holds = self._holds.setdefault(name, {})
+        holds[local] = None
+        try:
+            shared = await self.ledger.reserve(call_id, name, amount, limit, self._day)
+        except LedgerUnavailable:
+            return local
+        except BaseException:
+            self.release(local)
+            raise
+        holds = self._holds.setdefault(name, {})
+        holds.pop(local, None)
+        if not shared:
+            if not holds:
+                self._holds.pop(name, None)
+            return None
+        hold = Hold(name=name, amount=amount, call_id=call_id, shared=True)
+        holds[hold] = None
         return hold
 
     def release(self, hold: Hold) -> None:
         """The call of ``hold`` ended and the ledger was given its record: its cost counts from there."""
+        if hold.shared:
+            self.ledger.release(hold.call_id)
         holds = self._holds.get(hold.name)
         if holds is not None:
             holds.pop(hold, None)
