@@ -258,6 +258,8 @@ class GatewayKey(_Section):
     sender: str | None = None
     daily_limit_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_call_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
 
 
 class Gateway(_Section):

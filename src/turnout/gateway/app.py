@@ -39,6 +39,7 @@ from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.session import Sessions
+from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook, keys_status, ledger_status
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
 from turnout.gateway.surface import Surface
@@ -55,6 +56,7 @@ from turnout.gateway.wire import (
     header_value,
 )
 from turnout.gateway.workers import Peers, Totals, merge
+from turnout.ledger import LedgerUnavailable
 from turnout.pools import pool_loads
 from turnout.reply import Reply
 
@@ -157,17 +159,21 @@ class Gateway:
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
         ledger = client.ledger
-        self.spend = SpendBook(ledger) if ledger is not None else None
+        shared = None
+        if ledger is not None and config.state.backend == "redis" and config.state.url:
+            shared = SharedSpend(config.state.url, prefix=config.state.key_prefix, ledger_path=ledger.path)
+        self.spend = SpendBook(ledger, shared=shared) if ledger is not None else None
         self.policy = Policy(config, self.spend)
         plain = keys if keys is not None else gateway_keys(config)
         callers = self.policy.callers(plain, named_keys(config))
-        limited = next((c.name for _, c in callers if c.daily_limit_usd is not None), None)
-        if limited is not None and self.spend is None:
-            raise ConfigError(
-                "a daily limit is enforced from the ledger, and this gateway's client keeps none",
-                path=f"gateway.keys.{limited}.daily_limit_usd",
-                code="ledger_required",
-            )
+        for _, c in callers:  # limits are enforced from the ledger
+            field = next((f for f in ("daily_limit_usd", "rpm", "tpm") if getattr(c, f) is not None), None)
+            if field is not None and self.spend is None:
+                raise ConfigError(
+                    f"{field} is enforced from the ledger, and this gateway's client keeps none",
+                    path=f"gateway.keys.{c.name}.{field}",
+                    code="ledger_required",
+                )
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
         self.metrics = Metrics(
             labelled=self.policy.served_models(), breakers=client.factory.breakers, clock=client.factory.clock
@@ -215,8 +221,14 @@ class Gateway:
     async def _on_startup(self, app: web.Application) -> None:
         self._lines = direct_sink()
         await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
-        if self.spend is not None and any(c.daily_limit_usd is not None for c in self.auth.callers()):
+        if self.spend is not None and any(c.limited for c in self.auth.callers()):
             await self.spend.refresh()  # today's spend so far, before the first request is admitted
+            try:
+                await self.spend.reconcile()  # with Redis: this host's ledger raises its shared total
+            except (SharedUnavailable, LedgerUnavailable):
+                log.error("turnout gateway: cannot reconcile today's spend with Redis at start-up; will retry")
+                if self.spend.shared is not None:
+                    self.spend.shared.stale = True
         self._warm_up()
         if self.peers is not None:
             self.peers.start(self.totals)
@@ -474,7 +486,7 @@ class Gateway:
         attempts = ex.attempts
         caller = ex.caller
         if ex.hold is not None and self.spend is not None:  # the call ended: its record counts from here
-            self.spend.release(ex.hold)
+            self.spend.release(ex.hold, *_spent(attempts))
         if attempts is not None and attempts.__class__ is not tuple:  # a stream's list, which may still grow
             ex.attempts = attempts = tuple(attempts)  # what it holds now
         done = self._done
@@ -531,6 +543,15 @@ class Gateway:
         except TimeoutError:
             return False
         return True
+
+
+def _spent(attempts: Sequence[Attempt] | None) -> tuple[float, int]:
+    """What a call's attempts cost and how many tokens they used."""
+    if not attempts:
+        return 0.0, 0
+    cost = sum(a.cost_usd for a in attempts if a.cost_usd is not None)
+    tokens = sum(a.usage.total_tokens for a in attempts if a.usage is not None)
+    return cost, tokens
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:

@@ -19,6 +19,7 @@ Everything is computed when the gateway starts; admitting a request costs a dict
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from turnout._fast import fast_init
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
+from turnout.gateway.shared_spend import SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook, seconds_to_midnight
 from turnout.gateway.status import anthropic_models, openai_models
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
@@ -69,6 +71,8 @@ class Caller:
         sender: The bound ``[senders.<id>]`` tier, if any.
         daily_limit_usd: Its daily spend limit, if any.
         max_call_usd: The most one of its calls may reserve (its worst case), if bounded.
+        rpm: The most requests it may start per minute, if bounded.
+        tpm: The most tokens (input and output) its calls may use per minute, if bounded.
         default_route: Whether an empty ``model`` (the default route) is open to it: with the default policy, or
             when its names reach the default target (the default profile or one of its models; a hint to a
             default pool).
@@ -82,6 +86,8 @@ class Caller:
     sender: str | None = None
     daily_limit_usd: float | None = None
     max_call_usd: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
     default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
     admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
@@ -89,7 +95,7 @@ class Caller:
     @property
     def limited(self) -> bool:
         """Whether its calls reserve their worst case first (a daily limit or a per-call bound)."""
-        return self.daily_limit_usd is not None or self.max_call_usd is not None
+        return any(x is not None for x in (self.daily_limit_usd, self.max_call_usd, self.rpm, self.tpm))
 
     def __post_init__(self) -> None:
         admitted = {n: Admitted(p.choice.model, p.choice.provider, self.sender) for n, p in self.names.items()}
@@ -257,12 +263,14 @@ class Policy:
         if sender is not None and sender not in self.config.senders:
             raise ConfigError(f"{sender!r} is not a [senders.<id>] table", path=f"{path}.sender", code="unknown_sender")
         limit = entry.daily_limit_usd if entry is not None else None
-        if limit is not None and not self.config.ledger.enabled:
-            raise ConfigError(
-                "a daily limit is enforced from the ledger; enable [ledger]",
-                path=f"{path}.daily_limit_usd",
-                code="ledger_required",
-            )
+        if entry is not None and not self.config.ledger.enabled:
+            for name_, value in (("daily_limit_usd", limit), ("rpm", entry.rpm), ("tpm", entry.tpm)):
+                if value is not None:
+                    raise ConfigError(
+                        f"{name_} is enforced from the ledger; enable [ledger]",
+                        path=f"{path}.{name_}",
+                        code="ledger_required",
+                    )
         items = list(names.values())
         return Caller(
             name=name,
@@ -271,6 +279,8 @@ class Policy:
             sender=sender,
             daily_limit_usd=limit,
             max_call_usd=entry.max_call_usd if entry is not None else None,
+            rpm=entry.rpm if entry is not None else None,
+            tpm=entry.tpm if entry is not None else None,
             default_route=default_route,
             models_json=(openai_models(items), anthropic_models(items)),
         )
@@ -354,13 +364,24 @@ class Policy:
         if caller.max_call_usd is not None and amount > caller.max_call_usd:
             self.rejections[(caller.name, "max_call")] += 1
             raise RequestRejected(max_call(caller, amount))
-        if caller.daily_limit_usd is None or self.spend is None:
+        book = self.spend
+        if book is None or (caller.daily_limit_usd is None and caller.rpm is None and caller.tpm is None):
             return None
-        hold = await self.spend.reserve(caller.name, amount, caller.daily_limit_usd, call_id)
+        limit = caller.daily_limit_usd if caller.daily_limit_usd is not None else math.inf
+        rpm, tpm = caller.rpm, caller.tpm
+        try:
+            hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm)
+        except SharedUnavailable:
+            if self.fail_closed:
+                self.rejections[(caller.name, "ledger_unavailable")] += 1
+                raise RequestRejected(LEDGER_UNAVAILABLE) from None
+            hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm, shared=False)
         if hold is None:
             self.rejections[(caller.name, "reservation")] += 1
-            spent, held = self.spend.spent(caller.name), self.spend.reserved(caller.name)
-            raise RequestRejected(daily_limit(caller, spent, held))
+            raise RequestRejected(daily_limit(caller, book.spent(caller.name), book.reserved(caller.name)))
+        if isinstance(hold, str):
+            self.rejections[(caller.name, hold)] += 1
+            raise RequestRejected(per_minute(caller, hold))
         return hold
 
     def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
@@ -410,6 +431,8 @@ def _renamed(caller: Caller, name: str) -> Caller:
         sender=caller.sender,
         daily_limit_usd=caller.daily_limit_usd,
         max_call_usd=caller.max_call_usd,
+        rpm=caller.rpm,
+        tpm=caller.tpm,
         default_route=caller.default_route,
         models_json=caller.models_json,
     )
@@ -469,4 +492,17 @@ def max_call(caller: Caller, amount: float) -> Failure:
         ),
         param="max_tokens",
         code="max_call_exceeded",
+    )
+
+
+def per_minute(caller: Caller, which: str) -> Failure:
+    """The 429 for a key whose requests (``rpm``) or tokens (``tpm``) of this minute are used up."""
+    bound = caller.rpm if which == "rpm" else caller.tpm
+    what = "requests" if which == "rpm" else "tokens"
+    return Failure(
+        status=429,
+        kind="rate_limited",
+        message=f"key {caller.name!r} may use {bound} {what} per minute; this minute's are used up",
+        code="rate_limit_exceeded",
+        retry_after=max(1, 60 - int(time.time()) % 60),
     )

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from turnout.estimate import estimate_tokens, output_bound
+from turnout.gateway.shared_spend import SharedSpend
 from turnout.ledger import Ledger, LedgerUnavailable
 from turnout.router import Target
 from turnout.types import ChatRequest, Message, ToolSpec, Usage
@@ -50,12 +51,18 @@ class Hold:
         amount: The worst case it holds (USD).
         call_id: The call's id (the ledger's).
         shared: Whether the ledger file holds it too (every process writing the file sees it).
+        redis: Whether Redis holds it (every host sees it; settled there when the call ends).
     """
 
     name: str
     amount: float
     call_id: str = ""
     shared: bool = False
+    redis: bool = False
+
+
+#: What :meth:`SpendBook.reserve` refuses for, besides the daily limit: the key's requests or tokens per minute.
+RPM, TPM = "rpm", "tpm"
 
 
 class SpendBook:
@@ -69,9 +76,13 @@ class SpendBook:
         readable: Whether the last refresh could read the file (False: the totals are the last ones read).
     """
 
-    def __init__(self, ledger: Ledger, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, ledger: Ledger, clock: Callable[[], float] = time.time, shared: SharedSpend | None = None
+    ) -> None:
         self.ledger = ledger
         self.clock = clock
+        self.shared = shared
+        self._minutes: dict[str, tuple[int, int, int]] = {}  # per key: (minute, requests, tokens), without Redis
         self._day = day_start(clock())
         self._totals: dict[str, float] = {}  # in the file, as of the last refresh
         self._written: dict[str, float] = {}  # of which this process wrote, as of the same moment
@@ -97,17 +108,45 @@ class SpendBook:
         names = set(self._totals) | set(self.ledger.given_since(self._day))
         return {name: self.spent(name) for name in sorted(names)}
 
-    async def reserve(self, name: str, amount: float, limit: float, call_id: str) -> Hold | None:
+    async def reserve(
+        self,
+        name: str,
+        amount: float,
+        limit: float,
+        call_id: str,
+        *,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        shared: bool = True,
+    ) -> Hold | str | None:
         """Hold ``amount`` for call ``call_id`` of ``name`` while what it spent and holds is under ``limit``.
 
         Two checks, both must pass: this process's (what the book knows was spent, and its calls in flight: the
         check and the hold happen with no await between them, so concurrent calls cannot both take the last of a
         limit), then the ledger file's (every process writing the file: :meth:`turnout.ledger.Ledger.reserve`).
         When the file cannot take the reservation, this process's hold alone counts. The call's record, when it
-        ends, replaces the hold (:meth:`release`). None: the limit is reached.
+        ends, replaces the hold (:meth:`release`). None: the limit is reached; :data:`RPM` or :data:`TPM`: the key's
+        requests or tokens of this minute are used up.
+
+        With Redis (``shared`` and a :class:`~turnout.gateway.shared_spend.SharedSpend`), Redis alone decides, for
+        every host at once.
+
+        Raises:
+            SharedUnavailable: Redis did not answer (the caller applies ``on_ledger_failure``).
         """
+        if shared and self.shared is not None:
+            return await self._reserve_shared(name, amount, limit, call_id, rpm, tpm)
+        if rpm is not None or tpm is not None:
+            minute, requests, tokens = self._minute(name)
+            if rpm is not None and requests >= rpm:
+                return RPM
+            if tpm is not None and tokens >= tpm:
+                return TPM
         if self.spent(name) + self.reserved(name) >= limit:
             return None
+        if rpm is not None or tpm is not None:
+            minute, requests, tokens = self._minute(name)
+            self._minutes[name] = (minute, requests + 1, tokens)
         local = Hold(name=name, amount=amount, call_id=call_id)
         holds = self._holds.setdefault(name, {})
         holds[local] = None
@@ -128,10 +167,49 @@ class SpendBook:
         holds[hold] = None
         return hold
 
-    def release(self, hold: Hold) -> None:
-        """The call of ``hold`` ended and the ledger was given its record: its cost counts from there."""
+    async def _reserve_shared(
+        self, name: str, amount: float, limit: float, call_id: str, rpm: int | None, tpm: int | None
+    ) -> Hold | str | None:
+        shared = self.shared
+        assert shared is not None
+        if shared.stale:  # Redis missed some settles: raise this host's total to its ledger's first
+            totals, _ = await self.ledger.spend_since(self._day)
+            await shared.reconcile(totals, self._day)
+        outcome = await shared.reserve(name, call_id, amount, limit, self._day, rpm, tpm)
+        if outcome == 1:
+            hold = Hold(name=name, amount=amount, call_id=call_id, redis=True)
+            self._holds.setdefault(name, {})[hold] = None
+            return hold
+        return {-1: RPM, -2: TPM}.get(outcome)
+
+    async def reconcile(self) -> None:
+        """Raise this host's spend in Redis to what its ledger file holds today (start-up; never double counts).
+
+        Raises:
+            SharedUnavailable: Redis did not answer.
+            LedgerUnavailable: The ledger could not be read.
+        """
+        if self.shared is not None:
+            totals, _ = await self.ledger.spend_since(self._day)
+            await self.shared.reconcile(totals, self._day)
+
+    def _minute(self, name: str) -> tuple[int, int, int]:
+        minute = int(self.clock() // 60)
+        current = self._minutes.get(name)
+        return current if current is not None and current[0] == minute else (minute, 0, 0)
+
+    def release(self, hold: Hold, cost: float = 0.0, tokens: int = 0) -> None:
+        """The call of ``hold`` ended and the ledger was given its record: its cost counts from there.
+
+        ``cost`` and ``tokens`` are what the call spent (Redis counts them for every host; a key's ``tpm``).
+        """
         if hold.shared:
             self.ledger.release(hold.call_id)
+        if hold.redis and self.shared is not None:
+            self.shared.settle(hold.name, hold.call_id, cost, tokens, self._day)
+        elif tokens:
+            minute, requests, used = self._minute(hold.name)
+            self._minutes[hold.name] = (minute, requests, used + tokens)
         holds = self._holds.get(hold.name)
         if holds is not None:
             holds.pop(hold, None)
@@ -167,9 +245,11 @@ class SpendBook:
         return self.ledger.health.ok and self.readable
 
     async def aclose(self) -> None:
-        """Wait for a refresh in progress."""
+        """Wait for a refresh in progress, and for Redis's settles (bounded)."""
         if self._task is not None:
             await asyncio.wait((self._task,))
+        if self.shared is not None:
+            await self.shared.aclose()
 
 
 def ledger_status(ledger: Ledger | None, book: SpendBook | None, *, fail_closed: bool) -> dict[str, object] | None:
