@@ -105,15 +105,16 @@ async def test_non_retryable_skips_retries_for_401() -> None:
     assert len(p.calls) == 1
 
 
-async def test_aggregated_error_marks_model_not_found_without_provider_text() -> None:
-    """A 404 model mismatch is one non-retryable event with a content-free diagnostic."""
+async def test_aggregated_error_marks_model_not_found_with_the_providers_reason() -> None:
+    """A 404 model mismatch is one non-retryable event naming its entry, with the provider's own reason."""
     p = Scripted(err(404, "unsupported model: glm-4.7"))
     with pytest.raises(AllProvidersFailed) as info:
         await walk(E("zai.a", "glm-4.7", [p]), retries=3).chat(req(), "glm-4.7")
     msg = str(info.value)
     assert "after 1 failure event(s)" in msg
-    assert "non_retryable" in msg and "kind=model_not_found" in msg
-    assert "glm" not in msg and "unsupported model" not in msg and "zai" not in msg
+    assert "event 1 (zai.a/glm-4.7, try 1/4): non_retryable; kind=model_not_found" in msg
+    assert 'reason="unsupported model: glm-4.7"' in msg
+    assert "hello" not in msg  # the prompt never
 
 
 async def test_refusal_is_never_retried_nor_routed_around() -> None:
@@ -283,7 +284,7 @@ async def test_attempts_survive_a_failed_walk() -> None:
 
 
 async def test_aggregated_error_when_all_fail() -> None:
-    """Two failing entries give two numbered, content-free events."""
+    """Two failing entries give two numbered events naming their entries, without a server error's text."""
     r = walk(
         E("openai.p1", "m", [Scripted(err(500, "p1 error"))]),
         E("openai.p2", "m", [Scripted(err(500, "p2 error"))]),
@@ -293,8 +294,8 @@ async def test_aggregated_error_when_all_fail() -> None:
         await r.chat(req(), "m")
     msg = str(info.value)
     assert msg.startswith("All model providers/models failed after 2 failure event(s). Events:")
-    assert "event 1 (retry 1/1): retryable" in msg and "event 2 (retry 1/1): retryable" in msg
-    assert "p1 error" not in msg and "openai" not in msg
+    assert "event 1 (openai.p1/m, try 1/1): retryable" in msg and "event 2 (openai.p2/m, try 1/1): retryable" in msg
+    assert "p1 error" not in msg and "p2 error" not in msg
 
 
 async def test_excessive_failure_events_are_bounded() -> None:
@@ -307,7 +308,8 @@ async def test_excessive_failure_events_are_bounded() -> None:
     assert "after 64 failure event(s)" in msg
     assert "event 8 " in msg and "event 9 " not in msg
     assert "[56 additional failure event(s) omitted]" in msg
-    assert "secret" not in msg and "sk-live" not in msg and "openai.p" not in msg
+    assert "sk-live" not in msg  # a server error's text is never quoted
+    assert "(openai.p7/secret-model-7, try 1/1)" in msg and "openai.p8" not in msg
     assert len(info.value.attempts) == 64
 
 
@@ -365,7 +367,7 @@ async def test_next_call_during_cooldown_skips_without_calling() -> None:
 
 
 async def test_cooldown_skip_summary_is_content_free() -> None:
-    """A pre-set cooldown yields 'rate_limit_cooldown' with kind/phase and no names."""
+    """A pre-set cooldown yields a 'rate_limit_cooldown' event, skipped, with kind/phase, naming its entry."""
     store = MemoryStore()
     clock = FakeClock()
     await store.set_cooldown("openai.primary", clock.now + 100)
@@ -381,9 +383,9 @@ async def test_cooldown_skip_summary_is_content_free() -> None:
         await r.chat(req(), "m")
     msg = str(info.value)
     assert primary.calls == []
-    assert "event 1 (retry 0/1): rate_limit_cooldown; kind=rate_limited; phase=cooldown" in msg
-    assert "event 2 (retry 1/1): retryable" in msg
-    assert "openai" not in msg
+    assert "event 1 (openai.primary/m, skipped): rate_limit_cooldown; kind=rate_limited; phase=cooldown" in msg
+    assert "event 2 (openai.backup/m, try 1/1): retryable" in msg
+    assert "reason=" not in msg  # neither a cooldown nor a 5xx has one
 
 
 async def test_expired_cooldown_cleans_itself() -> None:

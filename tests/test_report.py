@@ -1,4 +1,4 @@
-"""Content-free failure words (SPEC 6.1): detail tags, diagnostics, and the bounded aggregate message."""
+"""Failure words (SPEC 6.1): detail tags, reasons, diagnostics, and the bounded aggregate message."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from turnout.errors import (
     StreamTruncated,
 )
 from turnout.report import (
+    ENDPOINT_NOT_FOUND,
     KEY_REJECTED,
     KEYS_COOLING,
     MAX_AGGREGATE_BYTES,
@@ -28,6 +29,7 @@ from turnout.report import (
     aggregate_message,
     diagnostic,
     error_detail,
+    failure_reason,
     outcome_of,
 )
 
@@ -66,6 +68,10 @@ def test_outcome_of_every_class_is_a_ledger_outcome_of_the_same_name(cls: ErrorC
         (err(403, "Your input was flagged by moderation"), "http_403"),
         (err(500, "internal error at /v1/chat"), "http_500"),
         (err(404, "model gpt-9 not found"), "http_404"),
+        (err(404, "Not Found"), ENDPOINT_NOT_FOUND),
+        (err(404, "nothing here", error_type="not_found_error"), "http_404"),
+        (ProviderConnectionError("refused", failure="refused", address="127.0.0.1:9"), "connection:refused"),
+        (ProviderConnectionError("no such host", failure="dns", address="x.invalid:443"), "connection:dns"),
         (ProviderError("in-band", error_type="overloaded_error"), "overloaded_error"),
         (ProviderError("no facts at all"), "provider_error"),
         (ValueError("some text"), "ValueError"),
@@ -112,6 +118,11 @@ def test_error_detail_prefers_the_rejected_key_over_the_status() -> None:
         (attempt("retryable", status=500, detail="http_500"), "provider_server", "http_response"),
         (attempt("retryable", status=529, detail="http_529"), "provider_server", "http_response"),
         (attempt("retryable", detail="connection"), "connect", "connect"),
+        (attempt("retryable", detail="connection:refused"), "connect_refused", "connect"),
+        (attempt("retryable", detail="connection:dns"), "dns", "connect"),
+        (attempt("retryable", detail="connection:tls"), "tls", "tls_or_connect"),
+        (attempt("retryable", detail="connection:reset"), "connection_reset", "connect"),
+        (attempt("non_retryable", status=404, detail=ENDPOINT_NOT_FOUND), "endpoint_not_found", "http_response"),
         (attempt("retryable", status=200, detail="stream_truncated"), "stream_truncated", "response"),
         (attempt("retryable", status=200, detail="protocol_error"), "protocol_error", "response"),
         (attempt("retryable", detail="overloaded_error"), "provider_error", "unknown"),
@@ -135,11 +146,74 @@ def test_a_403_that_is_not_an_auth_failure_is_a_client_error() -> None:
     assert diagnostic(attempt("non_retryable", status=403, detail=error_detail(denied)))[0] == "auth"
 
 
+def test_a_404_that_is_no_model_error_suggests_checking_the_uri() -> None:
+    """A bare 404 (a uri missing /v1) points at the profile's uri, not at the model id."""
+    kind, _, hint = diagnostic(
+        attempt("non_retryable", status=404, detail=error_detail(err(404, "404 page not found")))
+    )
+    assert kind == "endpoint_not_found" and "uri" in hint and "/v1" in hint
+    _, _, model_hint = diagnostic(
+        attempt("non_retryable", status=404, detail=error_detail(err(404, "model x not found")))
+    )
+    assert "model id" in model_hint
+
+
+# --- failure_reason ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (err(400, "Unsupported parameter: temperature"), "Unsupported parameter: temperature"),
+        (err(422, "bad\nrequest\x1b[31m  here"), "bad request [31m here"),
+        (err(400, "key sk-proj-abcdefghijklmnopqrstuvwx1234 is odd"), "key [REDACTED] is odd"),
+        (err(429, "Rate limit reached for requests in organization org-x"), None),
+        (err(401, "Incorrect API key provided: sk-abc***xyz"), None),
+        (err(403, "Permission denied"), None),
+        (err(500, "internal error"), None),
+        (ProviderConnectionError("x", failure="refused", address="127.0.0.1:9"), "connection refused by 127.0.0.1:9"),
+        (
+            ProviderConnectionError("x", failure="dns", address="api.x.invalid:443"),
+            "DNS lookup failed for api.x.invalid:443",
+        ),
+        (ProviderConnectionError("x", failure="tls", address="h:443"), "TLS handshake failed with h:443"),
+        (ProviderConnectionError("x", address="h:80"), "could not connect to h:80"),
+        (ProviderConnectionError("reset after headers"), None),
+        (ProviderTimeout("slow", phase="connect", address="10.0.0.1:443"), "timed out connecting to 10.0.0.1:443"),
+        (ProviderTimeout("slow", phase="total"), None),
+        (ValueError("text"), None),
+    ],
+)
+def test_failure_reason_is_what_a_person_can_act_on(exc: BaseException, reason: str | None) -> None:
+    """A 4xx keeps the provider's own reason (scrubbed, one line); a connect failure its kind and host:port."""
+    assert failure_reason(exc) == reason
+
+
+def test_a_provider_reason_is_bounded() -> None:
+    """However long the provider's message, the reason is at most 200 characters."""
+    reason = failure_reason(err(400, "x" * 5000))
+    assert reason is not None and len(reason) == 200 and reason.endswith("…")
+
+
 # --- aggregate_message ---------------------------------------------------------------------------------
 
 
+def test_aggregate_message_carries_a_rejected_requests_reason() -> None:
+    """A 4xx event quotes the provider's reason (double quotes made single); other events have none."""
+    attempts = [
+        Attempt(provider="openai.a", model="gpt-x", outcome="non_retryable", status=400, reason='Unsupported "temp"'),
+        Attempt(provider="openai.b", model="gpt-y", outcome="retryable", status=500, try_number=2),
+    ]
+    assert aggregate_message(attempts, 3).split("\n")[1:] == [
+        "event 1 (openai.a/gpt-x, try 1/3): non_retryable; kind=client_error; phase=http_response; "
+        "reason=\"Unsupported 'temp'\"; hint=provider rejected the request; check config, model, or request",
+        "event 2 (openai.b/gpt-y, try 2/3): retryable; kind=provider_server; phase=http_response; "
+        "hint=provider returned a server error; retry or switch provider",
+    ]
+
+
 def test_aggregate_message_shape() -> None:
-    """One numbered line per failure: retry n/max, reason, kind, phase, hint; ok attempts are not events."""
+    """One line per failure: profile/model, try n/max, outcome, kind, phase, hint; ok attempts are not events."""
     attempts = [
         attempt("rate_limited", status=429),
         attempt("cooldown_skip", try_number=0),
@@ -148,11 +222,11 @@ def test_aggregate_message_shape() -> None:
     ]
     assert aggregate_message(attempts, 3).split("\n") == [
         HEADER.format(n=3),
-        "event 1 (retry 1/3): rate_limited; kind=rate_limited; phase=http_response; "
+        "event 1 (openai.p/m, try 1/3): rate_limited; kind=rate_limited; phase=http_response; "
         "hint=wait, change key/quota, or switch provider",
-        "event 2 (retry 0/3): rate_limit_cooldown; kind=rate_limited; phase=cooldown; "
+        "event 2 (openai.p/m, skipped): rate_limit_cooldown; kind=rate_limited; phase=cooldown; "
         "hint=wait for provider cooldown or switch provider",
-        "event 3 (retry 2/3): empty_response; kind=empty_response; phase=response; "
+        "event 3 (openai.p/m, try 2/3): empty_response; kind=empty_response; phase=response; "
         "hint=provider returned no text and no tool calls",
     ]
 
@@ -162,9 +236,9 @@ def test_aggregate_message_names_a_breaker_skip_and_its_probe() -> None:
     attempts = [attempt("breaker_skip", try_number=0), attempt("breaker_skip", detail=PROBE_TAKEN, try_number=0)]
     assert aggregate_message(attempts, 3).split("\n") == [
         HEADER.format(n=2),
-        "event 1 (retry 0/3): circuit_breaker_open; kind=breaker_open; phase=breaker; "
+        "event 1 (openai.p/m, skipped): circuit_breaker_open; kind=breaker_open; phase=breaker; "
         "hint=the entry kept failing; one call probes it after the open interval",
-        "event 2 (retry 0/3): circuit_breaker_open; kind=breaker_open; phase=breaker; "
+        "event 2 (openai.p/m, skipped): circuit_breaker_open; kind=breaker_open; phase=breaker; "
         "hint=another call is probing this entry; wait for it or switch provider",
     ]
 

@@ -396,6 +396,22 @@ async def test_all_failed_recovery_raises_all_providers_failed() -> None:
     assert [a.stream for a in info.value.attempts] == [True, True, False, False]
 
 
+async def test_a_failed_turns_message_counts_every_attempt_its_error_carries() -> None:
+    """The message of a failed turn counts the stream's tries with the recovery's: as many events as attempts."""
+    fleet = Fleet(openai__primary=[err(500)], anthropic__backup=[err(500)])
+    async with client(fleet) as c:
+        with pytest.raises(AllProvidersFailed) as info:
+            await c.turn("hi", events=Sinks().event)
+    lines = str(info.value).split("\n")
+    assert lines[0] == f"All model providers/models failed after {len(info.value.attempts)} failure event(s). Events:"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "event 1 (openai.primary/gpt-4.1, try 1/2)",
+        "event 2 (openai.primary/gpt-4.1, try 2/2)",
+        "event 3 (anthropic.backup/claude, try 1/2)",
+        "event 4 (anthropic.backup/claude, try 2/2)",
+    ]
+
+
 async def test_session_keeps_history_and_partial_text() -> None:
     """A session appends answers; an interrupted stream keeps only the text shown, marked."""
     fleet = Fleet(openai__primary=["first answer", [text("half"), StreamTruncated("[DONE]")]])

@@ -1,4 +1,4 @@
-"""The streamed turn's shortcuts for plain text (per event, and a run an adapter vouches for) hold to its handlers."""
+"""The streamed turn's shortcut for plain text holds to its handlers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from fakes import FULL, FakeClock
 from turnout import Client
 from turnout.provider import Provider
-from turnout.streams import TextRun
 from turnout.types import (
     Capabilities,
     ChatRequest,
@@ -44,22 +43,11 @@ _events = st.one_of(
 )
 
 
-def _plain_lead(batch: list[StreamEvent]) -> int:
-    """How many events open ``batch`` that a ``TextRun`` may vouch for (text, not empty, no '<')."""
-    n = 0
-    for event in batch:
-        if type(event) is not TextDelta or not event.text or "<" in event.text:
-            break
-        n += 1
-    return n
-
-
 class Batches(Provider):
-    """Streams the given event batches, then a final event; ``runs`` says how many events of each to vouch for."""
+    """Streams the given event batches, then a final event."""
 
-    def __init__(self, batches: list[list[StreamEvent]], runs: list[int] | None = None) -> None:
+    def __init__(self, batches: list[list[StreamEvent]]) -> None:
         self.batches = batches
-        self.runs = runs or []
 
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
         return ChatResponse(text="recovered", model=model)  # a semantically empty stream is recovered
@@ -67,19 +55,18 @@ class Batches(Provider):
     async def stream_batches(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[list[StreamEvent], None]:
-        for i, batch in enumerate(self.batches):
-            lead = min(self.runs[i] if i < len(self.runs) else 0, _plain_lead(batch))
-            yield TextRun(batch, lead) if lead else list(batch)
+        for batch in self.batches:
+            yield list(batch)
         yield [Final(finish_reason="stop", model=model)]
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         return FULL
 
 
-def _client(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> Client:
+def _client(batches: list[list[StreamEvent]]) -> Client:
     clock = FakeClock()
     return Client.from_toml(
-        CONFIG, adapter_builder=lambda *_: Batches(batches, runs), clock=clock, sleep=clock.sleep, ledger=False
+        CONFIG, adapter_builder=lambda *_: Batches(batches), clock=clock, sleep=clock.sleep, ledger=False
     )
 
 
@@ -87,8 +74,8 @@ def _seen(events: list[Any]) -> list[tuple[str, str]]:
     return [(e.type, getattr(e, "text", "")) for e in events]
 
 
-async def _both(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> tuple[Any, Any]:
-    async with _client(batches, runs) as c:
+async def _both(batches: list[list[StreamEvent]]) -> tuple[Any, Any]:
+    async with _client(batches) as c:
         stream = c.stream("hi")  # the shortcut: no cancel event, no draft
         plain = [e async for e in stream]
         reply_plain = stream.response
@@ -97,9 +84,9 @@ async def _both(batches: list[list[StreamEvent]], runs: list[int] | None = None)
     return (_seen(plain), reply_plain), (_seen(general), reply_general)
 
 
-def _assert_same(batches: list[list[StreamEvent]], runs: list[int] | None = None) -> None:
+def _assert_same(batches: list[list[StreamEvent]]) -> None:
     """The plain stream and the handlers' turn yield the same events and reply the same."""
-    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches, runs))
+    (plain, reply_a), (general, reply_b) = asyncio.run(_both(batches))
     assert plain == general
     assert (reply_a.text, reply_a.reasoning, reply_a.tool_calls, reply_a.usage) == (
         reply_b.text,
@@ -116,25 +103,12 @@ def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[S
     _assert_same(batches)
 
 
-_plain_texts = st.sampled_from(["hi ", "a", " done", "think", "th", "ink>", "/"]).map(lambda t: TextDelta(text=t))
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.lists(st.lists(st.one_of(_plain_texts, _events), min_size=1, max_size=6), min_size=1, max_size=6),
-    st.lists(st.integers(min_value=0, max_value=6), max_size=6),
-)
-def test_a_vouched_run_yields_what_the_handlers_yield(batches: list[list[StreamEvent]], runs: list[int]) -> None:
-    """Batches that open with runs of plain text vouched for (think tags open or not): same events, same reply."""
-    _assert_same(batches, runs)
-
-
-def test_a_run_shows_exactly_what_was_yielded() -> None:
-    """Inside a vouched run the shown text grows with each event yielded; stopping there keeps exactly that."""
+def test_a_batch_shows_exactly_what_was_yielded() -> None:
+    """Inside one batch of text the shown text grows with each event yielded; stopping there keeps exactly that."""
     texts = ["a", "b", "c", "d", "e"]
 
     async def run() -> None:
-        async with _client([[TextDelta(text=t) for t in texts]], [5]) as c:
+        async with _client([[TextDelta(text=t) for t in texts]]) as c:
             stream = c.stream("hi")
             seen: list[str] = []
             async for event in stream:

@@ -42,9 +42,11 @@ async def test_native_only_fields_need_the_protocol() -> None:
 
 
 async def test_all_failed_carries_the_last_error() -> None:
-    """AllProvidersFailed keeps the last try's exception (its message never enters the aggregate's)."""
+    """AllProvidersFailed keeps the last try's exception; a 4xx's own reason is quoted in its event, nothing more."""
     bad = err(400, "field x is invalid")
     with pytest.raises(AllProvidersFailed) as info:
         await walk(E("openai.a", "m", [Scripted(bad)])).chat(ChatRequest.of("hi"), "m")
     assert info.value.last_error is bad
-    assert "field x" not in str(info.value)
+    assert str(info.value).count("field x") == 1
+    event = "event 1 (openai.a/m, try 1/3): non_retryable; kind=client_error; phase=http_response; "
+    assert event + 'reason="field x is invalid"; hint=' in str(info.value)

@@ -445,6 +445,19 @@ def provider_error(
     return error
 
 
+def endpoint_missing(exc: ProviderError) -> bool:
+    """A 404 that is not the provider's answer about a model: the URL names no endpoint (a ``uri`` missing ``/v1``).
+
+    A provider's own "no such model" names the model in its code, type or message (OpenAI ``model_not_found``,
+    Anthropic ``not_found_error`` "model: …", Gemini "models/… is not found", Ollama "model '…' not found"); a
+    404 from a server or proxy with no such endpoint does not.
+    """
+    if exc.status != 404:
+        return False
+    words = f"{exc.error_code or ''} {exc.error_type or ''} {exc.message}".lower()
+    return "model" not in words and "not_found_error" not in words
+
+
 def error_class_of(exc: BaseException) -> ErrorClass:
     """The error class of any exception raised during an attempt."""
     if isinstance(exc, ProviderError):

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from turnout.arguments import request_of
 from turnout.attribution import RouteRef
 from turnout.call import Call, CallPlan, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
@@ -44,6 +45,8 @@ _KEPT_PLANS = 256
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
+ToolChoiceArg = str | Mapping[str, Any] | None
+ResponseFormatArg = ResponseFormat | Mapping[str, Any] | None
 
 
 def _state_store(config: Config) -> StateStore:
@@ -219,8 +222,8 @@ class Client:
         tools: ToolsArg = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        tool_choice: str | None = None,
-        response_format: ResponseFormat | None = None,
+        tool_choice: ToolChoiceArg = None,
+        response_format: ResponseFormatArg = None,
         native: NativeRequest | None = None,
         call_id: str | None = None,
         caller: str | None = None,
@@ -233,23 +236,28 @@ class Client:
             provider: Another profile to make active for this call (``family.alias``).
             sender: A sender id whose ``[senders.<id>]`` override applies.
             tools: Tools the model may call (``ToolSpec`` or OpenAI-style dicts).
-            temperature: Sampling temperature (None: left out of the request).
-            max_tokens: Upper bound on output tokens.
-            tool_choice: ``auto``, ``none``, ``required`` or a tool name.
-            response_format: Structured output: entries that cannot honour it are skipped.
+            temperature: Sampling temperature, a number of at least 0 (None: left out of the request).
+            max_tokens: Upper bound on output tokens, a positive integer.
+            tool_choice: ``auto``, ``none``, ``required``, the name of one of ``tools``, or the OpenAI dict
+                ``{"type": "function", "function": {"name": ...}}``.
+            response_format: Structured output, a :class:`~turnout.types.ResponseFormat` or the OpenAI dict
+                (``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``,
+                ``{"type": "json_object"}``): entries that cannot honour it are skipped.
             native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
             call_id: The call's id (default: a new one); the gateway passes its request id.
             caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
 
         Raises:
+            InvalidRequest: An argument cannot be sent (``.path`` names it); raised before any attempt.
             AllProvidersFailed: Every entry failed (``.attempts`` says how).
             RefusalError: The model refused.
             ContextWindowExceeded: The request is too large for every remaining model.
             ConfigError: The options name an unknown profile, or no model is known.
         """
-        request = ChatRequest.of(
+        request = request_of(
             messages,
             tools=tools,
+            temperature=temperature,
             max_tokens=max_tokens,
             tool_choice=tool_choice,
             response_format=response_format,
@@ -329,9 +337,9 @@ class Client:
         tools: ToolsArg = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoiceArg = None,
         show_reasoning: bool = True,
-        response_format: ResponseFormat | None = None,
+        response_format: ResponseFormatArg = None,
         native: NativeRequest | None = None,
         call_id: str | None = None,
         caller: str | None = None,
@@ -344,9 +352,10 @@ class Client:
         as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
         still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
         """
-        request = ChatRequest.of(
+        request = request_of(
             messages,
             tools=tools,
+            temperature=temperature,
             max_tokens=max_tokens,
             tool_choice=tool_choice,
             response_format=response_format,
@@ -368,7 +377,7 @@ class Client:
         tools: ToolsArg = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoiceArg = None,
     ) -> Reply:
         """Run one streamed turn through two sinks and return the accepted reply.
 
@@ -387,7 +396,9 @@ class Client:
             max_tokens: As for :meth:`chat`.
             tool_choice: As for :meth:`chat`.
         """
-        request = ChatRequest.of(messages, tools=tools, max_tokens=max_tokens, tool_choice=tool_choice)
+        request = request_of(
+            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice
+        )
         target, call = self._call(model, provider, sender, stream=True, request=request, operation="turn")
         turn = Turn(
             target.walk,

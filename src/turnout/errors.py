@@ -4,6 +4,8 @@
 
     TurnoutError
     ├── ConfigError                      bad configuration; .path names the key, e.g. providers.models.x.y.fallback[1]
+    ├── InvalidRequest                   the caller's request cannot be built or encoded; .path names the argument,
+    │                                      e.g. tools[0].function.parameters (raised before any attempt)
     ├── ProviderError                    one provider call failed; .error_class says what it means
     │   │                                  (.provider .model .status .error_type .error_code .retry_after .request_id)
     │   ├── ProviderTimeout              connect / first_token / idle / total bound exceeded (.phase)
@@ -20,7 +22,8 @@
     └── TurnCancelled                    the caller cancelled the turn (.partial_text, kept when output was shown)
 
 Messages never contain API keys. Provider errors may carry the provider's own (scrubbed) message;
-:class:`AllProvidersFailed` carries no provider text at all.
+:class:`AllProvidersFailed` carries only the bounded, scrubbed reason a provider gave for rejecting the request
+(a 4xx), never a prompt or a response.
 """
 
 from __future__ import annotations
@@ -64,6 +67,25 @@ class ConfigError(TurnoutError):
         self.code = code
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class InvalidRequest(TurnoutError):
+    """The caller's request cannot be sent as given.
+
+    An argument of the wrong type or shape, or a body the encoder refuses (JSON nested too deep, an integer
+    beyond 64 bits). Raised before any attempt, or by the adapter's request builder before anything is sent: it is never
+    retried, never routed around, and never changes shared state (cooldowns, breakers, keys).
+
+    Attributes:
+        path: The argument at fault, e.g. ``tools[0].function.parameters`` or ``max_tokens`` (None: the
+            whole request).
+        reason: What is wrong with it (never the value itself).
+    """
+
+    def __init__(self, reason: str, *, path: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"invalid request: {path}: {reason}" if path else f"invalid request: {reason}")
 
 
 class ProviderError(TurnoutError):
@@ -141,20 +163,39 @@ class ProviderTimeout(ProviderError):
     Attributes:
         phase: ``"connect"``, ``"first_token"``, ``"idle"`` or ``"total"``.
         seconds: The bound that was exceeded.
+        address: The endpoint's ``host:port``, for a connect timeout.
     """
 
     default_class = ErrorClass.TIMEOUT
+    address: str | None = None
 
-    def __init__(self, message: str, *, phase: str, seconds: float | None = None, **kw: object) -> None:
+    def __init__(
+        self, message: str, *, phase: str, seconds: float | None = None, address: str | None = None, **kw: object
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.phase = phase
         self.seconds = seconds
+        self.address = address
 
 
 class ProviderConnectionError(ProviderError):
-    """The connection could not be opened, or was reset before a complete answer."""
+    """The connection could not be opened, or was reset before a complete answer.
+
+    Attributes:
+        failure: What failed, when the transport said: ``refused``, ``dns``, ``tls`` or ``reset`` (None: another
+            failure, or one after the answer began).
+        address: The endpoint's ``host:port``, when known.
+    """
 
     default_class = ErrorClass.RETRYABLE
+    failure: str | None = None
+    address: str | None = None
+
+    def __init__(self, message: str, *, failure: str | None = None, address: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        if failure is not None or address is not None:  # else the class's None: the plain error's attributes
+            self.failure = failure
+            self.address = address
 
 
 class ProtocolError(ProviderError):
@@ -242,7 +283,8 @@ class ContextWindowExceeded(TurnoutError):
 class AllProvidersFailed(TurnoutError):
     """Every entry of the walk failed.
 
-    The message is content-free and bounded (no prompt, response, provider text or key).
+    The message is bounded and names each failure event's profile, model and try (``try 1/3``); of provider
+    text it holds only a 4xx's own reason, scrubbed of keys and cut short (never a prompt, response or key).
 
     Attributes:
         attempts: Every attempt of the walk, in order.

@@ -42,7 +42,7 @@ from turnout.policy import Action, Position, decide
 from turnout.pricing import Catalogue, default_catalogue
 from turnout.provider import Provider, flatten
 from turnout.reliable_stream import ReliableStream
-from turnout.report import aggregate_message, error_detail
+from turnout.report import aggregate_message, error_detail, failure_reason
 from turnout.state import MemoryStore, StateStore
 from turnout.stats import Stats
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage, can_serve, unservable_reason
@@ -505,11 +505,12 @@ class ReliableProvider(Provider):
         ttft_ms: float | None = None,
     ) -> Attempt:
         """The record of one attempt on ``entry`` (its cost is priced here)."""
-        status = None
+        status = reason = None
         if error is not None:
             if isinstance(error, ProviderError):
                 status, retry_after = error.status, error.retry_after
             detail = detail or error_detail(error)
+            reason = failure_reason(error)
         return new_attempt(
             provider=entry.profile,
             model=model,
@@ -526,6 +527,7 @@ class ReliableProvider(Provider):
             try_number=try_number,
             stream=stream,
             detail=detail,
+            reason=reason,
         )
 
     async def _settle(

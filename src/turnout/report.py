@@ -1,7 +1,9 @@
-"""Content-free words for failures: an attempt's detail tag, its diagnostic, and the aggregate message.
+"""Words for failures: an attempt's detail tag, its reason, its diagnostic, and the aggregate message.
 
-Nothing here holds prompt, response or provider error text, or a key: a failed walk is described only by
-its attempts' outcomes, statuses and tags (SPEC 6.1).
+A failed walk is described by its attempts: each event names its profile, model and try, its outcome, status
+and tags, and what a person can act on (:func:`failure_reason`): the address a connection failed to reach, or
+the reason a provider gave for rejecting the request (a 4xx, scrubbed of keys and cut short). Nothing here
+holds a prompt, a response or a key.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from turnout.attribution import Attempt, Outcome
+from turnout.classify import endpoint_missing
+from turnout.config.secrets import scrub
 from turnout.errors import (
     EmptyCompletion,
     ErrorClass,
@@ -33,6 +37,12 @@ NO_LIVE_KEY = "no_live_key"
 KEYS_COOLING = "keys_cooling"
 #: The detail tag of a breaker skip because another call holds the probe of the half-open entry.
 PROBE_TAKEN = "probe_taken"
+#: The detail tag of a 404 that is no answer about a model: the profile's ``uri`` names no endpoint.
+ENDPOINT_NOT_FOUND = "endpoint_not_found"
+#: The longest reason an attempt keeps, in characters.
+MAX_REASON_CHARS = 200
+#: The longest profile or model an event names, in characters.
+MAX_NAME_CHARS = 120
 
 
 def outcome_of(cls: ErrorClass) -> Outcome:
@@ -51,7 +61,7 @@ def error_detail(exc: BaseException) -> str:
     if isinstance(exc, ProtocolError):
         return "protocol_error"
     if isinstance(exc, ProviderConnectionError):
-        return "connection"
+        return f"connection:{exc.failure}" if exc.failure else "connection"
     if isinstance(exc, RefusalError):
         return "refusal"
     if isinstance(exc, EmptyCompletion):
@@ -72,7 +82,47 @@ def provider_detail(exc: ProviderError) -> str:
     status = exc.status
     if status is None:
         return exc.error_type or "provider_error"
+    if status == 404 and endpoint_missing(exc):
+        return ENDPOINT_NOT_FOUND
     return _HTTP_TAGS.get(status) or f"http_{status}"
+
+
+#: 4xx statuses whose text is not quoted: an auth failure's may quote the key, a rate limit's names the account (its
+#: kind, hint and retry hint say what to do).
+_NO_REASON = frozenset((401, 403, 429))
+
+_CONNECT_WORDS = {
+    "refused": "connection refused by {}",
+    "dns": "DNS lookup failed for {}",
+    "tls": "TLS handshake failed with {}",
+    "reset": "connection reset by {}",
+}
+
+
+def failure_reason(exc: BaseException) -> str | None:
+    """What a person can act on in a failed try, for its attempt's ``reason`` (None: nothing beyond its tags).
+
+    A connection failure's kind and ``host:port``; a connect timeout's ``host:port``; the provider's own reason
+    for rejecting the request (a 4xx other than 401/403, whose text may quote a key, and 429, which names the
+    account): its message, scrubbed of anything shaped like a key, on one line, at most
+    :data:`MAX_REASON_CHARS` characters.
+    """
+    if type(exc) is ProviderError or isinstance(exc, RefusalError):  # the usual failed try first
+        status = exc.status
+        if status is None or not 400 <= status < 500 or status in _NO_REASON or not exc.message:
+            return None
+        return _one_line(scrub(exc.message[: MAX_REASON_CHARS * 4], ()))
+    if isinstance(exc, ProviderConnectionError) and exc.address:
+        return _CONNECT_WORDS.get(exc.failure or "", "could not connect to {}").format(exc.address)
+    if isinstance(exc, ProviderTimeout) and exc.phase == "connect" and exc.address:
+        return f"timed out connecting to {exc.address}"
+    return None
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one printable line (control characters and runs of space made one space), cut short."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 1] + "…"
 
 
 def diagnostic(a: Attempt) -> tuple[str, str, str]:
@@ -100,27 +150,56 @@ def diagnostic(a: Attempt) -> tuple[str, str, str]:
         return "timeout", phase, "provider request timed out; retry or switch provider"
     if a.detail in (KEY_REJECTED, NO_LIVE_KEY):
         return "auth", "http_response", "check provider credentials"
+    if a.detail == ENDPOINT_NOT_FOUND:
+        return (
+            "endpoint_not_found",
+            "http_response",
+            "the provider has no such endpoint: check the profile's uri (a missing /v1?)",
+        )
     if a.status == 404:
         return "model_not_found", "http_response", "check the configured model id for this provider"
     if a.status is not None and a.status >= 500:
         return "provider_server", "http_response", "provider returned a server error; retry or switch provider"
     if a.status is not None and 400 <= a.status < 500:
         return "client_error", "http_response", "provider rejected the request; check config, model, or request"
-    if a.detail == "connection":
-        return "connect", "connect", "could not reach the provider; check network or switch provider"
+    if a.detail is not None and a.detail.startswith("connection"):
+        return _CONNECT_DIAGNOSTICS.get(a.detail, _CONNECT_DIAGNOSTICS["connection"])
     if a.detail in ("stream_truncated", "protocol_error"):
         return a.detail, "response", "provider response was incomplete or malformed; retry or switch provider"
     return "provider_error", "unknown", "inspect provider error or switch provider"
 
 
+_CONNECT_DIAGNOSTICS = {
+    "connection": ("connect", "connect", "could not reach the provider; check network or switch provider"),
+    "connection:refused": (
+        "connect_refused",
+        "connect",
+        "nothing accepts connections there; check the profile's uri (host and port)",
+    ),
+    "connection:dns": ("dns", "connect", "the host name does not resolve; check the profile's uri"),
+    "connection:tls": (
+        "tls",
+        "tls_or_connect",
+        "check the uri's scheme (https or http), the server's certificate or tls_ca_cert_path",
+    ),
+    "connection:reset": ("connection_reset", "connect", "the provider closed the connection; retry or switch provider"),
+}
+
 _REASONS = {"empty": "empty_response", "cooldown_skip": "rate_limit_cooldown", "breaker_skip": "circuit_breaker_open"}
 
 
-def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:
-    """The bounded, content-free summary of a failed walk (first 8 events, at most 2 KiB).
+def _which(a: Attempt, max_tries: int) -> str:
+    """``openai.main/gpt-4.1, try 1/3`` (``skipped`` for an entry that was not tried)."""
+    where = f"{a.provider[:MAX_NAME_CHARS]}/{_one_line(a.model)[:MAX_NAME_CHARS]}"
+    return f"{where}, try {a.try_number}/{max(max_tries, a.try_number)}" if a.try_number else f"{where}, skipped"
 
-    ``All model providers/models failed after N failure event(s). Events:`` followed by one line per
-    event: ``event {n} (retry {try}/{max}): {reason}; kind=…; phase=…; hint=…``.
+
+def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:
+    """The bounded summary of a failed walk (first 8 events, at most 2 KiB), one line per failure event.
+
+    ``All model providers/models failed after N failure event(s). Events:`` followed by
+    ``event {n} ({profile}/{model}, try {try}/{max}): {outcome}; kind=…; phase=…; reason="…"; hint=…``: the
+    reason (see :func:`failure_reason`) only when the attempt has one, ``skipped`` for an entry not tried.
     """
     failures = [a for a in attempts if a.outcome != "ok"]
     total = len(failures)
@@ -128,8 +207,9 @@ def aggregate_message(attempts: Sequence[Attempt], max_tries: int) -> str:
     kept = 0
     for n, a in enumerate(failures[:MAX_RETAINED_EVENTS], 1):
         kind, phase, hint = diagnostic(a)
-        reason = _REASONS.get(a.outcome, a.outcome)
-        line = f"event {n} (retry {a.try_number}/{max_tries}): {reason}; kind={kind}; phase={phase}; hint={hint}"
+        outcome = _REASONS.get(a.outcome, a.outcome)
+        said = f' reason="{a.reason.replace(chr(34), chr(39))}";' if a.reason else ""
+        line = f"event {n} ({_which(a, max_tries)}): {outcome}; kind={kind}; phase={phase};{said} hint={hint}"
         omitted_after = total - kept - 1
         marker = f"\n[{omitted_after} additional failure event(s) omitted]" if omitted_after else ""
         if len((out + "\n" + line + marker).encode()) > MAX_AGGREGATE_BYTES:

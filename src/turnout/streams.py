@@ -94,23 +94,6 @@ _OPEN = "<think>"
 _CLOSE = "</think>"
 
 
-class TextRun(list[StreamEvent]):
-    """A batch of stream events whose first :attr:`lead` events are plain text.
-
-    Plain: each is a :class:`~turnout.types.TextDelta` (the class itself) whose text is not empty and holds no
-    ``<`` (so no ``<think>`` tag can start in it: see :class:`ThinkSplitter`). An adapter that knows this of
-    what one network read decoded returns its batch as a ``TextRun``, and the streamed turn relays those
-    events with a collect and a yield each instead of checking every one; to anyone else it is the list it
-    is. Only worth it for a run of at least two events: one is cheaper to check than to vouch for.
-    """
-
-    __slots__ = ("lead",)
-
-    def __init__(self, events: Iterable[StreamEvent], lead: int) -> None:
-        super().__init__(events)
-        self.lead = lead
-
-
 def _held_prefix(text: str, tag: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):

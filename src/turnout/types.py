@@ -525,11 +525,24 @@ def strip_think_tags(text: str) -> str:
     return out.strip()
 
 
+class ArgumentError(TypeError):
+    """An argument the request types cannot take: :attr:`path` names it, :attr:`reason` says why (never its value).
+
+    A ``TypeError`` for code that builds requests directly; the public API raises it as
+    :class:`~turnout.errors.InvalidRequest` before any attempt (see :mod:`turnout.arguments`).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path = path
+        self.reason = reason
+
+
 def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
     """Accept :class:`Message` objects, OpenAI-style dicts or a single prompt string.
 
     Raises:
-        TypeError: A message has an unknown role or shape.
+        ArgumentError: A message has an unknown role or shape (a ``TypeError``).
     """
     if isinstance(messages, str):
         return (Message(role="user", content=messages),)
@@ -539,6 +552,8 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
                 break
         else:
             return messages
+    if isinstance(messages, Mapping) or not isinstance(messages, Iterable):
+        raise ArgumentError("messages", "must be a prompt string or a list of messages")
     out: list[Message] = []
     add = out.append
     for m in messages:  # each message adds one: its index is len(out), no enumerate needed
@@ -549,7 +564,7 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
         elif isinstance(m, Mapping):
             add(_message_from_dict(m, len(out)))
         else:
-            raise TypeError(f"messages[{len(out)}] must be a Message or a dict, not {type(m).__name__}")
+            raise ArgumentError(f"messages[{len(out)}]", f"must be a Message or a dict, not {type(m).__name__}")
     return tuple(out)
 
 
@@ -581,12 +596,19 @@ def _plain_messages(messages: list[Any]) -> tuple[tuple[Message, ...], list[dict
     return tuple(out), wire
 
 
+def _optional_text(d: Mapping[str, Any], key: str, i: int) -> str | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ArgumentError(f"messages[{i}].{key}", f"must be a string, not {type(value).__name__}")
+    return value
+
+
 def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
     role = d.get("role")
     if role == "developer":
         role = "system"
-    if role not in _ROLES:
-        raise TypeError(f"messages[{i}].role must be one of system/user/assistant/tool, got {role!r}")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise ArgumentError(f"messages[{i}].role", "must be one of system/user/assistant/tool (or developer)")
     raw = d.get("content")
     content: str | tuple[ContentPart, ...]
     if raw is None:
@@ -596,15 +618,19 @@ def _message_from_dict(d: Mapping[str, Any], i: int) -> Message:
     elif isinstance(raw, list):
         content = tuple(_part_from_dict(p, i, j) for j, p in enumerate(raw))
     else:
-        raise TypeError(f"messages[{i}].content must be a string or a list of parts")
-    calls = tuple(_tool_call_from_dict(c, i, j) for j, c in enumerate(d.get("tool_calls") or ()))
+        raise ArgumentError(f"messages[{i}].content", f"must be a string or a list of parts, not {type(raw).__name__}")
+    raw_calls = d.get("tool_calls") or ()
+    if isinstance(raw_calls, str | Mapping) or not isinstance(raw_calls, Iterable):
+        raise ArgumentError(f"messages[{i}].tool_calls", "must be a list of tool calls")
+    calls = tuple(_tool_call_from_dict(c, i, j) for j, c in enumerate(raw_calls))
+    reasoning = _optional_text(d, "reasoning", i) or _optional_text(d, "reasoning_content", i)
     return Message(
-        role=role,
+        role=role,  # type: ignore[arg-type]  # one of _ROLES, checked above
         content=content,
         tool_calls=calls,
-        tool_call_id=d.get("tool_call_id"),
-        name=d.get("name"),
-        reasoning=d.get("reasoning") or d.get("reasoning_content"),
+        tool_call_id=_optional_text(d, "tool_call_id", i),
+        name=_optional_text(d, "name", i),
+        reasoning=reasoning,
     )
 
 
@@ -612,7 +638,7 @@ def _part_from_dict(p: Any, i: int, j: int) -> ContentPart:
     if isinstance(p, str):
         return TextPart(text=p)
     if not isinstance(p, Mapping):
-        raise TypeError(f"messages[{i}].content[{j}] must be a dict")
+        raise ArgumentError(f"messages[{i}].content[{j}]", f"must be a dict, not {type(p).__name__}")
     kind = p.get("type")
     if kind in ("text", "input_text"):
         return TextPart(text=str(p.get("text", "")))
@@ -629,36 +655,70 @@ def _part_from_dict(p: Any, i: int, j: int) -> ContentPart:
             return ImagePart(url=f"data:{src.get('media_type')};base64,{src.get('data')}")
         if isinstance(src, Mapping) and src.get("type") == "url":
             return ImagePart(url=str(src.get("url")))
-    raise TypeError(f"messages[{i}].content[{j}] has unsupported part type {kind!r}")
+    raise ArgumentError(f"messages[{i}].content[{j}]", "has an unsupported part type (text, image_url or image)")
 
 
 def _tool_call_from_dict(c: Any, i: int, j: int) -> ToolCall:
     if isinstance(c, ToolCall):
         return c
     if not isinstance(c, Mapping):
-        raise TypeError(f"messages[{i}].tool_calls[{j}] must be a dict")
+        raise ArgumentError(f"messages[{i}].tool_calls[{j}]", f"must be a dict, not {type(c).__name__}")
     fn = c.get("function") or {}
+    if not isinstance(fn, Mapping):
+        raise ArgumentError(f"messages[{i}].tool_calls[{j}].function", "must be a dict")
     args = fn.get("arguments", "{}")
     if not isinstance(args, str):
-        args = orjson.dumps(args).decode()
+        try:
+            args = orjson.dumps(args).decode()
+        except orjson.JSONEncodeError:
+            raise ArgumentError(
+                f"messages[{i}].tool_calls[{j}].function.arguments", "cannot be encoded as JSON"
+            ) from None
     return ToolCall(id=str(c.get("id", "")), name=str(fn.get("name", "")), arguments=args or "{}")
 
 
 def coerce_tools(tools: Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
-    """Accept :class:`ToolSpec` objects or OpenAI-style tool dicts (``{"type": "function", ...}``)."""
+    """Accept :class:`ToolSpec` objects or OpenAI-style tool dicts (``{"type": "function", ...}``).
+
+    Raises:
+        ArgumentError: ``tools`` is not a list, or a tool has no name or a schema that is not an object.
+    """
+    if isinstance(tools, str | Mapping | ToolSpec) or not isinstance(tools, Iterable):
+        raise ArgumentError("tools", "must be a list of tools (ToolSpec objects or OpenAI-style dicts)")
     out: list[ToolSpec] = []
     for i, t in enumerate(tools):
         if isinstance(t, ToolSpec):
+            _check_tool(t.name, t.description, t.parameters, f"tools[{i}]", f"tools[{i}].parameters")
             out.append(t)
             continue
         if not isinstance(t, Mapping):
-            raise TypeError(f"tools[{i}] must be a ToolSpec or a dict")
+            raise ArgumentError(f"tools[{i}]", f"must be a ToolSpec or a dict, not {type(t).__name__}")
+        nested = "function" in t
         fn = t.get("function", t)
-        if not isinstance(fn, Mapping) or not fn.get("name"):
-            raise TypeError(f"tools[{i}] has no name")
-        params = fn.get("parameters") or fn.get("input_schema") or {"type": "object", "properties": {}}
-        out.append(ToolSpec(name=str(fn["name"]), description=str(fn.get("description") or ""), parameters=params))
+        where = f"tools[{i}].function" if nested else f"tools[{i}]"
+        if not isinstance(fn, Mapping):
+            raise ArgumentError(where, "must be a dict")
+        key, params = "parameters", fn.get("parameters")
+        if not params and fn.get("input_schema"):  # Anthropic's name for it
+            key, params = "input_schema", fn["input_schema"]
+        if params is None or (isinstance(params, Mapping) and not params):
+            params = {"type": "object", "properties": {}}
+        description = fn.get("description")
+        if description is None:
+            description = ""
+        _check_tool(fn.get("name"), description, params, where, f"{where}.{key}")
+        out.append(ToolSpec(name=fn["name"], description=description, parameters=params))
     return tuple(out)
+
+
+def _check_tool(name: object, description: object, parameters: object, where: str, schema_path: str) -> None:
+    """A tool's fields have the types a wire body needs (its schema's content is the encoder's question)."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"{where}.name", "must be a non-empty string")
+    if not isinstance(description, str):
+        raise ArgumentError(f"{where}.description", "must be a string")
+    if not isinstance(parameters, Mapping):
+        raise ArgumentError(schema_path, f"must be a JSON Schema object (a dict), not {type(parameters).__name__}")
 
 
 # Records every call builds, without the class call (see :mod:`turnout._fast`): the request and its messages

@@ -19,12 +19,19 @@ from typing import TYPE_CHECKING, TypeVar
 from turnout.attribution import Attempt, DispatchScope, Outcome, new_attempt
 from turnout.classify import error_class_of
 from turnout.entry import ContextLimits, Entry
-from turnout.errors import ContextWindowExceeded, EmptyCompletion, ProtocolError, ProviderError, RefusalError
+from turnout.errors import (
+    ContextWindowExceeded,
+    EmptyCompletion,
+    InvalidRequest,
+    ProtocolError,
+    ProviderError,
+    RefusalError,
+)
 from turnout.estimate import opening_usage, unseen_usage
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.provider import Provider, chat_using_tools
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of, provider_detail
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, failure_reason, outcome_of, provider_detail
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 
 if TYPE_CHECKING:
@@ -358,6 +365,8 @@ class Walk:
 
         Each failure is recorded, then settled by the policy: a retry sleeps the backoff first, a key
         switch retries at once, a move on returns None (:attr:`last_failure` says why), and a stop raises.
+        An :class:`~turnout.errors.InvalidRequest` (the adapter could not build or encode the request: nothing
+        was sent) is raised at once, neither recorded as an attempt nor settled.
         """
         owner = self.owner
         backoff = owner.base_backoff
@@ -403,6 +412,10 @@ class Walk:
                     )
                 )
                 raise
+            except InvalidRequest:  # nothing was sent: the caller's error, no provider failure to record or settle
+                if stats is not None:
+                    stats.finished()
+                raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
@@ -422,6 +435,7 @@ class Walk:
                         try_number=t,
                         stream=stream,
                         detail=provider_detail(exc),
+                        reason=failure_reason(exc),
                     )
                 else:
                     cls = error_class_of(exc)

@@ -16,7 +16,7 @@ from provider_kit import Reply, bytewise, decoded, fixture_path, make_adapter, r
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import HttpClient
 from turnout.providers.base import HTTPAdapter
-from turnout.streams import TextRun, acollect, collect
+from turnout.streams import acollect, collect
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -831,11 +831,8 @@ def _plain(**changes: Any) -> dict[str, Any]:
 @example([_plain(choices=[{"index": 1, "delta": {"content": "hi"}}])], False)
 @example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "refusal": "no"}}])], False)
 @example([_plain(choices=[{"index": 0, "delta": {"role": "assistant", "content": "hi", "tool_calls": []}}])], False)
-def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole: bool) -> None:
-    """``feed`` takes plain text chunks inline; every chunk shape gives the events ``_object`` gives.
-
-    Fed one read per event, or all in one read (where the stream's plain shape carries from event to event).
-    """
+def test_fed_chunks_decode_as_each_chunk_does(chunks: list[Any], whole: bool) -> None:
+    """Every chunk shape fed as SSE gives the events ``_object`` gives it, one read per event or all in one."""
     events_wire = [b"data: " + _payload(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
 
     def by_feed(events: list[StreamEvent]) -> None:
@@ -850,7 +847,7 @@ def test_inline_chunks_decode_as_the_general_path_does(chunks: list[Any], whole:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_CHUNKS, max_size=10), st.lists(st.integers(min_value=0, max_value=11), max_size=4))
 def test_chunks_read_in_any_grouping_decode_as_the_general_path_does(chunks: list[Any], cuts: list[int]) -> None:
-    """Events grouped into reads anyhow (runs of plain text in some reads, not others): ``_object``'s events."""
+    """Events grouped into reads anyhow give ``_object``'s events."""
     wire = [b"data: " + _payload(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
     bounds = sorted({0, len(wire), *(min(c, len(wire)) for c in cuts)})
 
@@ -861,62 +858,6 @@ def test_chunks_read_in_any_grouping_decode_as_the_general_path_does(chunks: lis
         events += decoder.finish()
 
     assert decoded(by_feed) == decoded(functools.partial(_by_object, chunks))
-
-
-def _is_plain_text(event: StreamEvent) -> bool:
-    return type(event) is TextDelta and bool(event.text) and "<" not in event.text
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(_CHUNKS, max_size=8), st.sampled_from(["hi", "a b", "x\ny", "a<b", "<think>", ""]))
-def test_a_text_run_holds_what_it_vouches_for(chunks: list[Any], text: str) -> None:
-    """Whatever a read mixes, a ``TextRun`` that ``feed`` returns opens with ``lead`` plain text events."""
-    plain = [_plain(choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}])] * 3
-    read = b"".join(b"data: " + _payload(chunk) + b"\n\n" for chunk in [*plain, *chunks, *plain])
-    decoder: Any = adapter().decoder(MODEL)
-    try:
-        batch = decoder.feed(read)
-    except TurnoutError:
-        return
-    if type(batch) is TextRun:
-        assert batch.lead >= 2
-        assert all(map(_is_plain_text, batch[: batch.lead]))
-    elif text and b"<" not in read and b"\\" not in read and decoder._deferred is None:  # three plain chunks open it
-        pytest.fail(f"no run for three plain chunks of {text!r}: {batch!r}")
-
-
-def test_a_read_of_plain_text_comes_back_as_a_text_run() -> None:
-    """A read opening with two or more plain chunks is a TextRun of them; one chunk, a '<' or an escape is not."""
-
-    def fed(read: bytes) -> list[StreamEvent]:
-        return adapter().decoder(MODEL).feed(read)  # type: ignore[no-any-return]
-
-    def chunks(*texts: str) -> bytes:
-        obj = _plain()
-        return b"".join(
-            b"data: "
-            + orjson.dumps({**obj, "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}]})
-            + b"\n\n"
-            for t in texts
-        )
-
-    run = fed(chunks("a", "b", "") + b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\n\n' + chunks("c"))
-    assert type(run) is TextRun and run.lead == 2
-    assert [e.text if type(e) is TextDelta else e.type for e in run] == ["a", "b", "c"]
-    assert type(fed(chunks("a"))) is list  # one event: cheaper checked than vouched for
-    assert type(fed(chunks("a", "<b"))) is list
-    escaped = chunks("a", "b").replace(b'"b"', b'"\\u003cb"')  # JSON may write '<' as \u003c
-    assert type(fed(escaped)) is list and fed(escaped)[1] == TextDelta(text="<b")
-
-
-def test_inline_text_events_are_the_records_the_class_makes() -> None:
-    """A text event decoded inline is a TextDelta like any other: equal, hashable, frozen."""
-    read = b"".join(b"data: " + orjson.dumps(_plain()) + b"\n\n" for _ in range(2))
-    event, _ = adapter().decoder(MODEL).feed(read)
-    assert type(event) is TextDelta and event == TextDelta(text="hi") and hash(event) == hash(TextDelta(text="hi"))
-    assert repr(event) == repr(TextDelta(text="hi")) and event.type == "text"
-    with pytest.raises(AttributeError):
-        event.text = "changed"  # type: ignore[misc]
 
 
 # --- the plain-answer path of parse_response reads what the general path reads ----------------------------

@@ -61,6 +61,18 @@ async def test_ok_message_blocks_and_usage(wire: Any, sim: Any) -> None:
     assert sim.log[-1].usage.input == 6
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cache_reads_and_writes_are_reported_apart(wire: Any, sim: Any, stream: bool) -> None:
+    """Scripted cache reads and writes are Anthropic's cache_read and cache_creation counters, also in a stream."""
+    usage = {"input": 1200, "output": 4, "cached_input": 1000, "cache_write": 150}
+    sim.set_script({"models": {"claude": {"steps": [{"do": "ok", "text": "hi", "usage": usage}]}}})
+    r = await wire.post(PATH, msg("claude", stream=stream))
+    reported = r.events()[-2].json()["usage"] if stream else r.json()["usage"]
+    assert reported["input_tokens"] == 50
+    assert (reported["cache_read_input_tokens"], reported["cache_creation_input_tokens"]) == (1000, 150)
+    assert (sim.log[-1].usage.cached_input, sim.log[-1].usage.cache_write) == (1000, 150)
+
+
 async def test_ok_stream_event_order_and_terminator(wire: Any) -> None:
     """A stream goes message_start, ping, block start/deltas/stop, message_delta, message_stop."""
     events = (await wire.post(PATH, msg("sim-ok", stream=True))).events()

@@ -163,7 +163,7 @@ async def test_control_routes(wire: Any, sim: Any) -> None:
     entries = (await wire.get("/_sim/log")).json()
     assert entries[0]["model"] == "gpt-4.1"
     assert entries[0]["key_id"] == key_id("sk-x")
-    assert entries[0]["usage"] == {"input": 2, "output": 5, "cached_input": 0, "reasoning": 0}
+    assert entries[0]["usage"] == {"input": 2, "output": 5, "cached_input": 0, "cache_write": 0, "reasoning": 0}
     assert set(entries[0]) >= {"time", "protocol", "path", "attempt", "behaviour", "outcome", "stream", "prefill"}
     assert (await wire.post("/_sim/reset", b"")).json() == {"status": "ok"}
     assert (await wire.get("/_sim/log")).json() == []

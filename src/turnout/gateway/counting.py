@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from turnout.errors import ConfigError, ProviderError
+from turnout.errors import ConfigError, InvalidRequest, ProviderError
 from turnout.estimate import estimate_tokens
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import RequestRejected, config_failure, header_value, parse_json, read_body
+from turnout.gateway.wire import (
+    RequestRejected,
+    config_failure,
+    header_value,
+    invalid_request,
+    parse_json,
+    read_body,
+)
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.types import ChatRequest
 
@@ -57,6 +64,8 @@ async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request
             count, source = await provider.count_tokens(request_, model), "upstream"
         except ProviderError:
             log.info("count_tokens on %s failed; answering with the estimate", entry.profile)
+        except InvalidRequest as exc:  # nothing was sent: the request is the client's to fix
+            return gw.error_response(surface, invalid_request(exc))
     if count is None:
         count = estimate_tokens(call.messages, call.tools)
     ex.provider, ex.model = entry.profile, model

@@ -362,7 +362,7 @@ def completion_object(reply: Reply) -> dict[str, Any]:
         message["tool_calls"] = [_tool_call(c) for c in reply.tool_calls]
     if reply.reasoning:
         message["reasoning_content"] = reply.reasoning
-    return {
+    body: dict[str, Any] = {
         "id": f"chatcmpl-{reply.call_id}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -375,8 +375,10 @@ def completion_object(reply: Reply) -> dict[str, Any]:
                 "finish_reason": _FINISH.get(reply.finish_reason or "stop", "stop"),
             }
         ],
-        "usage": _usage(reply.usage),
     }
+    if reply.usage is not None:  # OpenAI's schema has usage optional but never null
+        body["usage"] = _usage(reply.usage)
+    return body
 
 
 _ERROR_TYPES: dict[str, str] = {
@@ -425,15 +427,16 @@ class OpenAISurface:
         native = call.native
         if native is not None and native.only and reply.native is not None:
             return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
-        if not (reply.tool_calls or reply.reasoning):  # plain text: its values put in the encoded rest (same bytes)
-            usage = reply.usage
+        usage = reply.usage
+        if usage is not None and not (reply.tool_calls or reply.reasoning):
+            # plain text: its values put in the encoded rest (same bytes as completion_object's)
             return _PLAIN_COMPLETION % (
                 _dumps(f"chatcmpl-{reply.call_id}"),
                 int(time.time()),
                 _dumps(reply.served.model),
                 _dumps(reply.text or None),
                 _FINISH_JSON.get(reply.finish_reason or "stop", _STOP_JSON),
-                b"null" if usage is None else _dumps(_usage(usage)),
+                _dumps(_usage(usage)),
             )
         return orjson.dumps(completion_object(reply))
 
@@ -453,7 +456,6 @@ class OpenAISurface:
                         "finish_reason": "content_filter",
                     }
                 ],
-                "usage": None,
             }
         )
 

@@ -34,7 +34,7 @@ def usage_json(u: Usage | None) -> dict[str, Any] | None:
         return None
     return {
         "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+        "input_tokens_details": {"cached_tokens": u.cached_input_tokens, "cache_write_tokens": u.cache_write_tokens},
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": u.input_tokens + u.output_tokens,

@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
+from turnout.arguments import MAX_JSON_DEPTH, too_deep
 from turnout.attribution import SKIPS, Attempt
 from turnout.config import Config, resolve_profile_ref
 from turnout.config.secrets import scrub
@@ -26,6 +27,7 @@ from turnout.errors import (
     ConfigError,
     ContextWindowExceeded,
     ErrorClass,
+    InvalidRequest,
     ProviderError,
     RefusalError,
     StreamInterruptedAfterOutput,
@@ -101,13 +103,21 @@ def invalid(message: str, *, param: str | None = None, code: str | None = None) 
 
 
 def parse_json(body: bytes) -> Any:
-    """The request body as JSON: a 400 when it is not a JSON object."""
+    """The request body as JSON: a 400 when it is not a JSON object, or nests deeper than the gateway sends on.
+
+    The parser takes 1024 levels and the encoder 254: a body in between would parse, then fail as it is encoded
+    for the upstream, inside the walk. The gateway accepts only what it can encode: at most
+    :data:`~turnout.arguments.MAX_JSON_DEPTH` levels, anywhere in the body (``metadata``, a tool's schema, a
+    response format), for every surface.
+    """
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise invalid("invalid request body: Invalid JSON") from None
     if not isinstance(data, dict):
         raise invalid("invalid request body: a JSON object is expected")
+    if too_deep(body):
+        raise invalid(f"invalid request body: JSON nested deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep")
     return data
 
 
@@ -273,6 +283,8 @@ def failure_for(exc: BaseException, cooldowns: Mapping[str, float], now: float) 
         return Failure(status=502, kind="upstream_failed", message=str(exc), code="all_providers_failed")
     if isinstance(exc, ConfigError):
         return config_failure(exc)
+    if isinstance(exc, InvalidRequest):
+        return invalid_request(exc)
     if isinstance(exc, UnsupportedRequest):
         return Failure(status=400, kind="invalid_request", message=str(exc), code="unsupported_request")
     return Failure(
@@ -281,6 +293,11 @@ def failure_for(exc: BaseException, cooldowns: Mapping[str, float], now: float) 
         message=f"the upstream call failed ({type(exc).__name__})",
         code="upstream_error",
     )
+
+
+def invalid_request(exc: InvalidRequest) -> Failure:
+    """The 400 for a request Turnout could not build or encode for the upstream (nothing was sent)."""
+    return Failure(status=400, kind="invalid_request", message=str(exc), param=exc.path, code="invalid_request")
 
 
 def config_failure(exc: ConfigError) -> Failure:

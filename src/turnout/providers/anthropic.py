@@ -254,12 +254,17 @@ class AnthropicAdapter(HTTPAdapter):
 
         Raises:
             ProviderError: The upstream refused or failed (classified like a chat call's error).
+            InvalidRequest: The request cannot be built or encoded (nothing was sent).
         """
-        body = {k: v for k, v in self.build_body(request, model, None, False).items() if k in _COUNTED}
+        try:
+            built = self.build_body(request, model, None, False)
+            body = orjson.dumps({k: v for k, v in built.items() if k in _COUNTED})
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
         resp = await self.http.post(
             self._url + "/count_tokens",
             headers=self.request_headers(request),
-            body=orjson.dumps(body),
+            body=body,
             timeouts=self.settings.timeouts,
             target=self.target(model),
             max_bytes=1024 * 1024,

@@ -19,7 +19,7 @@ from multidict import CIMultiDictProxy
 
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
-from turnout.errors import ProtocolError, ProviderError, TurnoutError
+from turnout.errors import InvalidRequest, ProtocolError, ProviderError, TurnoutError
 from turnout.headroom import HeadroomWatch
 from turnout.provider import Provider, flatten
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
@@ -391,10 +391,14 @@ class HTTPAdapter(Provider):
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
         """One non-streaming call."""
         settings = self.settings
+        try:
+            body = _dumps(self.build_body(request, model, temperature, False))
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
         resp = await self.http.post(
             self.url(model, False),
             headers=self._headers if request.native is None else self.request_headers(request),
-            body=_dumps(self.build_body(request, model, temperature, False)),
+            body=body,
             timeouts=settings.timeouts,
             target=self._targets.get(model) or self.target(model),  # no call once the model's is made
             max_bytes=settings.max_response_bytes,
@@ -432,7 +436,10 @@ class HTTPAdapter(Provider):
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[list[StreamEvent], None]:
         """One streaming call, as the events each network read completed (see :meth:`stream`)."""
-        body = orjson.dumps(self.build_body(request, model, temperature, True))
+        try:
+            body = _dumps(self.build_body(request, model, temperature, True))
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
         decoder = self.decoder(model)
         feed = decoder.feed
         async with self.http.stream(
@@ -465,6 +472,21 @@ class HTTPAdapter(Provider):
                 raise self._malformed_event(exc, model) from exc
             if tail:
                 yield tail
+
+    def _unbuildable(self, exc: Exception) -> InvalidRequest:
+        """The caller's error for a request this adapter could not build or encode, whatever raised it.
+
+        Nothing was sent, so the provider said nothing: a failure here is never a provider failure (never retried,
+        never routed around, no cooldown, no breaker). The reason names the exception's type, not its text, which
+        could quote the request.
+        """
+        if isinstance(exc, InvalidRequest):
+            return exc
+        if isinstance(exc, orjson.JSONEncodeError):
+            reason = f"the request body cannot be encoded as JSON ({str(exc)[:120]})"
+        else:
+            reason = f"{self.settings.profile} could not build the request body ({type(exc).__name__})"
+        return InvalidRequest(reason)
 
     def _malformed_event(self, exc: BaseException, model: str) -> ProtocolError:
         return ProtocolError(

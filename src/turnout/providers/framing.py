@@ -79,37 +79,6 @@ class SSEParser:
         self._settle()
         return out
 
-    def lead(self, chunk: bytes) -> tuple[list[bytes], bytes]:
-        """The data of the complete, one-line, unnamed ``data:`` events that ``chunk`` starts with, and the rest.
-
-        What nearly every stream is made of, split off without building an event each. Only between events
-        (nothing carried over from earlier chunks, no CR in sight); otherwise nothing is split off. The rest
-        goes to :meth:`feed`, which continues from a clean boundary.
-        """
-        if not self._between or b"\r" in chunk:
-            return [], chunk
-        limit = self._max
-        end = chunk.rfind(b"\n\n") + 2
-        if end > 7 and chunk.startswith(b"data: "):
-            # All at once when every complete event is one: split at each "\n\ndata: ", then check that
-            # those separators and the final blank line hold every line break (so no event has a second line).
-            payloads = chunk[6 : end - 2].split(b"\n\ndata: ")
-            if chunk.count(b"\n", 0, end) == 2 * len(payloads) and max(map(len, payloads)) + 6 <= limit:
-                return payloads, chunk[end:]
-        out: list[bytes] = []
-        append = out.append
-        pos = 0
-        end = len(chunk)
-        find = chunk.find
-        starts = chunk.startswith
-        while starts(b"data: ", pos):
-            nl = find(b"\n", pos)
-            if nl < 0 or nl + 1 >= end or chunk[nl + 1] != 10 or nl - pos > limit:
-                break
-            append(chunk[pos + 6 : nl])
-            pos = nl + 2
-        return out, chunk[pos:] if pos else chunk
-
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:
         if len(line) > self._max:  # also when the whole line arrived in one read
             raise ProtocolError(f"stream line longer than {self._max} bytes")

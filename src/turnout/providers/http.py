@@ -13,12 +13,15 @@ Every aiohttp and socket exception is translated here, at one boundary, into a
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -238,7 +241,7 @@ class StreamingResponse:
         try:
             resp = await request
         except _SEND_FAILURES as exc:
-            raise client._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
+            raise client._failed(exc, watchdog, timeouts, target, url)  # noqa: B904 - the cause is set by _failed
         watchdog._content = resp.content  # the headers arrived: watch the body from now on
         self._resp, self._watchdog, self.status, self.headers = resp, watchdog, resp.status, resp.headers
         return self
@@ -439,7 +442,9 @@ class HttpClient:
         timeout = self._timeouts.get(timeouts.connect) or self._client_timeout(timeouts.connect)
         return session.post(url, data=body, headers=headers, timeout=timeout, ssl=ssl_context), watchdog
 
-    def _failed(self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target) -> BaseException:
+    def _failed(
+        self, exc: BaseException, watchdog: _Watchdog, timeouts: Timeouts, target: Target, url: str
+    ) -> BaseException:
         """What to raise for a request that failed before its headers arrived: its typed error, or ``exc`` itself.
 
         A cancellation is ours only when the watchdog's deadline caused it; any other is the caller's (``exc``).
@@ -460,17 +465,24 @@ class HttpClient:
             )
             error.__cause__, error.__suppress_context__ = None, True  # as ``raise ... from None``
             return error
+        address = _address(exc, url)
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             error = ProviderTimeout(
-                f"timed out connecting after {timeouts.connect:g}s",
+                f"timed out connecting to {address} after {timeouts.connect:g}s",
                 phase="connect",
                 seconds=timeouts.connect,
+                address=address,
                 provider=target.provider,
                 model=target.model,
             )
         else:
+            failure = connect_failure(exc)
             error = ProviderConnectionError(
-                scrub(f"connection failed: {type(exc).__name__}: {exc}", target.secrets)[:500],
+                scrub(
+                    f"connection failed ({failure or 'other'}, {address}): {type(exc).__name__}: {exc}", target.secrets
+                )[:500],
+                failure=failure,
+                address=address,
                 provider=target.provider,
                 model=target.model,
             )
@@ -500,7 +512,7 @@ class HttpClient:
         try:
             resp = await request
         except _SEND_FAILURES as exc:
-            raise self._failed(exc, watchdog, timeouts, target)  # noqa: B904 - the cause is set by _failed
+            raise self._failed(exc, watchdog, timeouts, target, url)  # noqa: B904 - the cause is set by _failed
         content = watchdog._content = resp.content  # the headers arrived: watch the body from now on
         try:
             length = resp.content_length
@@ -542,3 +554,38 @@ class HttpClient:
         upstream sees the client go; a body read to its end releases the connection to the pool.
         """
         return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context))
+
+
+def connect_failure(exc: BaseException) -> str | None:
+    """Which way a connection failed before its answer: ``refused``, ``dns``, ``tls``, ``reset`` (None: another)."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "dns"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls"
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "refused"
+    if isinstance(cause, socket.gaierror):
+        return "dns"
+    if isinstance(cause, ssl.SSLError):
+        return "tls"
+    if isinstance(cause, ConnectionResetError | aiohttp.ServerDisconnectedError):
+        return "reset"
+    if isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED:  # aiohttp's own OSError of a refusal
+        return "refused"
+    return None
+
+
+def _address(exc: BaseException, url: str) -> str:
+    """``host:port`` of the endpoint a failed request went to (the connector's, else the URL's)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and exc.host:
+        host, port = exc.host, exc.port
+    else:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            port = None
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host

@@ -9,10 +9,9 @@ Mistral's content parts, error bodies) live in :mod:`turnout.providers.openai_co
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
@@ -30,7 +29,6 @@ from turnout.providers.openai_compat import (
     unified_finish,
     usage_from,
 )
-from turnout.streams import TextRun
 from turnout.tools import openai_tools
 from turnout.types import (
     FINISH_LENGTH,
@@ -53,27 +51,6 @@ from turnout.types import (
 #: What a stream is missing when it ends too early.
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
-_loads = orjson.loads
-#: A streamed token's ``TextDelta`` is made by two calls into C and no Python frame: the instance, then its one
-#: slot filled through the slot's own setter (as :mod:`turnout._fast` fills a record it cannot swap classes
-#: for; the frozen class's ``__setattr__`` is not asked). About 5 bytecodes and 400 instructions less per token
-#: than ``new_text_delta``; tests hold the two to the same event.
-_new_event = cast(Callable[[type[TextDelta]], TextDelta], object.__new__)
-_set_text = cast(Callable[[TextDelta, str], None], vars(TextDelta)["text"].__set__)
-#: A template's slot may hold these bytes as they stand: no quote, no escape, no control character (anything
-#: else is read by the general path, which also reports what JSON forbids).
-_plain_slot = re.compile(rb'[^"\\\x00-\x1f]*').fullmatch
-#: The rest of a padded chunk after its template's middle: the padding, printable ASCII but for the quote and the
-#: backslash (so valid UTF-8 and a JSON string as it stands; OpenAI's is letters and digits), then ``"}``.
-_padding = re.compile(rb'[\x20\x21\x23-\x5b\x5d-\x7e]*"}').fullmatch
-#: OpenAI's padding field (random text of random length on every chunk, against side channels on sizes).
-_PAD = "obfuscation"
-_starts = bytes.startswith
-_ends = bytes.endswith
-#: How many chunks of one stream may be tried as a template (see :meth:`ChatStreamDecoder._learn`).
-_LEARN = 3
-#: A stream's template: the bytes before the text, after it (to the padding, if ``padded``), their lengths, padded.
-_Template = tuple[bytes, bytes, int, int, bool]
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
 #: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
 _PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
@@ -82,20 +59,6 @@ _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
 #: it reports usage on its last chunk anyway).
 _NO_STREAM_OPTIONS = frozenset(("mistral",))
-
-
-def _plain_delta(delta: dict[str, Any]) -> bool:
-    """A delta whose keys besides ``content`` say nothing: the assistant role, an absent refusal (first chunks)."""
-    for key, value in delta.items():
-        if key == "role":
-            if value != "assistant":
-                return False
-        elif key == "refusal":
-            if value is not None:
-                return False
-        elif key != "content":
-            return False
-    return True
 
 
 def _new_call_id() -> str:
@@ -444,144 +407,23 @@ class ChatStreamDecoder(StreamDecoder):
         self._usage: Mapping[str, Any] | None = None
         self._finish: str | None = None
         self._chunks = 0
-        self._template: _Template | None = None
-        self._learning = _LEARN
 
     def feed(self, chunk: bytes) -> list[StreamEvent]:
         """Consume body bytes; an in-band error, refusal or malformed chunk is raised after the events before it.
 
-        The common chunk (one choice whose delta is only text) is decoded inline, and once one has served as
-        the stream's template (:meth:`_learn`) the chunks alike are read without parsing; every other event
-        takes the general path (:meth:`_event`, :meth:`_object`). A read that opens with two or more inline text
-        events, none of which can hold a ``<``, comes back as a :class:`~turnout.streams.TextRun`.
+        Each SSE event is parsed with orjson and decoded by :meth:`_event`; what one network read holds comes
+        back as one batch.
         """
         out: list[StreamEvent] = []
         if self.done:
             return out
-        run = -1  # the events decoded inline before the first one that was not (-1: every one so far was)
-        template = self._template
-        prefix, suffix, lo, hi, padded = template if template is not None else (None, b"", 0, 0, False)
         try:
-            payloads, rest = self._sse.lead(chunk)
-            other = 0  # payloads not decoded inline (counted rather than the common ones: it is cheaper)
-            for data in payloads:
-                # A chunk that is the stream's template with other plain text in its slot (see _learn).
-                # The template's bytes before the slot; then, after the slot (which holds no quote), its bytes to
-                # the end of the chunk or, in a padded template, to the padding, then the padding and the end.
-                if prefix is not None and _starts(data, prefix):
-                    if padded:
-                        end = data.find(b'"', lo)
-                        ok = _starts(data, suffix, end) and _padding(data, end + hi) is not None
-                    else:
-                        end = len(data) - hi
-                        ok = end >= lo and _ends(data, suffix)
-                    if ok:
-                        piece = data[lo:end]
-                        if _plain_slot(piece) is not None:
-                            try:
-                                text = piece.decode()
-                            except UnicodeDecodeError:
-                                pass  # the general path reports it
-                            else:
-                                if text:
-                                    out.append(event := _new_event(TextDelta))
-                                    _set_text(event, text)
-                                continue
-                # Module names rather than locals: a global call needs no PUSH_NULL, and ``out.append`` is
-                # specialised by the interpreter (a bound method held in a local is not).
-                try:  # the common shape (a KeyError, TypeError or ValueError: another one)
-                    obj = _loads(data)
-                    (choice,) = obj["choices"]
-                    delta = choice["delta"]
-                    content = delta["content"]  # obj, choice and delta are dicts from here on
-                    if (
-                        choice["finish_reason"] is None
-                        and choice["index"] == 0
-                        and content.__class__ is str
-                        and (len(delta) == 1 or _plain_delta(delta))
-                        and "error" not in obj
-                        and "x_groq" not in obj
-                        and obj.get("usage") is None
-                        and obj.get("object") != _SUMMARY
-                    ):
-                        if self._reported is None and type(reported := obj.get("model")) is str and reported:
-                            self._reported = reported
-                        if content:
-                            out.append(event := _new_event(TextDelta))
-                            _set_text(event, content)
-                            if self._learning and (learnt := self._learn(data, obj, content)) is not None:
-                                prefix, suffix, lo, hi, padded = learnt
-                        continue
-                except orjson.JSONDecodeError:  # "[DONE]", a blank event, or malformed (which _event raises)
-                    if run < 0:
-                        run = len(out)
-                    other += 1
-                    if self._event("", data, out):
-                        break
-                    continue
-                except (KeyError, TypeError, ValueError):
-                    pass
-                if run < 0:
-                    run = len(out)
-                other += 1  # _chunk counts it
-                self._object("", obj, out)
-            else:
-                if rest:
-                    if run < 0:
-                        run = len(out)
-                    for name, data in self._sse.feed(rest):
-                        if self._event(name, data, out):
-                            break
-            self._chunks += len(payloads) - other
+            for name, data in self._sse.feed(chunk):
+                if self._event(name, data, out):
+                    break
         except TurnoutError as exc:
             return self.defer(exc, out)
-        if len(out) > 1 and b"<" not in chunk and b"\\" not in chunk:
-            # No '<' byte and no escape in the read: none of its texts holds a '<' (JSON may write it \u003c).
-            lead = len(out) if run < 0 else run
-            if lead > 1:
-                return TextRun(out, lead)
         return out
-
-    def _learn(self, data: bytes, obj: dict[str, Any], content: str) -> _Template | None:
-        """Take a plain text chunk as the template of the ones after it (None: it is none).
-
-        Within one stream a provider usually sends its text chunks alike byte for byte but for the text (the
-        same id, model and fields). The bytes before and after the text are the template: a later chunk that
-        starts and ends with them, with only plain string bytes between, is the same chunk with that text,
-        which :meth:`feed` takes without parsing it. To be a template, putting other text in the slot must
-        parse to this chunk with that text (the slot is the content string and nothing else). OpenAI ends every
-        chunk with padding of random text (``obfuscation``): when it is the chunk's last field, the template keeps
-        its value as a second slot, which the chunk's events do not depend on. A stream whose chunks differ
-        elsewhere (a counter, padding not at the end) stops trying after :data:`_LEARN` chunks.
-        """
-        self._learning -= 1
-        quoted = orjson.dumps(content)
-        if data.count(quoted) != 1:
-            return None
-        lo = data.index(quoted) + 1
-        prefix, suffix = data[:lo], data[lo + len(quoted) - 2 :]
-        # A chunk that ends with OpenAI's padding: the padding's text is a second slot, at the very end.
-        pad = obj.get(_PAD)
-        padded = type(pad) is str
-        if padded:
-            tail = b'"' + _PAD.encode() + b'":' + orjson.dumps(pad) + b"}"
-            if not suffix.endswith(tail):
-                return None
-            suffix = suffix[: len(suffix) - len(tail) + len(_PAD) + 4]  # up to the padding's opening quote
-        # Other text in each slot must parse to this chunk with that text: were a slot in another string, that
-        # string would differ; between two strings, a letter is no JSON.
-        filler = b"a" if content != "a" else b"b"
-        try:
-            probe = _loads(prefix + filler + suffix + ((b"a" if pad != "a" else b"b") + b'"}' if padded else b""))
-            probe["choices"][0]["delta"]["content"] = content
-            if padded:
-                probe[_PAD] = pad
-        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
-            return None
-        if probe != obj:
-            return None
-        template = self._template = (prefix, suffix, lo, len(suffix), padded)
-        return template
 
     def finish(self) -> list[StreamEvent]:
         """End of body: complete after ``[DONE]`` or a finish chunk, else ``StreamTruncated``."""

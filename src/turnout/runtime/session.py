@@ -11,10 +11,11 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from turnout.arguments import messages_of
 from turnout.errors import StreamInterruptedAfterOutput, TurnCancelled
 from turnout.reply import Reply
 from turnout.runtime.turn import Sink, call_sink
-from turnout.types import Message, ToolSpec, coerce_messages
+from turnout.types import Message, ToolSpec
 
 if TYPE_CHECKING:
     from turnout.client import Client
@@ -50,8 +51,12 @@ class Session:
         self.client.route(model=self.model, provider=self.provider)  # validate now, not on the next turn
 
     def extend(self, messages: Iterable[Message | Mapping[str, Any]]) -> None:
-        """Append messages (for example tool results) to the history."""
-        self.history.extend(coerce_messages(messages))
+        """Append messages (for example tool results) to the history.
+
+        Raises:
+            InvalidRequest: A message the types cannot take (``.path`` names it).
+        """
+        self.history.extend(messages_of(messages))
 
     async def send(
         self,

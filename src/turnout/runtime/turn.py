@@ -31,6 +31,7 @@ from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
+    InvalidRequest,
     ProviderError,
     RefusalError,
     StreamingUnsupported,
@@ -41,8 +42,9 @@ from turnout.errors import (
 from turnout.estimate import delivered_usage
 from turnout.reliable import ReliableProvider, ReliableStream, Resume
 from turnout.reply import Reply
+from turnout.report import aggregate_message
 from turnout.runtime.cancel import CancelWatcher
-from turnout.streams import ResponseBuilder, TextRun, ThinkSplitter, without_think
+from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -202,7 +204,6 @@ class Turn:
                 parts = self.builder.text_parts  # ``parts.append`` is specialised; a bound method in a local is not
                 on = _HANDLERS
                 text_delta = TextDelta  # a local: read once per event
-                text_run = TextRun
                 # text events need nothing but a yield (the commonest case): no cancel event, no draft
                 plain = self.cancel is None and self.draft is None and self.events_visible
                 inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
@@ -212,14 +213,6 @@ class Turn:
                         async for batch in upstream:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
-                            if batch.__class__ is text_run and inline:
-                                # The adapter vouches for the run (see TextRun): the handlers would collect
-                                # and yield each of its events, nothing else, so that is all that is done.
-                                lead = batch.lead
-                                for event in batch[:lead]:
-                                    parts.append(event.text)  # type: ignore[union-attr]  # a TextDelta: shown
-                                    yield event
-                                batch = batch[lead:]
                             for event in batch:
                                 if inline and event.__class__ is text_delta and "<" not in (text := event.text):
                                     if text:
@@ -329,6 +322,11 @@ class Turn:
         """
         if stream is None:
             return None
+        if isinstance(error, InvalidRequest):  # nothing was sent: no recovery would send it either
+            try:
+                self._fail(error)
+            finally:
+                del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is not None and self.visible:
             stream.settle("stream_interrupted", delivered_usage(self.request, self.builder))
             cause = error.error_class if isinstance(error, ProviderError) else None
@@ -388,6 +386,8 @@ class Turn:
         """Record the turn as failed with ``exc`` (carrying every attempt of the turn) and raise it."""
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
             exc.attempts = tuple(self.call.attempts)
+        if isinstance(exc, AllProvidersFailed):  # its message tells the whole turn, the stream's tries included
+            exc.args = (aggregate_message(exc.attempts, self.walk.tries),)
         self.call.fail(exc)
         try:
             raise exc

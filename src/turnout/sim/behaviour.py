@@ -83,18 +83,20 @@ _STATUS_KINDS = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimUsage:
-    """Token usage the simulator reports, normalised: ``input`` includes ``cached_input``.
+    """Token usage the simulator reports, normalised: ``input`` includes ``cached_input`` and ``cache_write``.
 
     Attributes:
         input: Input (prompt) tokens, cached ones included.
         output: Output tokens, reasoning included.
         cached_input: The part of ``input`` served from a prompt cache.
+        cache_write: The part of ``input`` written to a prompt cache (reported by protocols that say so).
         reasoning: The part of ``output`` spent on reasoning.
     """
 
     input: int
     output: int
     cached_input: int = 0
+    cache_write: int = 0
     reasoning: int = 0
 
 
@@ -130,6 +132,7 @@ class Content:
         usage_input: A fixed input count, or None to count the request's words.
         usage_output: A fixed output count, or None for the number of units.
         usage_cached: Cached input tokens reported (part of the input).
+        usage_cache_write: Input tokens reported as written to the cache (part of the input).
         block: Gemini refusal form: ``"output"`` (finishReason SAFETY) or ``"prompt"`` (blockReason).
     """
 
@@ -141,6 +144,7 @@ class Content:
     usage_input: int | None = None
     usage_output: int | None = None
     usage_cached: int = 0
+    usage_cache_write: int = 0
     block: str = "output"
     reasoning_text: str = field(init=False)
     full_text: str = field(init=False)
@@ -161,9 +165,10 @@ class Content:
         output = self.default_output if self.usage_output is None else self.usage_output
         inp = input_words if self.usage_input is None else self.usage_input
         return SimUsage(
-            input=max(inp, self.usage_cached),
+            input=max(inp, self.usage_cached + self.usage_cache_write),
             output=output,
             cached_input=self.usage_cached,
+            cache_write=self.usage_cache_write,
             reasoning=min(len(self.reasoning), output),
         )
 

@@ -79,6 +79,7 @@ class SimLogEntry:
                 "input": usage.input,
                 "output": usage.output,
                 "cached_input": usage.cached_input,
+                "cache_write": usage.cache_write,
                 "reasoning": usage.reasoning,
             },
             "duration": self.duration,

@@ -51,6 +51,7 @@ class UsageSpec(_Strict):
     input: int | None = Field(default=None, ge=0)
     output: int | None = Field(default=None, ge=0)
     cached_input: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
 
 
 class _Timed(_Strict):
@@ -277,7 +278,12 @@ def _tool_calls(specs: Sequence[ToolCallSpec], prefix: str) -> tuple[ToolCall, .
 def _usage_fields(usage: UsageSpec | None) -> dict[str, Any]:
     if usage is None:
         return {}
-    return {"usage_input": usage.input, "usage_output": usage.output, "usage_cached": usage.cached_input}
+    return {
+        "usage_input": usage.input,
+        "usage_output": usage.output,
+        "usage_cached": usage.cached_input,
+        "usage_cache_write": usage.cache_write,
+    }
 
 
 def _answer_content(step: _Answer) -> Content:

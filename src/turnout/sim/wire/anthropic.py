@@ -59,13 +59,17 @@ def anthropic_error(spec: ErrorSpec, model: str) -> dict[str, str]:
     return {"type": etype, "message": spec.message or message}
 
 
+#: The counters a ``message_delta`` repeats (cumulative), as Anthropic sends them.
+_DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+
+
 def anthropic_usage(usage: SimUsage) -> dict[str, Any]:
-    """Anthropic ``usage``: ``input_tokens`` excludes cache reads, which are reported apart."""
+    """Anthropic ``usage``: ``input_tokens`` excludes cache reads and writes, which are reported apart."""
     return {
-        "input_tokens": usage.input - usage.cached_input,
-        "cache_creation_input_tokens": 0,
+        "input_tokens": usage.input - usage.cached_input - usage.cache_write,
+        "cache_creation_input_tokens": usage.cache_write,
         "cache_read_input_tokens": usage.cached_input,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_write, "ephemeral_1h_input_tokens": 0},
         "output_tokens": usage.output,
         "service_tier": "standard",
     }
@@ -219,12 +223,8 @@ class AnthropicStream(StreamEncoder):
     def tail(self) -> bytes:
         """``message_delta`` with the stop reason and cumulative usage."""
         u = self.usage
-        usage = {
-            "input_tokens": u.input - u.cached_input,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": u.cached_input,
-            "output_tokens": u.output,
-        }
+        full = anthropic_usage(u)
+        usage = {key: full[key] for key in _DELTA_USAGE}
         return self._ev(
             "message_delta",
             delta={"stop_reason": stop_reason(self.content), "stop_sequence": None},
