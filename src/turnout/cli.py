@@ -434,6 +434,8 @@ def _gateway_status(url: str, as_json: bool) -> None:
         GatewayUnreadable,
         headroom_line,
         hedging_line,
+        key_spend_line,
+        ledger_line,
         pool_lines,
         printable,
         read_status,
@@ -476,6 +478,11 @@ def _gateway_status(url: str, as_json: bool) -> None:
     hedged = hedging_line(hedging) if isinstance(hedging, dict) else None
     if hedged is not None:
         out.print(f"  hedging  {hedged}", markup=False)
+    ledger = body.get("ledger")
+    if isinstance(ledger, dict):
+        out.print(f"  ledger   {ledger_line(ledger)}", markup=False)
+    for row in rows(body, "keys"):
+        out.print(f"  key      {key_spend_line(row)}", markup=False)
 
 
 def _dead_key_line(dead: dict[str, Any]) -> str:

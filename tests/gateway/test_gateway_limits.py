@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -12,10 +13,12 @@ from typing import Any
 import aiohttp
 import pytest
 from gateway_support import GATEWAY_KEY, get, post, sample
+from typer.testing import CliRunner
 
 import turnout.ledger as ledger_module
 from fakes import FakeClock
 from turnout import Client
+from turnout.cli import app
 from turnout.gateway import Gateway, GatewayServer
 from turnout.provider import Provider
 from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
@@ -220,3 +223,23 @@ async def test_an_abandoned_stream_is_billed_and_counts_toward_the_limit(tmp_pat
         db.close()
     assert rows and all(outcome == "cancelled" and note == "estimated" for outcome, note, _, _ in rows)
     assert all(cost is not None and cost > 0 and out > 0 for _, _, cost, out in rows)
+
+
+async def test_status_page_and_the_command_line_show_each_key_s_spend_and_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status page and ``turnout status --gateway`` show the ledger's health and each limited key's spend and
+    limits, as ``/status`` does.
+    """
+    upstream = Upstream()
+    upstream.gate.set()
+    monkeypatch.setenv("TURNOUT_GATEWAY_KEY", GATEWAY_KEY)
+    async with served(config(tmp_path / "l.sqlite3", key="max_call_usd = 0.5\n"), upstream) as server:
+        assert (await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status == 200
+        page = (await get(server, "/")).body.decode()
+        text = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--gateway", server.url])
+    assert 'id="spend"' in page and "recording" in page and "team" in page and "$0.002000" in page
+    assert text.exit_code == 0, text.output
+    assert re.search(r"^  ledger   recording; 0 failed writes", text.output, re.MULTILINE), text.output
+    key = r"^  key      team  spent \$0\.002  reserved \$0 \(0 in flight\)  limit \$0\.01/day, \$0\.5/call$"
+    assert re.search(key, text.output, re.MULTILINE), text.output

@@ -193,7 +193,13 @@ class Gateway:
         self.responses = ResponsesSurface()
         self.edges = Edges(config.gateway.cors_origins, self._edge_error)
         self.page = StatusPage(
-            client, self.auth, self.view, self.recent, sessions=Sessions(session_secret), started=self.started
+            client,
+            self.auth,
+            self.view,
+            self.recent,
+            sessions=Sessions(session_secret),
+            started=self.started,
+            money=self.money,
         )
         self.app = self._application()
 

@@ -15,7 +15,8 @@ has no script), refuses to be framed, and is not cached.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -80,7 +81,9 @@ class StatusPage:
         *,
         sessions: Sessions | None = None,
         started: float | None = None,
+        money: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
+        self._money = money  # the ledger's health and each limited key's spend (``Gateway.money``)
         self.client = client
         self.auth = auth
         self.sessions = sessions if sessions is not None else Sessions()
@@ -152,6 +155,7 @@ class StatusPage:
             pools=tuple(pools_status(self.client.factory.pool_specs.values(), totals.pools)),
             hedging=hedging_status(totals.hedging) if totals.hedging is not None else None,
             signed_in=signed_in,
+            money=self._money() if self._money is not None else None,
         )
 
 

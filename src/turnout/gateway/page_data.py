@@ -110,6 +110,7 @@ class PageData:
         pools: The pool rows of the client's status (empty when the configuration has none).
         hedging: What hedging did, as ``/status`` shows it (None: no profile hedges).
         signed_in: Whether the page was opened with a session cookie (it offers to sign out).
+        money: The ledger's health and each limited key's spend, as ``/status`` shows them (None: not known).
     """
 
     now: float
@@ -125,6 +126,7 @@ class PageData:
     pools: tuple[Mapping[str, Any], ...] = ()
     hedging: Mapping[str, Any] | None = None
     signed_in: bool = False
+    money: Mapping[str, Any] | None = None
 
 
 def route_views(client: Client, totals: Totals, now: float) -> tuple[RouteView, ...]:
