@@ -158,28 +158,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def main() -> None:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("bench.spend needs redis-server on the PATH")
-    port = _free_port()
-    redis = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        await asyncio.sleep(0.3)  # redis-server starts listening
-        with tempfile.TemporaryDirectory() as d:
-            tmp = Path(d)
-            one = await overshoot_one_gateway(tmp)
-            two = await overshoot_two_hosts(tmp, url)
-            via_redis = [await reservation_ms(tmp, url) for _ in range(RUNS)]
-            via_file = [await reservation_ms(tmp, None) for _ in range(RUNS)]
-    finally:
-        redis.terminate()
-        redis.wait(5)
+def _wait_listening(port: int, within: float = 5.0) -> None:
+    """Return once something accepts connections on ``port`` (redis-server started)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+async def measure(url: str) -> None:
+    """Run every scenario against the Redis at ``url`` and print the results."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        one = await overshoot_one_gateway(tmp)
+        two = await overshoot_two_hosts(tmp, url)
+        via_redis = [await reservation_ms(tmp, url) for _ in range(RUNS)]
+        via_file = [await reservation_ms(tmp, None) for _ in range(RUNS)]
     for name, (billed, limit, served) in (("200 concurrent, one gateway", one), ("2 hosts x 20, one Redis", two)):
         print(
             f"{name}: billed ${billed:.4f} for a ${limit:.2f} limit ({billed / limit:.2f} x; bound "
@@ -195,5 +194,24 @@ async def main() -> None:
         )
 
 
+def main() -> None:
+    """Start a redis-server on a free loopback port, measure, stop it."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("bench.spend needs redis-server on the PATH")
+    port = _free_port()
+    redis = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(port)
+        asyncio.run(measure(f"redis://127.0.0.1:{port}/0"))
+    finally:
+        redis.terminate()
+        redis.wait(5)
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
