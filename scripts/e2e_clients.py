@@ -87,27 +87,32 @@ def version(package: str) -> str:
     return str(json.loads(manifest.read_text())["version"])
 
 
+#: The gateway set-up ``docs/clients.md`` documents (its generated section shows this text): every model name a
+#: coding agent sends by default goes where the operator says.
+ALIASES = """[gateway.model_aliases]
+"claude-*" = "anthropic.main"
+"gpt-*" = "openai.main"
+"""
+
+
 def gateway_config(sim: Simulator) -> str:
-    """Both upstream protocols behind the gateway: the Anthropic profile serves by default, OpenAI Responses too."""
+    """Both upstream protocols behind the gateway, and :data:`ALIASES` for the agents' own model names."""
     return f"""
-default_provider = "anthropic.sim"
+default_provider = "anthropic.main"
 [ledger]
 enabled = false
 [gateway]
 api_keys = ["{KEY}"]
-[providers.models.anthropic.sim]
+{ALIASES}
+[providers.models.anthropic.main]
 uri = "{sim.base_url("anthropic")}"
 api_key = "sk-sim-anthropic"
 model = "sim-ok"
-[providers.models.openai.sim]
+[providers.models.openai.main]
 uri = "{sim.base_url("responses")}"
 api_key = "sk-sim-openai"
 model = "sim-ok"
 wire_api = "responses"
-[[model_routes]]
-hint = "codex"
-model_provider = "openai.sim"
-model = "sim-ok"
 """
 
 
@@ -157,14 +162,12 @@ async def codex(url: str, work: Path, access: _Access) -> Outcome:
         f"model_providers.turnout={provider}",
         "-c",
         'model_provider="turnout"',
-        "-c",
-        'model="hint:codex"',
         "Say hello",
     ]
     start = len(access.lines)
     code, out = await run(cmd, env, work)
     ok = code == 0 and DEFAULT_TEXT in out
-    task = "codex exec 'Say hello' (model_provider with wire_api = \"responses\")"
+    task = "codex exec 'Say hello' (default model; model_provider with wire_api = \"responses\")"
     return Outcome("Codex CLI", version(PACKAGES["Codex CLI"]), task, ok, _tail(out), _paths(access, start))
 
 
@@ -205,7 +208,9 @@ def table(outcomes: Sequence[Outcome]) -> str:
         result = "works" if o.ok else f"fails: `{o.detail[-200:]}`"
         requests = "<br>".join(f"`{p}`" for p in o.endpoints) or "none"
         rows.append(f"| {o.client} | {o.version} | `{o.task}` | {result} | {requests} |")
-    return "\n".join([BEGIN, "", *rows, "", END])
+    setup = ["The gateway's `[gateway]` set-up in this run (besides its key and the two simulator profiles):", ""]
+    setup += ["```toml", *ALIASES.strip().splitlines(), "```"]
+    return "\n".join([BEGIN, "", *rows, "", *setup, "", END])
 
 
 def write_doc(outcomes: Sequence[Outcome]) -> None:

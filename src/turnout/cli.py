@@ -559,6 +559,32 @@ def serve(
 
 
 @app.command()
+def init(
+    client: Annotated[str, typer.Option("--for", help="The client to set up: claude-code or codex.")],
+    path: Annotated[str, typer.Option(help="Where to write the config.")] = "turnout.toml",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a gateway config that works for a coding agent in one step, and say how to start both."""
+    from pathlib import Path
+
+    from turnout.config.presets import preset
+
+    try:
+        chosen = preset(client)
+    except ConfigError as exc:
+        raise _fail(exc, False) from None
+    target = Path(path)
+    if target.exists() and not force:
+        _err().print(f"error: {shown(str(target))} exists; pass --force to overwrite it", markup=False)
+        raise typer.Exit(1)
+    target.write_text(chosen.toml)
+    out = _out()
+    out.print(Text("wrote ") + shown(str(target)) + Text(f" for {chosen.name}; next:"))
+    for step in chosen.steps:
+        out.print(f"  {step}", markup=False)
+
+
+@app.command()
 def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Then serve a gateway over the demo on 127.0.0.1 until Ctrl-C.")

@@ -37,7 +37,7 @@ model = "gpt-4.1"
 api_keys = ["{GATEWAY_KEY}"]
 """
 SLOW_BODY = (
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + GATEWAY_KEY.encode() + b"\r\n"
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + GATEWAY_KEY.encode() + b"\r\n"
     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n" + b'{"model": ""'
 )
 PARTIAL_HEAD = b"GET /health HTTP/1.1\r\nHost: t\r\nX-Slow: "

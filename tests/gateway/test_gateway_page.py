@@ -150,12 +150,14 @@ async def test_an_expired_or_tampered_token_gets_the_form() -> None:
     async with served(Fleet()) as (server, clock):
         token = await login(server)
         assert "Sign out" in (await fetch(server, "GET", "/", cookie=token)).body.decode()
-        name, expiry, mac = token.split(".")
+        name, expiry, sid, generation, mac = token.split(".")
         tampered = [
-            f"{name}.{int(expiry) + 3600}.{mac}",
-            f"{name[:-1]}A.{expiry}.{mac}",
-            f"{name}.{expiry}.{mac[:-2]}AA",
-            f"{name}.{expiry}.",
+            f"{name}.{int(expiry) + 3600}.{sid}.{generation}.{mac}",
+            f"{name[:-1]}A.{expiry}.{sid}.{generation}.{mac}",
+            f"{name}.{expiry}.{sid[:-1]}A.{generation}.{mac}",
+            f"{name}.{expiry}.{sid}.{generation[:-1]}A.{mac}",
+            f"{name}.{expiry}.{sid}.{generation}.{mac[:-2]}AA",
+            f"{name}.{expiry}.{sid}.{generation}.",
             "not-a-token",
         ]
         answers = [await fetch(server, "GET", "/", cookie=t) for t in tampered]

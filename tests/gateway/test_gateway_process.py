@@ -201,3 +201,80 @@ async def test_two_workers_describe_the_whole_server(tmp_path: Path) -> None:
     assert all(n > 0 for n in published.values()), published  # both workers served some of the requests
     assert answered == set(published) == pids
     assert list((tmp_path / "run").iterdir()) == []  # the workers directory is removed at shutdown
+
+
+async def _health(url: str) -> int:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+        session.get(url + "/health") as resp,
+    ):
+        return resp.status
+
+
+async def test_a_killed_worker_is_started_again_while_the_other_serves(tmp_path: Path) -> None:
+    """--workers 2: after kill -9 of one worker the other keeps answering, /health stays 200, a new worker starts."""
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        async with serve(tmp_path, toml, "--port", str(_free_port()), "--workers", "2") as gateway:
+            first, second = await gateway.line(_LISTENING), await gateway.line(_LISTENING)
+            url, victim = first.group(1), int(first.group(2))
+            os.kill(victim, signal.SIGKILL)
+            restarted = await gateway.line(r"worker \d \(pid (\d+)\) exited with -9; starting it again")
+            healths, replies = [], []
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+                for _ in range(5):  # the dead worker's socket is closed: every new connection reaches a live one
+                    healths.append(await _health(url))
+                    replies.append(await chat(session, url, ""))
+            third = await gateway.line(_LISTENING)
+            # the parent writes its count before it starts the new worker; whichever worker answers reads it
+            metrics = (await _fresh(url, "/metrics")).decode()
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert await gateway.proc.wait() == 0
+    assert int(restarted.group(1)) == victim
+    assert healths == [200] * 5
+    assert all(_answer(r) == SIM_TEXT for r in replies)
+    assert sample(metrics, "turnout_gateway_worker_restarts_total") == 1
+    assert third.group(1) == url
+    assert third.group(2) not in {first.group(2), second.group(2)}
+
+
+async def test_a_worker_that_cannot_start_fails_the_whole_start(tmp_path: Path) -> None:
+    """--workers 2 on a port another socket holds without SO_REUSEPORT: the start fails with exit 1, no restart loop."""
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-ok"))
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = str(taken.getsockname()[1])
+            async with serve(tmp_path, toml, "--port", port, "--workers", "2") as gateway:
+                async with asyncio.timeout(60):
+                    assert await gateway.proc.wait() == 1
+                output = await gateway.rest()
+    assert "cannot listen on" in output
+    assert "could not start" in output
+    assert "starting it again" not in output
+
+
+async def test_a_second_signal_ends_open_streams_and_exits_within_two_seconds(tmp_path: Path) -> None:
+    """A stream stalled upstream, drain_secs 20: the second SIGTERM ends it with an error event; exit within 2 s."""
+    async with Simulator() as sim:
+        toml = config("openai.main", profile(sim, "openai.main", "sim-stall-a3"), extra="drain_secs = 20\n")
+        async with serve(tmp_path, toml, "--port", "0") as gateway, aiohttp.ClientSession() as session:
+            url = (await gateway.line(_LISTENING)).group(1)
+            body = orjson.dumps({"model": "", "messages": MESSAGES, "stream": True})
+            headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
+            async with session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as resp:
+                await resp.content.readuntil(b"\n\n")
+                gateway.proc.send_signal(signal.SIGTERM)
+                await gateway.line("draining")
+                gateway.proc.send_signal(signal.SIGTERM)
+                t0 = asyncio.get_running_loop().time()
+                rest = (await resp.read()).decode()
+            code = await gateway.proc.wait()
+            took = asyncio.get_running_loop().time() - t0
+        output = await gateway.rest()
+    assert code == 0
+    assert took < 2.0, output
+    last = [chunk for chunk in rest.split("\n\n") if chunk.startswith("data: ")][-1]
+    assert orjson.loads(last.removeprefix("data: "))["error"]["code"] == "shutting_down"
+    assert "second signal" in output

@@ -15,7 +15,18 @@ from turnout import Client
 from turnout.attribution import Attempt
 from turnout.breaker import BreakerRecord
 from turnout.gateway import Gateway, GatewayServer
-from turnout.gateway.workers import LAST_ATTEMPTS, MAX_AGE_S, Peers, Totals, decode, encode, merge
+from turnout.gateway.workers import (
+    LAST_ATTEMPTS,
+    MAX_AGE_S,
+    Peers,
+    RestartBudget,
+    Totals,
+    decode,
+    encode,
+    merge,
+    publish_restarts,
+    read_restarts,
+)
 from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad
 from turnout.state.dead_keys import KeyHealth
@@ -227,3 +238,29 @@ def test_merge_sums_hedging_counts_and_budgets_of_the_workers_that_hedge() -> No
         calls=80, hedged=4, hedge_wins=3, original_wins=1, budget=2.5
     )
     assert merge(Totals(worker="a", at=1.0), [Totals(worker="b", at=1.0)], now=1.0).hedging is None
+
+
+def test_the_restart_budget_allows_a_bounded_number_of_restarts_per_window() -> None:
+    """At most ``limit`` restarts in any ``window`` seconds; older ones stop counting, so a rare death restarts."""
+    clock = FakeClock()
+    budget = RestartBudget(limit=3, window=60.0, clock=clock)
+    first = [budget.allow() for _ in range(4)]
+    clock.now += 59.0
+    still = budget.allow()
+    clock.now += 1.5
+    later = budget.allow()
+    assert first == [True, True, True, False]  # the fourth within a minute: a crash loop
+    assert still is False
+    assert later is True
+    assert budget.total == 4  # restarts granted, the refused ones not counted
+
+
+def test_the_restart_count_round_trips_through_the_servers_directory(tmp_path: Path) -> None:
+    """The parent's count is what every worker reads with its peers; a missing or garbled file reads as 0."""
+    peers = Peers(tmp_path, worker="w1")
+    assert read_restarts(tmp_path) == 0
+    publish_restarts(tmp_path, 3)
+    peers.peers()
+    assert peers.restarts == 3
+    (tmp_path / "restarts").write_text("not a number")
+    assert read_restarts(tmp_path) == 0

@@ -25,6 +25,7 @@ from pydantic import (
 from turnout.config.secrets import Secret
 
 #: A browser origin: ``scheme://host`` with an optional port, nothing after it.
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,252})|[0-9A-Fa-f:.]{2,45}")
 _ORIGIN = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?")
 
 
@@ -269,6 +270,7 @@ class Gateway(_Section):
     api_keys_env: str | None = None
     keys: dict[str, GatewayKey] = Field(default_factory=dict)
     aliases: dict[str, str] = Field(default_factory=dict)
+    model_aliases: dict[str, str] = Field(default_factory=dict)
     allow_any_model: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
@@ -277,8 +279,18 @@ class Gateway(_Section):
     idle_timeout_secs: float = Field(default=75.0, gt=0)
     body_timeout_secs: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=1024, ge=2)
+    drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
     on_ledger_failure: Literal["closed", "open"] = "closed"
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if host != "*" and not _HOST.fullmatch(host):
+                raise ValueError(f"{host[:80]!r} is not a host name or address (no scheme, port or path; or '*')")
+        return value
 
     @field_validator("cors_origins")
     @classmethod

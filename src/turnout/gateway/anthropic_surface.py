@@ -235,6 +235,7 @@ def _tool_input(c: ToolCall) -> Any:
 
 _ERROR_TYPES: dict[str, str] = {
     "invalid_request": "invalid_request_error",
+    "forbidden": "permission_error",
     "authentication": "authentication_error",
     "not_found": "not_found_error",
     "too_large": "request_too_large",

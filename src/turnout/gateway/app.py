@@ -1,10 +1,12 @@
 """The gateway's aiohttp application: endpoints, the per-request guard, the access log and draining.
 
 Every endpoint but ``/health`` runs behind one guard (a plain wrapper, cheaper than a middleware chain):
-it answers 503 while the gateway drains, 401 without a valid key (before the body is read, so nothing is
+it refuses what a browser must not send (:meth:`~turnout.gateway.edges.Edges.refusal`), answers 503 while the gateway
+drains, 401 without a valid key (before the body is read, so nothing is
 forwarded), counts requests in flight, and when the request ends records its metrics and writes one
 structured access-log line: method, path, status, duration, served provider and model, attempts, the
-fallback flag and the caller's key id; never a prompt, a response or a key. With tracing on, a request's
+fallback flag, who ended it early (``closed_by``: ``client`` when the client went away, status 499; ``server`` when
+the drain's deadline cut it) and the caller's key id; never a prompt, a response or a key. With tracing on, a request's
 calls continue the trace its ``traceparent`` header names.
 """
 
@@ -38,7 +40,7 @@ from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
 from turnout.gateway.responses_surface import ResponsesSurface
-from turnout.gateway.session import Sessions
+from turnout.gateway.session import Revocations, Sessions
 from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook, keys_status, ledger_status
 from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
@@ -71,6 +73,8 @@ FOLD_EVERY = 256
 _ATTEMPTS = attrgetter("attempts")
 _ENDED = attrgetter("ended")
 _HEALTH_DRAINING = b'{"status":"draining"}'
+#: How long the requests a drain cuts get to write their last event and end.
+CUT_TIMEOUT_S = 1.0
 
 
 class Exchange:
@@ -80,6 +84,7 @@ class Exchange:
         "attempts",
         "call_id",
         "caller",
+        "closed_by",
         "ended",
         "fallback",
         "hold",
@@ -113,6 +118,8 @@ class Exchange:
         self.interrupted = False
         #: The call's spend reservation (a limited key's), released when the request ends.
         self.hold: Hold | None = None
+        #: Who ended the request early: ``client`` (it went away) or ``server`` (the drain's deadline cut it).
+        self.closed_by: str | None = None
         #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).
         self.stamped = False
 
@@ -182,7 +189,10 @@ class Gateway:
         self.peers = peers
         self.worker = peers.worker if peers is not None else str(os.getpid())
         self.draining = False
+        #: True once :meth:`cut` began: a request cancelled now ends with the surface's shutdown error.
+        self.cutting = False
         self.in_flight = 0
+        self._running: set[asyncio.Task[Any]] = set()
         self.started = time.time()
         self._idle: asyncio.Event | None = None
         self._lines: BatchedLines | None = None
@@ -191,14 +201,21 @@ class Gateway:
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
-        self.edges = Edges(config.gateway.cors_origins, self._edge_error)
+        self.edges = Edges(
+            config.gateway.cors_origins,
+            self._edge_error,
+            config.gateway.allowed_hosts,
+            refused=lambda reason: self.metrics.refusals.add((reason,), 1),
+        )
+        revocations = Revocations(peers.directory if peers is not None else None)
         self.page = StatusPage(
             client,
             self.auth,
             self.view,
             self.recent,
-            sessions=Sessions(session_secret),
+            sessions=Sessions(session_secret, revocations=revocations),
             started=self.started,
+            count_login=lambda outcome: self.metrics.logins.add((outcome,), 1),
             money=self.money,
         )
         self.app = self._application()
@@ -207,10 +224,11 @@ class Gateway:
 
     def _application(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai))
-        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses))
-        app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic))
-        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic))
+        json = {"json_body": True}
+        app.router.add_post("/v1/chat/completions", self._guard("openai", self._chat, self.openai, **json))
+        app.router.add_post("/v1/responses", self._guard("responses", self._chat, self.responses, **json))
+        app.router.add_post("/v1/messages", self._guard("anthropic", self._chat, self.anthropic, **json))
+        app.router.add_post("/v1/messages/count_tokens", self._guard("anthropic", self._count, self.anthropic, **json))
         app.router.add_get("/v1/models", self._guard("models", self._list_models))
         app.router.add_get("/v1/models/{model:.+}", self._guard("models", self._get_model))
         app.router.add_get("/status", self._guard("status", self._status))
@@ -263,7 +281,11 @@ class Gateway:
     def _edge_error(self, request: web.Request, failure: Failure) -> web.Response:
         return self.error_response(self._surface_for(request), failure)
 
-    def _guard(self, name: str, handler: Handler, surface: Surface | None = None) -> Callable[..., Any]:
+    def _guard(
+        self, name: str, handler: Handler, surface: Surface | None = None, *, json_body: bool = False
+    ) -> Callable[..., Any]:
+        edges = self.edges
+        running = self._running
         tracing = self.client.tracing
         if tracing is not None:  # calls continue the caller's trace (W3C traceparent)
             handler = _continuing(tracing, handler)
@@ -273,7 +295,11 @@ class Gateway:
             ex = Exchange(name, new_call_id())
             shape = surface if surface is not None else self._surface_for(request)
             response: web.StreamResponse
-            if self.draining:
+            refused = edges.refusal(request, json_body=json_body)
+            if refused is not None:
+                response = self.error_response(shape, refused)
+                response.force_close()  # its body is never read: no keep-alive after it
+            elif self.draining:
                 response = self.error_response(shape, SHUTTING_DOWN)
                 response.force_close()
             else:
@@ -283,15 +309,29 @@ class Gateway:
                     response = self.error_response(shape, UNAUTHORIZED)
                 else:
                     self.in_flight += 1
+                    task = asyncio.current_task()
+                    if task is not None:  # a request always runs in a task
+                        running.add(task)
                     try:
                         response = await handler(request, ex, shape)
-                    except (asyncio.CancelledError, ConnectionError):
+                    except asyncio.CancelledError:
+                        if not self.cutting or task is None:  # the client went away
+                            ex.status = CLIENT_CLOSED
+                            ex.closed_by = "client"
+                            raise
+                        task.uncancel()  # the drain's deadline: answer it, no output was sent yet
+                        ex.closed_by = "server"
+                        response = self.error_response(shape, SHUTTING_DOWN)
+                        response.force_close()
+                    except ConnectionError:
                         ex.status = CLIENT_CLOSED
+                        ex.closed_by = "client"
                         raise
                     except Exception:
                         log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                         response = self.error_response(shape, INTERNAL)
                     finally:
+                        running.discard(task)
                         self.in_flight -= 1
                         if self.in_flight == 0 and self._idle is not None:
                             self._idle.set()
@@ -313,7 +353,11 @@ class Gateway:
             t0 = time.perf_counter()
             ex = Exchange("page", new_call_id())
             response: web.StreamResponse
-            if self.draining:
+            refused = self.edges.refusal(request) if request.method == "POST" else self.edges.host_refusal(request)
+            if refused is not None:
+                response = self.error_response(self.openai, refused)
+                response.force_close()
+            elif self.draining:
                 response = self.error_response(self.openai, SHUTTING_DOWN)
                 response.force_close()
             else:
@@ -432,8 +476,10 @@ class Gateway:
     async def view(self) -> Totals:
         """What the whole server counted and knows: this process's totals, merged with the other workers'."""
         own = self.totals()
-        peers = await self.peers.read_peers() if self.peers is not None else []
-        return merge(own, peers, self.client.factory.clock())
+        if self.peers is None:
+            return merge(own, [], self.client.factory.clock())
+        peers = await self.peers.read_peers()
+        return replace(merge(own, peers, self.client.factory.clock()), restarts=self.peers.restarts)
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
@@ -516,6 +562,7 @@ class Gateway:
                 "attempts": len(attempts) if attempts is not None else 0,
                 "fallback": ex.fallback is not None,
                 "interrupted": ex.interrupted,
+                "closed_by": ex.closed_by,
                 "caller": caller.name if caller is not None else None,
                 "call_id": ex.call_id,
             }
@@ -535,7 +582,7 @@ class Gateway:
     # --- draining -------------------------------------------------------------------------------
 
     async def drain(self, grace: float) -> bool:
-        """Stop accepting requests (503) and wait up to ``grace`` seconds for those in flight to finish.
+        """Stop accepting requests (503), wait up to ``grace`` seconds for those in flight, then :meth:`cut` the rest.
 
         Returns:
             True when every request finished in time.
@@ -547,8 +594,22 @@ class Gateway:
         try:
             await asyncio.wait_for(self._idle.wait(), grace)
         except TimeoutError:
+            await self.cut()
             return False
         return True
+
+    async def cut(self, within: float = CUT_TIMEOUT_S) -> None:
+        """End every request in flight now, each in its own protocol, and wait (at most ``within`` s) until they have.
+
+        A stream gets its surface's in-band error event (``shutting_down``) and a proper end of body; a request that
+        sent nothing yet gets a 503 ``shutting_down``. The access log marks them ``closed_by: server``.
+        """
+        self.draining = self.cutting = True
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=within)
 
 
 def _spent(attempts: Sequence[Attempt] | None) -> tuple[float, int]:

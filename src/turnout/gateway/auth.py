@@ -92,6 +92,10 @@ class Authenticator:
             return [self._open_caller] if self._open_caller is not None else []
         return [c for _, c in self._digests]
 
+    def digest(self, name: str) -> bytes | None:
+        """The SHA-256 digest of the key of the caller named ``name`` (None: no such caller, or an open gateway)."""
+        return next((d for d, c in self._digests if c.name == name), None)
+
     def caller(self, authorization: str | None, x_api_key: str | None) -> Caller | None:
         """The caller whose key is presented (the open caller when the gateway is open), else None."""
         if self.open:

@@ -8,11 +8,13 @@ Streaming (SPEC 7.3 on the wire): nothing is sent until the first event is ready
 client recovers failures through the non-streaming walk; so the headers name the entry that actually
 produced the output, and a failure before it still gets a proper error status. After output, an
 interruption ends the stream with the surface's in-band error event and never with its completion
-signal, so a client can tell a cut answer from a complete one.
+signal, so a client can tell a cut answer from a complete one. A stream still open when a drain's deadline
+passes (``[gateway] drain_secs``) ends the same way, with a ``shutting_down`` error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -203,7 +205,16 @@ async def _stream(
                     await response.write(encoder.interrupted(_interruption(ending)))
         except ConnectionError:  # the client went away between two writes
             ex.status = CLIENT_CLOSED
+            ex.closed_by = "client"
             return response
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not gw.cutting or task is None:  # the client went away
+                raise
+            task.uncancel()  # the drain's deadline: end the stream in its own protocol, then the body
+            ex.interrupted = True
+            ex.closed_by = "server"
+            await response.write(encoder.interrupted(CUT_BY_SHUTDOWN))
         except Exception:  # a bug after the headers went out: still end the stream as cut, never as complete
             log.error("unexpected error while streaming %s", request.path, exc_info=True)
             ex.interrupted = True
@@ -235,6 +246,12 @@ def _interruption(exc: TurnoutError) -> Failure:
     )
 
 
+CUT_BY_SHUTDOWN = Failure(
+    status=200,
+    kind="shutting_down",
+    message="the gateway is shutting down; the answer is incomplete",
+    code="shutting_down",
+)
 STREAM_FAILED = Failure(
     status=200, kind="internal", message="internal gateway error; the answer is incomplete", code="stream_interrupted"
 )

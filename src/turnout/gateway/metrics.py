@@ -173,7 +173,10 @@ class Metrics:
     moving average the ``latency`` strategy reads), and with hedging on ``turnout_hedge_calls_total`` (calls that
     could hedge), ``turnout_hedges_total`` (hedges sent), ``turnout_hedge_wins_total{side}`` (``hedge`` or
     ``original``: which side of a hedged call answered first) and ``turnout_hedge_budget_tokens`` (hedges the budget
-    allows now; with several workers, the sum of their buckets).
+    allows now; with several workers, the sum of their buckets); ``turnout_gateway_logins_total{outcome}`` (status
+    page sign-ins: ``ok``, ``wrong_key``, ``throttled``), ``turnout_gateway_refused_total{reason}`` (requests refused
+    at the edge: ``host``, ``cross_site``, ``content_type``) and ``turnout_gateway_worker_restarts_total`` (dead
+    workers started again).
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
@@ -237,6 +240,16 @@ class Metrics:
             "Calls of a limited client key refused: daily_limit, reservation, max_call, ledger_unavailable, rpm, tpm.",
             ("key", "reason"),
         )
+        self.logins = _Counter(
+            "turnout_gateway_logins",
+            "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
+            ("outcome",),
+        )
+        self.refusals = _Counter(
+            "turnout_gateway_refused",
+            "Requests refused before any work, by reason: host, cross_site or content_type.",
+            ("reason",),
+        )
         self._labelled = frozenset(labelled)
         self._breakers = breakers
         self._clock = clock
@@ -246,6 +259,8 @@ class Metrics:
             self.attempts,
             self.fallbacks,
             self.retries,
+            self.logins,
+            self.refusals,
             self.ledger_errors,
             self.rejections,
         )
@@ -431,6 +446,13 @@ class _Collector:
         yield from m.breaker_families(view.breakers, view.transitions)
         yield from _pool_families(view.pools)
         yield from _hedge_families(view.hedging)
+        for counter in (m.logins, m.refusals):
+            yield counter.family(counters.get(counter.name, {}))
+        yield CounterMetricFamily(
+            "turnout_gateway_worker_restarts",
+            "Dead workers the supervising process started again (turnout serve --workers N).",
+            value=view.restarts,
+        )
 
 
 def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:

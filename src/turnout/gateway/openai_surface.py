@@ -383,6 +383,7 @@ def completion_object(reply: Reply) -> dict[str, Any]:
 
 _ERROR_TYPES: dict[str, str] = {
     "invalid_request": "invalid_request_error",
+    "forbidden": "invalid_request_error",
     "authentication": "invalid_request_error",
     "not_found": "invalid_request_error",
     "too_large": "invalid_request_error",

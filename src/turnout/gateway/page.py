@@ -6,7 +6,9 @@ The page takes the same credentials as ``/status`` (a gateway client key, as ``A
 ``/status``. The key is checked by the gateway's :class:`~turnout.gateway.auth.Authenticator` (constant time,
 every key compared), so a wrong key in the form fails exactly as a wrong bearer key does, and gets the form
 again. Logins and logouts posted from another site's page are refused (``Sec-Fetch-Site`` or ``Origin`` says
-where the form was).
+where the form was). Sign-in attempts are rate limited per client address and per key
+(:class:`~turnout.gateway.session.LoginThrottle`: 429 with ``Retry-After``); logout revokes the session on the
+server, and a session ends when its key is rotated or removed.
 
 Every answer carries a strict Content-Security-Policy (nothing but inline styles and ``data:`` images: the page
 has no script), refuses to be framed, and is not cached.
@@ -14,6 +16,7 @@ has no script), refuses to be framed, and is not cached.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -26,7 +29,7 @@ from turnout.gateway.auth import Authenticator
 from turnout.gateway.page_data import LedgerDay, PageData, newest_first, route_views
 from turnout.gateway.page_html import render_login, render_page
 from turnout.gateway.policy import Caller
-from turnout.gateway.session import COOKIE, Sessions, read_form
+from turnout.gateway.session import COOKIE, LoginThrottle, Sessions, read_form
 from turnout.gateway.status import RecentAttempts
 from turnout.gateway.workers import Totals
 from turnout.hedge import hedging_status
@@ -46,6 +49,7 @@ PAGE_HEADERS = {
 WRONG_KEY = "That key is not accepted."
 BAD_FORM = "The sign-in form could not be read; try again."
 OTHER_SITE = "Sign-in from another site's page is refused."
+TOO_MANY = "Too many wrong keys; wait {seconds} s before the next try."
 
 #: What a page handler returns: the answer, and the caller it was made for (None: not signed in).
 Answer = tuple[web.Response, Caller | None]
@@ -70,6 +74,8 @@ class StatusPage:
         recent: The gateway's recent-attempt counter (its window).
         sessions: Signs and checks session tokens (default: with a secret of this process).
         started: When the gateway started (wall-clock seconds).
+        throttle: The sign-in rate limit (default: a new one).
+        count_login: Counts a sign-in attempt by outcome (``ok``, ``wrong_key``, ``throttled``).
     """
 
     def __init__(
@@ -82,22 +88,33 @@ class StatusPage:
         sessions: Sessions | None = None,
         started: float | None = None,
         money: Callable[[], Mapping[str, Any]] | None = None,
+        throttle: LoginThrottle | None = None,
+        count_login: Callable[[str], None] | None = None,
     ) -> None:
         self._money = money  # the ledger's health and each limited key's spend (``Gateway.money``)
         self.client = client
         self.auth = auth
         self.sessions = sessions if sessions is not None else Sessions()
+        self.throttle = throttle if throttle is not None else LoginThrottle()
+        self._count_login = count_login
         self._view = view
         self._recent = recent
         self._day = LedgerDay(client.ledger, client.factory.clock) if client.ledger is not None else None
         self._started = time.time() if started is None else started
 
     def _signed_in(self, request: web.Request) -> Caller | None:
-        """The caller of a valid session cookie whose key is still configured."""
-        name = self.sessions.verify(request.cookies.get(COOKIE))
-        if name is None:
+        """The caller of a valid, unrevoked session cookie whose key is still configured and not rotated."""
+        session = self.sessions.session(request.cookies.get(COOKIE))
+        if session is None:
             return None
-        return next((c for c in self.auth.callers() if c.name == name), None)
+        caller = next((c for c in self.auth.callers() if c.name == session.caller), None)
+        if caller is None or session.generation != self.sessions.generation(self.auth.digest(caller.name)):
+            return None
+        return caller
+
+    def _counted(self, outcome: str) -> None:
+        if self._count_login is not None:
+            self._count_login(outcome)
 
     async def show(self, request: web.Request) -> Answer:
         """``GET /``: the page for a client key or a session; else the login form."""
@@ -120,19 +137,36 @@ class StatusPage:
             return html_response(render_login(BAD_FORM), 400), None
         if self.auth.open:
             return _see_other("/"), None
-        caller = self.auth.caller(None, form.get("key", "").strip())
+        key = form.get("key", "").strip()
+        address = request.remote or ""
+        wait = self.throttle.wait(address, key)
+        if wait > 0:  # the key is not even checked
+            self._counted("throttled")
+            seconds = max(1, math.ceil(wait))
+            response = html_response(render_login(TOO_MANY.format(seconds=seconds)), 429)
+            response.headers["Retry-After"] = str(seconds)
+            return response, None
+        caller = self.auth.caller(None, key)
         if caller is None:
+            self.throttle.failed(address, key)
+            self._counted("wrong_key")
             response = html_response(render_login(WRONG_KEY), 401)
             response.headers["WWW-Authenticate"] = 'Bearer realm="turnout"'
             return response, None
+        self.throttle.succeeded(address, key)
+        self._counted("ok")
         response = _see_other("/")
-        self.sessions.set_cookie(response, self.sessions.issue(caller.name), secure=request.secure)
+        token = self.sessions.issue(caller.name, self.auth.digest(caller.name))
+        self.sessions.set_cookie(response, token, secure=request.secure)
         return response, caller
 
     async def logout(self, request: web.Request) -> Answer:
-        """``POST /logout``: forget the session cookie, back to the form."""
+        """``POST /logout``: revoke the session on the server, forget the cookie, back to the form."""
         if not _same_origin(request):
             return html_response(render_login(OTHER_SITE), 403), None
+        session = self.sessions.session(request.cookies.get(COOKIE))
+        if session is not None:
+            self.sessions.revocations.revoke(session)
         response = _see_other("/")
         self.sessions.clear_cookie(response, secure=request.secure)
         return response, None

@@ -2,10 +2,14 @@
 
 The operator decides (SPEC 10). A request's ``model`` must be a name its key may use:
 
-- by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]``,
-  every profile that is not only another profile's fallback or a pool's member, and the default profile's
-  models. A pinned profile serves its pin: ``family.alias/<model>`` reaches only a profile without a
-  ``model``, and a plain model reaches the default profile only when it is unpinned;
+- by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]`` and
+  ``[gateway.model_aliases]``, every profile that is not only another profile's fallback or a pool's member, and
+  the default profile's models. A pinned profile serves its pin: ``family.alias/<model>`` reaches only a profile
+  without a ``model``, and a plain model reaches the default profile only when it is unpinned;
+- a ``[gateway.model_aliases]`` name with a glob (``*``, ``?``, ``[``: ``claude-*``, ``gpt-5*``) is a pattern: a
+  model no exact name matches goes where the first matching pattern (in the file's order) points, before any
+  other rule (coding agents send model names of their own, and the operator decides where they go); a pattern
+  naming a profile without a pinned ``model`` sends the client's name to it;
 - with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
 - with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
 
@@ -21,8 +25,9 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Literal, TypeAlias
 
 from turnout._fast import fast_init
@@ -37,6 +42,8 @@ from turnout.providers import model_problem
 from turnout.router import HINT_PREFIX
 
 NameKind: TypeAlias = Literal["hint", "alias", "profile", "model"]
+#: What makes a ``[gateway.model_aliases]`` name a pattern.
+_GLOB = frozenset("*?[")
 #: The name of the caller of a gateway without client keys.
 ANONYMOUS = "anonymous"
 
@@ -78,6 +85,7 @@ class Caller:
             default pool).
         models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
         admitted: What a request for each of its names is admitted as (made once, not per request).
+        patterns: The ``[gateway.model_aliases]`` patterns it may use, in order: ``(pattern, name)``.
     """
 
     name: str
@@ -90,6 +98,7 @@ class Caller:
     tpm: int | None = None
     default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
+    patterns: Sequence[tuple[str, PublicName]] = ()
     admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
 
     @property
@@ -142,6 +151,7 @@ class Policy:
         except ConfigError:
             self._target = None
         self._primary = (self.config.default_model or self._profiles[self._default].model) if self._default else None
+        self.patterns: list[tuple[str, PublicName]] = []
         self.universe = self._universe()
         self._receivers: dict[str, tuple[tuple[str, Profile], ...]] = {
             name: self._receivers_of(name) for name in self._profiles
@@ -170,12 +180,18 @@ class Policy:
                     # the profile is named too, so a bound sender's tier cannot move the model elsewhere
                     choice = RouteChoice(model, self._default)
                     out[model] = PublicName(id=model, kind="model", choice=choice, provider=self._default, model=model)
-        for alias, target in self.config.gateway.aliases.items():
-            out[alias] = self._alias(alias, target, out)
+        for table in ("aliases", "model_aliases"):
+            for alias, target in getattr(self.config.gateway, table).items():
+                path = f"gateway.{table}.{alias}"
+                if table == "model_aliases" and _GLOB.intersection(alias):
+                    if any(alias == p for p, _ in self.patterns):
+                        raise ConfigError(f"pattern {alias!r} is listed twice", path=path, code="duplicate_name")
+                    self.patterns.append((alias, self._alias(alias, target, out, path)))
+                else:
+                    out[alias] = self._alias(alias, target, out, path)
         return out
 
-    def _alias(self, alias: str, target: str, known: Mapping[str, PublicName]) -> PublicName:
-        path = f"gateway.aliases.{alias}"
+    def _alias(self, alias: str, target: str, known: Mapping[str, PublicName], path: str) -> PublicName:
         if not alias.strip() or len(alias) > MAX_MODEL_CHARS or not alias.isprintable():
             raise ConfigError("an alias must be 1 to 256 printable characters", path=path, code="invalid_alias")
         if alias.startswith(HINT_PREFIX) or alias in known:
@@ -189,11 +205,14 @@ class Policy:
             if hint is None or hint.kind != "hint":
                 raise ConfigError(f"{target!r} is not a configured route hint", path=path, code="unknown_route_target")
             return PublicName(id=alias, kind="alias", choice=hint.choice, provider=hint.provider, model=hint.model)
+        if target in self.config.pools:
+            return PublicName(id=alias, kind="alias", choice=RouteChoice(None, target), provider=target, model=None)
         head, slash, model = target.partition("/")
         profile = resolve_profile_ref(self.config, head)
         if profile is None or (slash and not model.strip()):
             raise ConfigError(
-                f"{target!r} must be hint:<name>, <family.alias> or <family.alias>/<model> of a configured profile",
+                f"{target!r} must be hint:<name>, a pool, <family.alias> or <family.alias>/<model> of a configured "
+                "profile",
                 path=path,
                 code="unknown_route_target",
             )
@@ -238,14 +257,20 @@ class Policy:
             ConfigError: A listed model or the bound sender names nothing configured.
         """
         path = f"gateway.keys.{name}"
+        patterns: Sequence[tuple[str, PublicName]]
         if entry is None or entry.models is None:
             names = self.default_names
             open_profiles = frozenset(p for p in self._profiles if self._unpinned(p) and p in names)
             default_route = True
+            patterns = tuple(self.patterns)
         else:
             chosen: dict[str, PublicName] = {}
             opened: set[str] = set()
+            listed = set(entry.models)
+            patterns = tuple((p, n) for p, n in self.patterns if p in listed)
             for i, raw in enumerate(entry.models):
+                if any(raw == p for p, _ in patterns):
+                    continue
                 known = self.universe.get(raw)
                 if known is not None:
                     chosen[raw] = known
@@ -283,6 +308,7 @@ class Policy:
             tpm=entry.tpm if entry is not None else None,
             default_route=default_route,
             models_json=(openai_models(items), anthropic_models(items)),
+            patterns=patterns,
         )
 
     def _reaches_default(self, names: Mapping[str, PublicName]) -> bool:
@@ -391,6 +417,12 @@ class Policy:
             if caller.sender is not None or caller.default_route:
                 return RouteChoice(None, None)
             raise not_available(model)
+        for pattern, name in caller.patterns:
+            if fnmatchcase(model, pattern):
+                if name.choice.model is None and name.provider in self._profiles and self._unpinned(name.provider):
+                    self._sendable(name.provider, model)  # a profile without a model: the client's name is sent
+                    return RouteChoice(model, name.provider)
+                return name.choice
         if self.allow_any_model:
             choice = route_choice(self.config, model)
             if choice.model is not None:
@@ -435,6 +467,7 @@ def _renamed(caller: Caller, name: str) -> Caller:
         tpm=caller.tpm,
         default_route=caller.default_route,
         models_json=caller.models_json,
+        patterns=caller.patterns,
     )
 
 

@@ -1,11 +1,17 @@
 """Running the gateway: ``turnout serve`` (:func:`run`), and :class:`GatewayServer` for in-process use.
 
-Shutdown is graceful: on SIGTERM (or Ctrl-C) the gateway keeps its port open but answers every new
-request 503 (``/health`` too, so a load balancer stops sending), waits up to :data:`DRAIN_TIMEOUT_S`
-for the requests in flight to finish, then closes. A second signal stops at once.
+Shutdown is graceful and bounded: on SIGTERM (or Ctrl-C) the gateway keeps its port open but answers every
+new request 503 (``/health`` too, so a load balancer stops sending), waits up to ``[gateway] drain_secs``
+(default 25, inside Kubernetes' default grace of 30 s) for the requests in flight to finish, then ends those
+still open in their own protocol (:meth:`~turnout.gateway.app.Gateway.cut`: a stream gets its surface's error
+event and a proper end of body) and exits. A second signal cuts them at once and exits within about a second.
 
 With ``workers > 1`` the parent process starts that many worker processes on one port with
-``SO_REUSEPORT``; the kernel spreads connections between them. Cooldowns and dead keys are shared
+``SO_REUSEPORT``; the kernel spreads connections between them. The parent supervises them: a worker that
+dies (an out-of-memory kill, a crash) is started again while the others keep serving, at most
+:data:`~turnout.gateway.workers.MAX_RESTARTS` times in :data:`~turnout.gateway.workers.RESTART_WINDOW_S`
+seconds (more is a crash loop, and the server stops with exit status 1); a worker that cannot start at all
+(a configuration or listen error) stops the whole start with exit status 1. Cooldowns and dead keys are shared
 through Redis when ``[state] backend = "redis"``. The parent makes a private directory where each worker
 publishes its totals every second, so ``/metrics``, ``/status`` and the status page describe the whole server
 whichever worker answers (:mod:`turnout.gateway.workers`), and one secret that signs the status page's session
@@ -40,17 +46,15 @@ from turnout.gateway.auth import gateway_keys, named_keys
 from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
 from turnout.gateway.policy import Policy
 from turnout.gateway.session import new_secret
-from turnout.gateway.workers import Peers
+from turnout.gateway.workers import Peers, RestartBudget, publish_restarts
 from turnout.state import MemoryStore
 
 log = logging.getLogger("turnout.gateway")
 
 #: The collector's thresholds while serving (young, middle, old generation); see ``_serve``.
 GC_THRESHOLDS = (20_000, 20, 100)
-#: How long a draining gateway waits for requests in flight before it closes anyway.
-DRAIN_TIMEOUT_S = 30.0
-#: After draining: how long aiohttp waits for handlers that are still running before cancelling them.
-_CLOSE_TIMEOUT_S = 5.0
+#: After draining and cutting: how long aiohttp waits for handlers that are still running before cancelling them.
+_CLOSE_TIMEOUT_S = 1.0
 
 
 class GatewayServer:
@@ -81,7 +85,8 @@ class GatewayServer:
         self._port: int | None = None
 
     async def start(self) -> None:
-        """Start listening."""
+        """Start listening (and answer to the bound address as a ``Host``)."""
+        self.gateway.edges.allow_host(self.host)
         limits = self.guard.limits
         # aiohttp's own keep-alive bound matches the idle timeout; the guard enforces it too
         options: dict[str, Any] = {"access_log": None, "keepalive_timeout": limits.idle_timeout}
@@ -119,14 +124,19 @@ class GatewayServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    async def stop(self, grace: float = DRAIN_TIMEOUT_S) -> bool:
-        """Drain (new requests get 503, those in flight get ``grace`` seconds), then close.
+    async def stop(self, grace: float | None = None) -> bool:
+        """Drain (new requests get 503, those in flight get ``grace`` seconds, then are cut), then close.
+
+        Args:
+            grace: Seconds the requests in flight get (default: ``[gateway] drain_secs``).
 
         Returns:
             True when every request in flight finished within ``grace``.
         """
         if self._runner is None:
             return True
+        if grace is None:
+            grace = self.gateway.client.config.gateway.drain_secs
         try:
             return await self.gateway.drain(grace)
         finally:  # also when the drain is cut short (a second signal)
@@ -241,6 +251,7 @@ async def _serve(
     worker: bool,
     peers: Peers | None = None,
     session_secret: bytes | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     client = Client(config, surface="gateway")
     gateway = Gateway(client, owns_client=True, peers=peers, session_secret=session_secret)
@@ -268,25 +279,39 @@ async def _serve(
     else:
         loop.add_signal_handler(signal.SIGINT, on_signal)
     log.info("turnout gateway listening on %s (pid %d)", server.url, os.getpid())
+    if on_ready is not None:
+        on_ready()
     await stop.wait()
-    log.info("turnout gateway draining: new requests get 503, %d in flight", server.gateway.in_flight)
-    drain = asyncio.ensure_future(server.stop(DRAIN_TIMEOUT_S))
+    grace = config.gateway.drain_secs
+    log.info(
+        "turnout gateway draining: new requests get 503, %d in flight get up to %g s", server.gateway.in_flight, grace
+    )
+    drain = asyncio.ensure_future(server.stop(grace))
     forced = asyncio.ensure_future(force.wait())
     await asyncio.wait((drain, forced), return_when=asyncio.FIRST_COMPLETED)
     if not drain.done():
-        log.info("turnout gateway: second signal, closing now")
-        drain.cancel()
+        log.info("turnout gateway: second signal, ending the requests in flight now")
+        await gateway.cut()
         await asyncio.wait((drain,))
+    elif not drain.result():
+        log.info("turnout gateway: drain_secs passed; the requests still in flight were ended")
     forced.cancel()
     log.info("turnout gateway stopped")
 
 
-def _worker(path: str, host: str, port: int, directory: str, secret: bytes) -> None:
+def _worker(path: str, host: str, port: int, directory: str, secret: bytes, ready: Any) -> None:
     _configure_logging()
     try:
         config = load_config_file(path)
         serving = _serve(
-            config, host, port, reuse_port=True, worker=True, peers=Peers(directory), session_secret=secret
+            config,
+            host,
+            port,
+            reuse_port=True,
+            worker=True,
+            peers=Peers(directory),
+            session_secret=secret,
+            on_ready=ready.set,
         )
         _run_loop(serving)
     except ConfigError as exc:
@@ -294,38 +319,89 @@ def _worker(path: str, host: str, port: int, directory: str, secret: bytes) -> N
         raise SystemExit(1) from None
 
 
+class _Slot:
+    """One worker place of the server: its current process and whether that process is serving."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: Any = None
+        self.ready: Any = None
+        #: Some process of this place served once (a later death is restarted; a first one fails the start).
+        self.served = False
+
+
 def _supervise(path: str, host: str, port: int, workers: int) -> None:
+    """Run ``workers`` worker processes; restart one that dies, within the :class:`RestartBudget`.
+
+    A worker whose first process never starts serving (a configuration or listen error) stops the whole server
+    with exit status 1; so does a crash loop (more restarts than the budget allows).
+    """
     ctx = multiprocessing.get_context("spawn")
     directory = tempfile.mkdtemp(prefix="turnout-gateway-")  # mode 0700: this user's processes only
     secret = new_secret()  # pickled to each worker over its start pipe: not in argv, the environment or a file
-    procs = [
-        ctx.Process(target=_worker, args=(path, host, port, directory, secret), name=f"turnout-gateway-{i}")
-        for i in range(workers)
-    ]
+    slots = [_Slot(i) for i in range(workers)]
+    budget = RestartBudget()
     stopping = False
+
+    def launch(slot: _Slot) -> None:
+        slot.ready = ctx.Event()
+        slot.proc = ctx.Process(
+            target=_worker,
+            args=(path, host, port, directory, secret, slot.ready),
+            name=f"turnout-gateway-{slot.index}",
+        )
+        slot.proc.start()
+        if stopping:  # a signal came while it started: it stops too
+            os.kill(slot.proc.pid, signal.SIGTERM)
 
     def relay(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
-        for p in procs:
-            if p.pid is not None and p.exitcode is None:
+        for slot in slots:
+            p = slot.proc
+            if p is not None and p.pid is not None and p.exitcode is None:
                 os.kill(p.pid, signal.SIGTERM)
 
     previous = {s: signal.signal(s, relay) for s in (signal.SIGTERM, signal.SIGINT)}
+    failed = False
     try:
-        for p in procs:
-            p.start()
-        running = list(procs)
-        failed = False
+        for slot in slots:
+            launch(slot)
+        running = list(slots)
         while running:
-            for sentinel in wait([p.sentinel for p in running]):
-                done = next(p for p in running if p.sentinel == sentinel)
-                done.join()
-                running.remove(done)
-                if done.exitcode != 0 and not stopping:
+            for sentinel in wait([s.proc.sentinel for s in running]):
+                slot = next(s for s in running if s.proc.sentinel == sentinel)
+                slot.proc.join()
+                slot.served = slot.served or slot.ready.is_set()
+                code = slot.proc.exitcode
+                if stopping:
+                    running.remove(slot)
+                elif not slot.served:
                     failed = True
-                    log.error("turnout gateway: worker %s exited with %s; stopping", done.name, done.exitcode)
+                    running.remove(slot)
+                    log.error("turnout gateway: worker %s could not start (exit %s); stopping", slot.index, code)
                     relay(signal.SIGTERM, None)
+                elif not budget.allow():
+                    failed = True
+                    running.remove(slot)
+                    log.error(
+                        "turnout gateway: worker %s exited with %s; %d restarts in %.0f s, stopping",
+                        slot.index,
+                        code,
+                        budget.limit,
+                        budget.window,
+                    )
+                    relay(signal.SIGTERM, None)
+                else:
+                    log.warning(
+                        "turnout gateway: worker %s (pid %s) exited with %s; starting it again (restart %d)",
+                        slot.index,
+                        slot.proc.pid,
+                        code,
+                        budget.total,
+                    )
+                    publish_restarts(directory, budget.total)
+                    launch(slot)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

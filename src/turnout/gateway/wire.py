@@ -39,6 +39,7 @@ from turnout.router import HINT_PREFIX
 FailureKind: TypeAlias = Literal[
     "invalid_request",
     "authentication",
+    "forbidden",
     "not_found",
     "too_large",
     "context_length",

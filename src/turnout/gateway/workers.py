@@ -21,6 +21,12 @@ that answers a scrape reads the other workers' files, keeps those written in the
 
 A worker removes its file when it stops, the parent removes the directory when the last worker is gone, and a
 single-process gateway has no directory at all: its totals are its own and nothing is written.
+
+The parent supervises the workers: one that dies is started again (:class:`RestartBudget` bounds how often),
+and the parent writes how many it restarted to the directory's ``restarts`` file (:func:`publish_restarts`),
+which every worker reads with the other workers' totals, so ``/metrics`` counts it whichever worker answers.
+A dead worker's totals leave the merge once they are :data:`MAX_AGE_S` old: the server's counters then drop by
+what it had counted, which Prometheus reads as a counter reset.
 """
 
 from __future__ import annotations
@@ -57,7 +63,12 @@ LAST_ATTEMPTS = 50
 MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024
 #: How long stopping the publisher may take.
 CLOSE_TIMEOUT_S = 2.0
+#: Restarts of dead workers allowed within :data:`RESTART_WINDOW_S`; one more stops the server (a crash loop).
+MAX_RESTARTS = 10
+#: The window :data:`MAX_RESTARTS` counts in.
+RESTART_WINDOW_S = 60.0
 _SUFFIX = ".json"
+_RESTARTS = "restarts"  # no .json suffix: never read as a worker's totals
 _OUTCOMES = frozenset(get_args(Outcome))
 
 Labels = tuple[str, ...]
@@ -101,6 +112,7 @@ class Totals:
         pools: Each pool member's load, ``(pool, load)`` (:func:`turnout.pools.pool_loads`).
         hedging: What hedging did (None: no profile hedges).
         workers: The workers merged into these totals (set by :func:`merge`).
+        restarts: Dead workers the parent process started again (read from the server's directory).
     """
 
     worker: str
@@ -119,6 +131,7 @@ class Totals:
     pools: tuple[tuple[str, MemberLoad], ...] = ()
     hedging: HedgeTally | None = None
     workers: tuple[Worker, ...] = ()
+    restarts: int = 0
 
 
 def merge(own: Totals, peers: Sequence[Totals], now: float) -> Totals:
@@ -359,6 +372,8 @@ class Peers:
         self.interval = interval
         self.max_age = max_age
         self._task: asyncio.Task[None] | None = None
+        #: Worker restarts the parent last published (updated by :meth:`peers`).
+        self.restarts = 0
         self._failing = False
         self._writing = asyncio.Lock()  # one write at a time, in the order the totals were taken
 
@@ -394,6 +409,7 @@ class Peers:
         """The other workers' totals published in the last :attr:`max_age` seconds (blocking: file reads)."""
         now = self.clock()
         out = []
+        self.restarts = read_restarts(self.directory)
         try:
             paths = sorted(self.directory.glob(f"*{_SUFFIX}"))
         except OSError:
@@ -423,3 +439,56 @@ class Peers:
             await asyncio.wait((task,), timeout=CLOSE_TIMEOUT_S)
         with contextlib.suppress(OSError):
             self.path.unlink(missing_ok=True)
+
+
+class RestartBudget:
+    """How often the parent restarts dead workers: at most ``limit`` restarts in any ``window`` seconds.
+
+    Args:
+        limit: Restarts allowed within the window.
+        window: The window, in seconds.
+        clock: Monotonic seconds.
+    """
+
+    def __init__(
+        self, limit: int = MAX_RESTARTS, window: float = RESTART_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self.clock = clock
+        self.total = 0
+        self._recent: list[float] = []
+
+    def allow(self) -> bool:
+        """Take one restart now: True when the budget has room (and it is counted), False for a crash loop."""
+        now = self.clock()
+        self._recent = [t for t in self._recent if now - t < self.window]
+        if len(self._recent) >= self.limit:
+            return False
+        self._recent.append(now)
+        self.total += 1
+        return True
+
+
+def publish_restarts(directory: str | Path, restarts: int) -> None:
+    """Write the number of worker restarts to the server's directory (atomically; an error is logged)."""
+    folder = Path(directory)
+    tmp = folder / f".{_RESTARTS}.tmp"
+    try:
+        tmp.write_text(str(restarts))
+        os.replace(tmp, folder / _RESTARTS)
+    except OSError as exc:
+        log.warning("turnout gateway: cannot record the worker restarts: %s", exc.strerror or exc)
+
+
+def read_restarts(directory: str | Path) -> int:
+    """The number of worker restarts the parent published (0 when none was, or it cannot be read)."""
+    try:
+        with (Path(directory) / _RESTARTS).open("rb") as f:
+            raw = f.read(32)
+    except OSError:
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        return 0
