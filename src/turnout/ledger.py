@@ -183,7 +183,7 @@ class Ledger:
     the writer opens the path again. :meth:`flush` and :meth:`aclose` wait at most ``flush_timeout``.
 
     The ledger also keeps, per caller and UTC day, the cost of the calls it was given and of those it wrote,
-    so that a spend limit counts every call until the file holds it (:meth:`unwritten_since`, :meth:`spend_since`).
+    so that a spend limit counts every call until the file holds it (:meth:`given`, :meth:`spend_since`).
 
     Args:
         path: The SQLite file (created with its directory and tables, when missing, by the constructor).
@@ -290,22 +290,12 @@ class Ledger:
         with self._lock:
             return self._given.get(key, 0.0)
 
-    def given_since(self, since: float) -> dict[str, float]:
-        """Per caller, the cost of every call given to this ledger since ``since`` (written or not)."""
-        day = _day_number(since)
-        out: dict[str, float] = {}
-        with self._lock:
-            for (caller, d), cost in self._given.items():
-                if d >= day:
-                    out[caller] = out.get(caller, 0.0) + cost
-        return out
-
     async def spend_since(self, since: float) -> tuple[dict[str, float], dict[str, float]]:
         """Cost per caller in the file since ``since``, and what this ledger had written of it when it read.
 
         The writer thread answers between two batches, so the two agree: a call given to this ledger is in the
         file exactly when it is counted in the second mapping. What the caller has spent is then the file's
-        total, plus what this ledger was given minus what it had written (:meth:`given_since`).
+        total, plus what this ledger was given minus what it had written (:meth:`given`).
 
         Raises:
             LedgerUnavailable: The writer cannot read the file now, or did not answer within ``flush_timeout``.

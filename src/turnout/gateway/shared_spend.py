@@ -27,9 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 log = logging.getLogger("turnout.gateway")
 
 #: How long a reservation in Redis holds at most (seconds): a process that died does not hold a limit for ever.
@@ -115,6 +112,10 @@ class SharedSpend:
 
     def _client(self) -> Any:
         if self._redis is None:
+            # imported here: redis pulls in OpenTelemetry when it is installed, which a gateway without the Redis
+            # backend (or without tracing) must not import
+            import redis.asyncio as aioredis
+
             self._redis = aioredis.from_url(
                 self.url, socket_connect_timeout=COMMAND_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S
             )
@@ -134,6 +135,8 @@ class SharedSpend:
         ]
 
     async def _run(self, script: str, keys: list[str], args: list[Any]) -> int:
+        from redis.exceptions import RedisError
+
         self._client()
         try:
             result = await self._scripts[script](keys=keys, args=args)
@@ -196,6 +199,8 @@ class SharedSpend:
         """Wait (bounded) for the settles in flight, then close the connection."""
         await self.settled()
         if self._redis is not None:
+            from redis.exceptions import RedisError
+
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._redis.aclose(), COMMAND_TIMEOUT_S)
             self._redis = None

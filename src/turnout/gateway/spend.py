@@ -103,11 +103,6 @@ class SpendBook:
         unwritten = self.ledger.given(name, self._day) - self._written.get(name, 0.0)
         return self._totals.get(name, 0.0) + (unwritten if unwritten > 0.0 else 0.0)
 
-    def today(self) -> dict[str, float]:
-        """What every key known to have spent today spent (``/status``)."""
-        names = set(self._totals) | set(self.ledger.given_since(self._day))
-        return {name: self.spent(name) for name in sorted(names)}
-
     async def reserve(
         self,
         name: str,
