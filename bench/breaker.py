@@ -30,7 +30,7 @@ from bench.settings import Settings
 from bench.stats import Lane, alternate
 
 #: How long the simulated outage lasts, and the breaker of the probe part: first open interval and its cap.
-OUTAGE_S = 2.5
+OUTAGE_S = 8.0
 OPEN_S = 0.25
 MAX_OPEN_S = 2.0
 #: The first-token timeout of a silent primary: in the timing part (opening only) and in the probe part.

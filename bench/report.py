@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import hedge
+from bench import flaky, hedge
 from bench.breaker import DEAD, FLOOR, MAX_OPEN_S, OPEN_S, OUTAGE_S, PROBE_TIMEOUT_S, BreakerScenario
 from bench.calls import ScenarioResult
 from bench.concurrency import Concurrency
@@ -41,6 +41,7 @@ class Results:
     imports: list[tuple[str, float]] = field(default_factory=list)
     gateway: GatewayScenario | None = None
     breaker: BreakerScenario | None = None
+    flaky: flaky.FlakyScenario | None = None
     pools: PoolScenario | None = None
     hedge: hedge.HedgeScenario | None = None
     failures: dict[str, str] = field(default_factory=dict)
@@ -164,6 +165,7 @@ def verdicts(r: Results) -> list[Verdict]:
     )
     out += _breaker_verdicts(r.breaker)
     out += _pool_verdicts(r.pools)
+    out += [Verdict(target=t, measured=m, limit=lim, met=met) for t, m, lim, met in flaky.targets(r.flaky)]
     out += [Verdict(target=t, measured=m, limit=lim, met=met) for t, m, lim, met in hedge.targets(r.hedge)]
     return out
 
@@ -637,8 +639,9 @@ def markdown(r: Results) -> str:
     lines += _startup_section(r)
     lines += _gateway_section(r)
     lines += _breaker_section(r)
-    lines += _pools_section(r)
     when = f"Measured {r.started.strftime('%Y-%m-%d %H:%M UTC')} ({r.settings.name} settings)."
+    lines += flaky.section(r.flaky, r.failures.get("flaky"), when)
+    lines += _pools_section(r)
     lines += hedge.section(r.hedge, r.failures.get("hedge"), when)
     lines += ["## Plot", "", "![per-call cost by contender](results.png)", ""]
     return "\n".join(lines)

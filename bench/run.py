@@ -1,7 +1,7 @@
 """Run every benchmark scenario in one run and write ``bench/results.md`` and ``bench/results.png``.
 
-Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,pools,hedge] [--out DIR]`` (``make bench`` runs
-the full set).
+Usage: ``python -m bench.run [--quick] [--only chat,stream,...,breaker,flaky,pools,hedge] [--out DIR]``
+(``make bench`` runs the full set).
 
 The full run takes about 13 minutes on 2 cores; ``--quick`` runs fewer rounds and seeds. Everything talks to
 127.0.0.1 only, and every loop is bounded in count and time.
@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bench import breaker, calls, concurrency, gateway, hedge, pools, procs, report, startup
+from bench import breaker, calls, concurrency, flaky, gateway, hedge, pools, procs, report, startup
 from bench.settings import FULL, QUICK, Settings
 
-SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker", "pools", "hedge")
+SCENARIOS = ("chat", "stream", "failover", "concurrency", "startup", "gateway", "breaker", "flaky", "pools", "hedge")
 T = TypeVar("T")
 
 
@@ -100,6 +100,8 @@ def run(s: Settings, only: set[str], out_dir: Path, argv: list[str]) -> report.R
                 "bookkeeping, inside the breaker scenario)"
             )
             results.breaker = _guard(results, "breaker", _async(lambda: breaker.measure(url, s)))
+        if "flaky" in only:
+            results.flaky = _guard(results, "flaky", _async(lambda: flaky.measure(s.flaky_calls, s.flaky_seeds)))
         if "pools" in only:
             results.commands.append(
                 "python -m bench.walkchild URL  (pools: three children pinned to CPU "

@@ -34,6 +34,9 @@ class Settings:
     #: The hedging scenario's seeded runs with hedging on, and how many of those seeds also run without it.
     hedge_seeds: int
     hedge_off_seeds: int
+    #: The flaky chain: calls per run (each seed runs them four times: breakers on and off, streamed and not).
+    flaky_calls: int
+    flaky_seeds: int
 
 
 FULL = Settings(
@@ -57,6 +60,8 @@ FULL = Settings(
     gateway_rounds=5,
     hedge_seeds=10,
     hedge_off_seeds=3,
+    flaky_calls=20000,
+    flaky_seeds=2,
 )
 
 QUICK = Settings(
@@ -80,4 +85,6 @@ QUICK = Settings(
     gateway_rounds=2,
     hedge_seeds=2,
     hedge_off_seeds=1,
+    flaky_calls=2000,
+    flaky_seeds=1,
 )

@@ -53,28 +53,28 @@ async def calls(r, n: int) -> list[list[tuple[str, str]]]:  # type: ignore[no-un
 
 
 async def test_an_outage_opens_the_breaker_and_later_calls_skip_the_entry_at_no_cost() -> None:
-    """Three 503s open the primary's breaker; the next calls skip it (breaker_skip) without calling it."""
+    """Three calls failing on the primary open its breaker (a call's retries are one signal); later calls skip it."""
     primary, backup = outage(), Scripted("ok")
     clock, store, breakers = setup(primary)
     r = walk(
         E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
     )
-    first, second, third = await calls(r, 3)
-    assert first == [("openai.a", "retryable")] * 3 + [("anthropic.b", "ok")]
-    assert second == third == [("openai.a", "breaker_skip"), ("anthropic.b", "ok")]
-    assert len(primary.calls) == 3
+    *opening, fourth, fifth = await calls(r, 5)
+    assert opening == [[("openai.a", "retryable")] * 3 + [("anthropic.b", "ok")]] * 3
+    assert fourth == fifth == [("openai.a", "breaker_skip"), ("anthropic.b", "ok")]
+    assert len(primary.calls) == 9
     assert store.breaker("openai.a/m") is not None
     assert breakers.transitions[("openai.a/m", "opened")] == 1
 
 
 async def test_after_the_open_interval_one_call_probes_and_a_failed_probe_doubles_the_interval() -> None:
     """The probe is one try; it fails, so the breaker reopens for 10 s; a success later closes it."""
-    primary, backup = outage(err(503), err(503), err(503), err(503), "back"), Scripted("ok")
+    primary, backup = outage(*[err(503)] * 10, "back"), Scripted("ok")
     clock, store, breakers = setup(primary)
     r = walk(
         E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
     )
-    await calls(r, 1)
+    await calls(r, 3)
     clock.now += 5.0
     (probe,) = await calls(r, 1)
     assert probe == [("openai.a", "retryable"), ("anthropic.b", "ok")]  # one try, then the fallback
@@ -137,10 +137,10 @@ async def test_timeouts_are_health_failures() -> None:
 
 
 async def test_a_high_failure_rate_opens_it_without_a_streak() -> None:
-    """Alternating failures and successes: once ten tries are counted, half of them failing opens it."""
+    """Alternating failed and served calls: once ten calls are counted, half of them failing opens it."""
     steps = [err(503), "ok"] * 6
     primary, backup = Scripted(*steps), Scripted("ok")
-    clock, store, breakers = setup(primary, failures=100, min_attempts=10, failure_rate=0.5)
+    clock, store, breakers = setup(primary, failures=100, min_calls=10, failure_rate=0.5)
     r = walk(
         E("openai.a", "m", [primary]),
         E("anthropic.b", "m", [backup]),
@@ -164,7 +164,7 @@ async def test_one_call_probes_while_the_others_keep_skipping() -> None:
 
     class SlowProbe(Scripted):
         async def chat(self, request, model, temperature=None):  # type: ignore[no-untyped-def]
-            if len(self.calls) >= 3:  # the probe
+            if len(self.calls) >= 9:  # the probe, after three calls of three tries opened the breaker
                 self.calls.append(model)
                 entered.set()
                 await gate.wait()
@@ -176,7 +176,7 @@ async def test_one_call_probes_while_the_others_keep_skipping() -> None:
     r = walk(
         E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
     )
-    await calls(r, 1)
+    await calls(r, 3)
     clock.now += 5.0
     probing = asyncio.create_task(r.run(req(), "m", None, DispatchScope()))
     await entered.wait()
@@ -184,19 +184,21 @@ async def test_one_call_probes_while_the_others_keep_skipping() -> None:
     gate.set()
     served = await probing
     assert others == [[("openai.a", "breaker_skip"), ("anthropic.b", "ok")]] * 3
-    assert served.response.text == "healed" and len(primary.calls) == 4
+    assert served.response.text == "healed" and len(primary.calls) == 10
     assert store.breaker("openai.a/m") is None
 
 
-async def test_when_every_entry_is_unavailable_the_one_unavailable_longest_is_tried_once() -> None:
-    """Both breakers open: the walk still tries the entry whose breaker opened first, once, and says so."""
+async def test_when_every_entry_is_unavailable_the_walk_tries_them_all_as_if_closed() -> None:
+    """Both breakers open: the walk tries both entries in order with their normal retries (the panic rule)."""
     a, b = Scripted(err(503)), Scripted(err(503))
-    clock, store, breakers = setup(a)
+    clock, store, breakers = setup(a, open_secs=60.0)  # open longer than the walks' backoffs take
     r = walk(
         E("openai.a", "m", [a]), E("anthropic.b", "m", [b]), retries=2, clock=clock, store=store, breakers=breakers
     )
-    with pytest.raises(AllProvidersFailed):
-        await r.run(req(), "m", None, DispatchScope())  # a: 3 failures (opens), b: 3 failures (opens)
+    for _ in range(3):  # three failed calls on each entry open both breakers
+        with pytest.raises(AllProvidersFailed):
+            await r.run(req(), "m", None, DispatchScope())
+    assert set(store.breakers()) == {"openai.a/m", "anthropic.b/m"}
     clock.now += 1.0
     scope = DispatchScope()
     with pytest.raises(AllProvidersFailed) as info:
@@ -204,10 +206,27 @@ async def test_when_every_entry_is_unavailable_the_one_unavailable_longest_is_tr
     assert [(x.provider, x.outcome) for x in scope.attempts] == [
         ("openai.a", "breaker_skip"),
         ("anthropic.b", "breaker_skip"),
-        ("openai.a", "retryable"),  # opened first: tried once
+        *[("openai.a", "retryable")] * 3,
+        *[("anthropic.b", "retryable")] * 3,
     ]
-    assert "failed after 3 failure event(s)" in str(info.value)
-    assert (len(a.calls), len(b.calls)) == (4, 3)
+    assert (len(a.calls), len(b.calls)) == (12, 12)
+    assert info.value.retry_at == min(record.until for record in store.breakers().values())
+
+
+async def test_a_panic_walk_is_served_by_an_entry_behind_an_open_breaker_and_closes_it() -> None:
+    """Every entry open, the primary answers again: the panic walk is served by it and its breaker closes."""
+    a, b = Scripted(*[err(503)] * 9, "back"), Scripted(err(503))
+    clock, store, breakers = setup(a)
+    r = walk(
+        E("openai.a", "m", [a]), E("anthropic.b", "m", [b]), retries=2, clock=clock, store=store, breakers=breakers
+    )
+    for _ in range(3):
+        with pytest.raises(AllProvidersFailed):
+            await r.run(req(), "m", None, DispatchScope())
+    served = await r.run(req(), "m", None, DispatchScope())
+    assert served.response.text == "back"
+    assert set(store.breakers()) == {"anthropic.b/m"}
+    assert breakers.transitions[("openai.a/m", "closed")] == 1
 
 
 async def test_a_disabled_breaker_never_opens() -> None:
@@ -223,12 +242,12 @@ async def test_a_disabled_breaker_never_opens() -> None:
 
 async def test_streams_skip_an_open_entry_and_probe_a_half_open_one() -> None:
     """A stream opens the fallback while the primary's breaker is open, and probes the primary when due."""
-    primary, backup = Scripted(err(503), err(503), err(503), "streamed"), Scripted("backup")
+    primary, backup = Scripted(*[err(503)] * 9, "streamed"), Scripted("backup")
     clock, store, breakers = setup(primary)
     r = walk(
         E("openai.a", "m", [primary]), E("anthropic.b", "m", [backup]), clock=clock, store=store, breakers=breakers
     )
-    await calls(r, 1)
+    await calls(r, 3)
     scope = DispatchScope()
     stream = await r.open_stream(req(), "m", None, scope)
     assert stream.route.provider == "anthropic.b"
@@ -250,3 +269,22 @@ async def test_streaks_are_bounded_when_callers_name_many_models() -> None:
     assert len(breakers.streaks) == MAX_STREAKS
     assert "openai.a/model-0" not in breakers.streaks and f"openai.a/model-{MAX_STREAKS + 9}" in breakers.streaks
     assert store.breakers() == {}  # one failure each opens nothing
+
+
+async def test_a_flapping_breaker_logs_one_line_per_kind_of_transition_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twenty opens and closes in a minute: one line each for opening and closing; /metrics counts all twenty."""
+    store = MemoryStore()
+    breakers = Breakers(store, BreakerSettings(min_calls=1, failure_rate=0.01))  # every failed call opens it
+    with caplog.at_level("WARNING", logger="turnout.breaker"):
+        for n in range(20):
+            now = 1000.0 + n * 2.0
+            await breakers.failed("openai.a", "openai.a/m", now, probing=False)
+            await breakers.succeeded("openai.a/m", now + 1.0, probing=True)
+        await breakers.failed("openai.a", "openai.a/m", 1070.0, probing=False)
+    lines = [r.getMessage() for r in caplog.records]
+    assert breakers.transitions[("openai.a/m", "opened")] == 21 and breakers.transitions[("openai.a/m", "closed")] == 20
+    assert len(lines) == 3  # the first opening, the first closing, and the opening a minute later
+    assert "opened" in lines[0] and "closed" in lines[1]
+    assert "19 more like it" in lines[2]

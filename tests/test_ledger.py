@@ -134,6 +134,7 @@ async def test_a_call_and_its_attempts_are_written_field_by_field(ledger: Ledger
             2,
             0.25,
             None,
+            None,
         )
     ]
     assert rows(path, "SELECT * FROM attempts ORDER BY seq") == [
@@ -176,7 +177,7 @@ async def test_nothing_but_content_free_columns_exist(ledger: Ledger, path: Path
     attempts = [r[1] for r in rows(path, "PRAGMA table_info(attempts)")]
     assert calls == [
         "call_id", "ts", "surface", "stream", "requested_provider", "requested_model", "served_provider",
-        "served_model", "fallback", "outcome", "attempts", "cost_usd", "caller",
+        "served_model", "fallback", "outcome", "attempts", "cost_usd", "caller", "operation",
     ]  # fmt: skip
     assert attempts == [
         "id", "call_id", "seq", "ts", "provider", "model", "outcome", "status", "key_id", "input_tokens",

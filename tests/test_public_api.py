@@ -16,3 +16,11 @@ def test_every_public_name_exists_and_has_a_docstring() -> None:
         obj = getattr(turnout, name)
         if isinstance(obj, type) or callable(obj):
             assert (obj.__doc__ or "").strip(), name
+
+
+def test_embeddings_are_public() -> None:
+    """The embedding call and its values are exported, and the client and every provider can embed."""
+    for name in ("EmbedReply", "EmbedRequest", "Embeddings", "EmbeddingLimits"):
+        assert name in turnout.__all__
+    assert callable(turnout.Client.embed)
+    assert callable(turnout.Provider.embed) and callable(turnout.Provider.embedding_limits)

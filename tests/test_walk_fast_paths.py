@@ -31,7 +31,7 @@ from turnout.errors import (
 )
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
-from turnout.policy import Position, decide
+from turnout.policy import Position, Step, decide
 from turnout.reliable import ReliableProvider, cooldown_seconds
 from turnout.report import outcome_of
 from turnout.state import MemoryStore
@@ -514,7 +514,8 @@ def test_settle_decides_by_the_rule_and_has_updates_exactly_when_some_are_due(
     hint = failure.retry_after if isinstance(failure, ProviderError) else None
     kid = choice.key_id
     due = (
-        (route.breakers is not None and (action.health or probing))
+        # a health failure is the call's one signal when the walk leaves the entry (its retries are not counted)
+        (route.breakers is not None and ((action.health and action.step is Step.NEXT_ENTRY) or probing))
         or (action.report_key and kid is not None)
         or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
     )
@@ -602,30 +603,22 @@ def test_a_notice_kept_on_the_plan_is_the_rule_s_notice_for_every_later_call(
 
 @settings(max_examples=300, deadline=None)
 @given(_states)
-def test_the_last_resort_is_the_entry_unavailable_longest_as_looked_up_when_skipped(state: State) -> None:
-    """Any mix of skips: the cooldown starts looked up only for the last resort rank the entries as at the skips."""
+def test_the_panic_order_is_every_unavailable_entry_in_the_walk_s_order(state: State) -> None:
+    """Any mix of skips and no try: the walk then tries every entry it skipped as unavailable, in its order, once."""
 
     async def go() -> None:
         store = LongWay()
         route = _route(store)
         await _fill(store, route, state)
         w = Walk(route, None, "m", None)
-        eager = []  # ``(since, index, breaker)`` as each skip would have looked it up
+        skipped = []
         for i, entry in enumerate(route.entries):
-            record = store.breaker(entry_key(entry.profile, "m"))
             before = len(w.attempts)
             w.admits(i, entry, "m", req(), False, stream=False)
-            start = store.cooldown_since(entry.profile)  # as the skip looked it up, after its expired cooldown went
-            for a in w.attempts[before:]:
-                breaker = a.outcome == "breaker_skip"
-                if breaker:
-                    assert record is not None
-                    eager.append((record.opened_at, i, True))
-                else:
-                    eager.append((a.started_at if start is None else start, i, False))
-        expected = min(eager) if eager else None
-        assert w.last_resort() == (expected[1] if expected is not None else None)
-        assert w.probing == (expected is not None and expected[2])
+            if any(a.outcome in ("breaker_skip", "cooldown_skip") for a in w.attempts[before:]):
+                skipped.append(i)
+        assert w.panic_order() == skipped
+        assert w.panic == bool(skipped)
 
     asyncio.run(go())
 

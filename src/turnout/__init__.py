@@ -9,6 +9,7 @@ attempt cost.
 from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.client import Client
 from turnout.config import Config, ConfigWarning, load_config_dict, load_config_file, load_config_toml
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedReply, EmbedRequest
 from turnout.errors import (
     AllProvidersFailed,
     ConfigError,
@@ -71,6 +72,10 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "ContextWindowExceeded",
+    "EmbedReply",
+    "EmbedRequest",
+    "EmbeddingLimits",
+    "Embeddings",
     "EmptyCompletion",
     "ErrorClass",
     "FallbackNotice",

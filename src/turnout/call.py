@@ -27,26 +27,20 @@ from turnout.errors import (
     TurnCancelled,
 )
 from turnout.ledger import CallRecord, Ledger
-from turnout.reply import Reply, new_reply
+from turnout.reply import Reply
 from turnout.streams import without_think
 from turnout.types import ChatRequest, ChatResponse
 
-#: What kind of call it is: ``Client.chat``, ``Client.stream`` or ``Client.turn``.
-Operation: TypeAlias = Literal["chat", "stream", "turn"]
+#: What kind of call it is: ``Client.chat``, ``Client.stream``, ``Client.turn`` or ``Client.embed``.
+Operation: TypeAlias = Literal["chat", "stream", "turn", "embed"]
 
 _CALL_PREFIX = os.urandom(6).hex()
-#: The prefix and a counter in one number, under a leading 1 that keeps the prefix's leading zeros in ``hex()``.
-_CALL_BASE = (1 << 88) | (int(_CALL_PREFIX, 16) << 40)
 _call_numbers = itertools.count(1)
 
 
 def new_call_id() -> str:
-    """A unique call id: a per-process random prefix (12 hex digits) and a counter (10 hex digits).
-
-    Cheaper than a UUID per call; ``hex()`` of one number is cheaper still than formatting the counter with a
-    width (``format(n, "010x")``), and gives the same digits.
-    """
-    return hex(_CALL_BASE + next(_call_numbers))[3:]
+    """A unique call id: a per-process random prefix (12 hex digits) and a counter (10 hex digits)."""
+    return f"{_CALL_PREFIX}{next(_call_numbers):010x}"
 
 
 def call_outcome(exc: BaseException) -> str:
@@ -80,7 +74,7 @@ class CallPlan:
 
     Attributes:
         requested: The profile and model the caller asked for.
-        operation: What kind of call it is: ``chat``, ``stream`` or ``turn``.
+        operation: What kind of call it is: ``chat``, ``stream``, ``turn`` or ``embed``.
         ledger: Where a finished call is recorded (None: nowhere).
         surface: The ledger's label for where the calls come from (``library``, ``gateway``, ``cli``).
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
@@ -104,7 +98,7 @@ class CallPlan:
     @property
     def stream(self) -> bool:
         """Whether the calls stream (a stream or a turn)."""
-        return self.operation != "chat"
+        return self.operation == "stream" or self.operation == "turn"
 
 
 class Call(DispatchScope):
@@ -214,7 +208,7 @@ class Call(DispatchScope):
             response = without_think(response)
         if plan.tracer is not None:
             plan.tracer.accepted(self, response, served, notice)
-        return new_reply(
+        return Reply(
             text=response.text,
             tool_calls=response.tool_calls,
             usage=response.usage,
@@ -228,10 +222,38 @@ class Call(DispatchScope):
             native=response.native,
         )
 
+    def accept_embedding(self, served: RouteRef, entry: int) -> FallbackNotice | None:
+        """Commit an embedding answer from ``served`` (entry ``entry``, the latest that served a batch): its notice.
+
+        The ledger records the call as ``embed``; the fallback rule is :meth:`fallback`'s, as for a chat.
+        """
+        plan = self.plan
+        notice = self.fallback(served, entry)
+        if plan.ledger is not None:
+            attempts = tuple(self.attempts)
+            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
+            plan.ledger.record(
+                CallRecord(
+                    call_id=self.call_id,
+                    ts=self.started,
+                    surface=plan.surface,
+                    stream=False,
+                    requested=plan.requested,
+                    served=served,
+                    fallback=notice is not None,
+                    outcome="ok",
+                    attempts=attempts,
+                    accepted_index=accepted,
+                    caller=self.caller,
+                    operation="embed",
+                )
+            )
+        return notice
+
     def fail(self, exc: BaseException) -> None:
         """Record the call as failed with ``exc`` (its attempts stay in the ledger; nothing is served)."""
         plan = self.plan
-        if plan.tracer is not None:
+        if plan.tracer is not None and plan.operation != "embed":  # embedding calls are not traced (yet)
             plan.tracer.failed(self, exc)
         if plan.ledger is None:
             return
@@ -247,5 +269,6 @@ class Call(DispatchScope):
                 outcome=call_outcome(exc),
                 attempts=tuple(self.attempts),
                 caller=self.caller,
+                operation="embed" if plan.operation == "embed" else None,
             )
         )

@@ -13,7 +13,7 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,8 @@ from turnout.arguments import request_of
 from turnout.attribution import RouteRef
 from turnout.call import Call, CallPlan, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
+from turnout.embed_walk import embed_through
+from turnout.embeddings import EmbedReply, embed_request
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
     from turnout.tracing import Tracing
 
-_new_object = object.__new__
 #: How many sets of call options keep their resolved target and plan (options are few in practice; bound them anyway).
 _KEPT_PLANS = 256
 
@@ -128,6 +129,8 @@ class Client:
             chance=chance,
         )
         self.router = self.factory.router()
+        #: ``[embeddings.spaces]``: each listed model name → its space's name.
+        self._spaces = config.embeddings.space_names()
         #: The target and call plan of each set of options calls were made with (see :meth:`_plan`).
         self._plans: dict[tuple[str | None, str | None, str | None, Operation], tuple[Target, CallPlan]] = {}
         if isinstance(ledger, Ledger):
@@ -263,13 +266,9 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        # What ``_call`` does, written out: one frame fewer on every call.
-        found = self._plans.get((model, provider, sender, "chat"))
-        if found is None:
-            found = self._plan(model, provider, sender, False, None)
-        target, plan = found
-        call = _new_object(Call)
-        Call.__init__(call, plan, call_id, caller, request)
+        target, call = self._call(
+            model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
+        )
         try:
             served = await target.walk.run(request, target.model, temperature, call)
         except BaseException as exc:
@@ -297,10 +296,7 @@ class Client:
         if found is None:
             found = self._plan(model, provider, sender, stream, operation)
         target, plan = found
-        # ``Call(...)`` goes through the class's ``__call__``; calling ``__init__`` on a new instance does not.
-        call = _new_object(Call)
-        Call.__init__(call, plan, call_id, caller, request)
-        return target, call
+        return target, Call(plan, call_id, caller, request)
 
     def _plan(
         self, model: str | None, provider: str | None, sender: str | None, stream: bool, operation: Operation | None
@@ -411,6 +407,60 @@ class Client:
             draft=draft,
         )
         return await drive(turn, events)
+
+    async def embed(
+        self,
+        inputs: str | Iterable[str] | Iterable[Sequence[int]],
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        sender: str | None = None,
+        dimensions: int | None = None,
+        user: str | None = None,
+        call_id: str | None = None,
+        caller: str | None = None,
+    ) -> EmbedReply:
+        """Embed texts (or token arrays) through the reliable walk, within one vector space (docs/embeddings.md).
+
+        Args:
+            inputs: One text, or texts (or lists of token ids), in order; the reply's vectors keep that order.
+            model: As for :meth:`chat`; the route's first entry names the vector space.
+            provider: As for :meth:`chat`.
+            sender: As for :meth:`chat`.
+            dimensions: The output size (sent as each protocol names it; refused where it is not taken).
+            user: The caller's end-user id, for providers that take one (refused where it is not taken).
+            call_id: The call's id (default: a new one); the gateway passes its request id.
+            caller: Who makes the call, recorded in the ledger.
+
+        Raises:
+            InvalidRequest: The inputs or a parameter are malformed; nothing is sent.
+            UnsupportedRequest: The route's first entry serves no embeddings or does not take a parameter; nothing
+                is sent.
+            AllProvidersFailed: A batch failed on every entry of the space (``.attempts`` says how).
+            ConfigError: The options name an unknown profile, or no model is known.
+        """
+        request = embed_request(inputs, dimensions=dimensions, user=user)
+        found = self._plans.get((model, provider, sender, "embed"))
+        if found is None:
+            found = self._plan(model, provider, sender, False, "embed")
+        target, plan = found
+        call = Call(plan, call_id, caller)
+        try:
+            served = await embed_through(target.walk, request, target.model, call, self._spaces)
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        notice = call.accept_embedding(served.route, served.entry)
+        return EmbedReply(
+            vectors=served.vectors,
+            usage=served.usage,
+            requested=plan.requested,
+            served=served.route,
+            fallback=notice,
+            attempts=tuple(call.attempts),
+            call_id=call.call_id,
+            batches=served.batches,
+        )
 
     def session(self, provider: str | None = None, model: str | None = None, *, system: str | None = None) -> Session:
         """A conversation that keeps its history and its own profile/model overrides."""

@@ -4,7 +4,13 @@
 entry (per process: every walk that reaches the entry, whatever its route, counts in it), opens, reopens and
 closes the shared records, and counts the transitions for ``/metrics``. The walk reads an entry's open record
 from :attr:`Breakers.store` (no I/O; :func:`turnout.breaker.gate` says what it lets through) and asks this
-module two things: the probe of a half-open entry, and what a try's outcome changes.
+module two things: the probe of a half-open entry, and what a call's outcome on an entry changes (one signal per
+call: the walk reports an entry's failure once, when it leaves the entry).
+
+Every transition is counted for ``/metrics``; the log gets one line per real transition of this process (a breaker
+it opened, reopened or closed, never a repeat of another call's), and at most one per entry and kind of transition
+every :data:`LOG_INTERVAL_S` (the next such line says how many it left out), so a breaker that flaps cannot flood
+the log while its opening and its closing are each still told.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ PROBE_HOLD_S = 30.0
 #: The most entries with a streak kept at once: past it, the oldest streak is forgotten (an entry is a profile and
 #: a model, and an unpinned profile sends the model a caller names, so the entries are not bounded by the config).
 MAX_STREAKS = 4096
+#: The shortest time between two log lines about one entry's breaker (the transitions between are counted).
+LOG_INTERVAL_S = 60.0
 
 
 class Breakers:
@@ -51,6 +59,8 @@ class Breakers:
         self.streaks: dict[str, Streak] = {}
         #: Transitions seen by this process, by (entry, transition).
         self.transitions: Counter[tuple[str, Transition]] = Counter()
+        #: When each entry's breaker was last logged, and the transitions left out of the log since.
+        self._logged: dict[tuple[str, Transition], tuple[float, int]] = {}
 
     @property
     def active(self) -> bool:
@@ -69,7 +79,7 @@ class Breakers:
         return taken
 
     def streak_ends(self, key: str, now: float) -> None:
-        """A healthy answer from the entry ``key`` (not a probe): its failure streak ends."""
+        """A call served by the entry ``key`` (not a probe), answered at ``now``: its run ends."""
         streak = self.streaks.get(key)
         if streak is not None:
             streak.success(now)
@@ -77,17 +87,26 @@ class Breakers:
                 del self.streaks[key]
 
     async def succeeded(self, key: str, now: float, *, probing: bool) -> None:
-        """A healthy answer from the entry ``key``: its streak ends; a probe's success closes the breaker."""
+        """A healthy answer from the entry ``key``: its run ends; a probe's success closes the breaker.
+
+        The closing is counted and logged only when this process saw the breaker open (another call may have closed
+        it first).
+        """
         streak = self.streaks.get(key)
         if streak is not None:
             streak.success(now)
-        if probing or self.store.breaker(key) is not None:
+        was_open = self.store.breaker(key) is not None
+        if probing or was_open:
             await self.store.close_breaker(key)
+        if was_open:
             self.transitions[(key, "closed")] += 1
-            log.warning("circuit breaker of %s closed: the entry answered again", key)
+            self._log(key, "closed", now, "circuit breaker of %s closed: the entry answered again", key)
 
-    async def failed(self, profile: str, key: str, now: float, *, probing: bool) -> None:
-        """A health failure of the entry ``key``: count it; open the breaker, or reopen it after a failed probe."""
+    async def failed(self, profile: str, key: str, now: float, *, probing: bool, reached: float | None = None) -> None:
+        """A call failed on the entry ``key`` (one signal per call; it reached the entry at ``reached``).
+
+        Count it; open the breaker, or reopen it after a failed probe.
+        """
         settings = self.settings(profile)
         if not settings.enabled:
             return
@@ -102,21 +121,41 @@ class Breakers:
         if streak is None:
             if len(self.streaks) >= MAX_STREAKS:
                 del self.streaks[next(iter(self.streaks))]
-            streak = self.streaks[key] = Streak(settings)
-        if streak.failure(now):
-            del self.streaks[key]  # the open breaker takes over; a new streak starts after it closes
+            streak = self.streaks[key] = Streak(settings, since=now)
+        if streak.failure(now, reached):
+            # The open breaker takes over; the entry's window is kept (it closes onto the same record, so a flaky
+            # entry's failure rate still says how long a run must be), only the run starts again.
+            streak.restart()
             interval = settings.open_secs
             await self._open(key, BreakerRecord(opened_at=now, until=now + interval, interval=interval), "opened")
 
     async def _open(self, key: str, record: BreakerRecord, transition: Transition) -> None:
         await self.store.open_breaker(key, record)
         self.transitions[(key, transition)] += 1
-        log.warning(
+        self._log(
+            key,
+            transition,
+            record.opened_at,
             "circuit breaker of %s %s for %.1fs: calls skip the entry until one probe finds it healthy",
             key,
             transition,
             record.interval,
         )
+
+    def _log(self, key: str, transition: Transition, now: float, message: str, *args: object) -> None:
+        """One warning for a transition of ``key``'s breaker, unless one of its kind was logged in the last interval."""
+        kind = (key, transition)
+        last = self._logged.get(kind)
+        if last is not None and now - last[0] < LOG_INTERVAL_S:
+            self._logged[kind] = (last[0], last[1] + 1)
+            return
+        if last is None and len(self._logged) >= MAX_STREAKS:
+            del self._logged[next(iter(self._logged))]
+        self._logged[kind] = (now, 0)
+        if last is not None and last[1]:
+            message += " (%d more like it since the last such line, not logged; see /metrics)"
+            args = (*args, last[1])
+        log.warning(message, *args)
 
     def describe(self, now: float) -> list[dict[str, Any]]:
         """Every breaker that is not closed, for ``/status`` and ``turnout status`` (an entry not listed is closed).

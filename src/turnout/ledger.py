@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS calls (
     outcome TEXT NOT NULL,
     attempts INTEGER NOT NULL,
     cost_usd REAL,
-    caller TEXT
+    caller TEXT,
+    operation TEXT
 );
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -86,7 +87,7 @@ CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
 CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
 """
 #: Columns added after the first release, created in an older ledger file when it is opened.
-_ADDED_COLUMNS = (("calls", "caller", "TEXT"), ("attempts", "usage_note", "TEXT"))
+_ADDED_COLUMNS = (("calls", "caller", "TEXT"), ("attempts", "usage_note", "TEXT"), ("calls", "operation", "TEXT"))
 _ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS calls_caller_ts ON calls (caller, ts);"
 
 
@@ -99,6 +100,8 @@ class CallRecord:
         outcome: ``ok``, or the error's kind (``all_failed``, ``refusal``, ``context_window``, ...).
         accepted_index: Index in ``attempts`` of the attempt whose answer was accepted.
         caller: Who made the call, when known (the gateway records its client key's name; never a key).
+        operation: ``embed`` for an embedding call; None (an empty column) for a chat, a stream or a turn, which
+            ``stream`` tells apart.
     """
 
     call_id: str
@@ -112,6 +115,7 @@ class CallRecord:
     attempts: tuple[Attempt, ...]
     accepted_index: int | None = None
     caller: str | None = None
+    operation: str | None = None
 
 
 _STOP = object()
@@ -646,6 +650,7 @@ def _rows(calls: Sequence[CallRecord]) -> tuple[list[tuple[Any, ...]], list[tupl
                 len(c.attempts),
                 cost,
                 c.caller,
+                c.operation,
             )
         )
         for seq, a in enumerate(c.attempts):
@@ -714,8 +719,8 @@ def _insert(db: sqlite3.Connection, call_rows: list[tuple[Any, ...]], attempt_ro
     with db:
         db.executemany(
             "INSERT OR REPLACE INTO calls (call_id, ts, surface, stream, requested_provider, requested_model, "
-            "served_provider, served_model, fallback, outcome, attempts, cost_usd, caller) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "served_provider, served_model, fallback, outcome, attempts, cost_usd, caller, operation) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             call_rows,
         )
         db.executemany(

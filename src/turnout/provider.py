@@ -14,7 +14,8 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from turnout.errors import StreamingUnsupported
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.errors import StreamingUnsupported, UnsupportedRequest
 from turnout.tools import parse_prompt_guided_calls, prompt_guided_tools
 from turnout.types import (
     Capabilities,
@@ -85,6 +86,19 @@ class Provider(ABC):
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Tools in this provider's wire shape (default: prompt-guided instructions)."""
         return prompt_guided_tools(tools)
+
+    def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
+        """What this provider's embedding endpoint takes for ``model`` (default None: it serves no embeddings)."""
+        return None
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        """Embed one batch (within :meth:`embedding_limits`): one vector per input, in order.
+
+        Raises:
+            UnsupportedRequest: This provider serves no embeddings (the default).
+            ProviderError: The call failed; its ``error_class`` says what the failure means.
+        """
+        raise UnsupportedRequest(f"{type(self).__name__} does not serve embeddings")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and other resources."""

@@ -32,13 +32,14 @@ from turnout.errors import (
     ContextWindowExceeded,
     ErrorClass,
     ProviderError,
+    ResponseTooLarge,
     StreamingUnsupported,
     UnsupportedRequest,
 )
 from turnout.health import Breakers
 from turnout.hedge import Hedging
 from turnout.keys import KeyChoice, KeyPool
-from turnout.policy import Action, Position, decide
+from turnout.policy import Action, Position, Step, decide
 from turnout.pricing import Catalogue, default_catalogue
 from turnout.provider import Provider, flatten
 from turnout.reliable_stream import ReliableStream
@@ -56,6 +57,7 @@ DEFAULT_COOLDOWN_S = 10.0
 _tuple_new = tuple.__new__
 #: A global: reading a member off its enum class costs about 900 instructions on CPython 3.11 (see ``walk.TRY``).
 _CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
+_NEXT_ENTRY_STEP = Step.NEXT_ENTRY
 
 
 def cooldown_seconds(hint: float | None) -> float:
@@ -296,10 +298,10 @@ class ReliableProvider(Provider):
                     await closing
                 return answer
             walk.probing = False
-        resort = walk.last_resort()
-        if resort is not None:  # every entry was open or cooling down: one try on the one unavailable longest
-            entry = self.entries[resort]
-            answer = await self._complete(walk, resort, entry, entry.served_model(model), 1, request, temperature)
+        for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed (SPEC 6.7)
+            entry = self.entries[i]
+            tries = resume.tries if resume is not None and resume.entry == i else self.tries
+            answer = await self._complete(walk, i, entry, entry.served_model(model), tries, request, temperature)
             if answer is not None:
                 return answer
         # The walk lets go of its last failure, whose traceback holds the walk (a cycle for the collector).
@@ -311,7 +313,12 @@ class ReliableProvider(Provider):
         if not any(can_serve(e.capabilities(model), request) for e in self.entries):
             raise UnsupportedRequest(unservable_reason(request))
         last = failure[0] if failure is not None else None
-        raise AllProvidersFailed(aggregate_message(walk.attempts, self.tries), attempts=walk.attempts, last_error=last)
+        raise AllProvidersFailed(
+            aggregate_message(walk.attempts, self.tries),
+            attempts=walk.attempts,
+            last_error=last,
+            retry_at=walk.usable_at(),
+        )
 
     async def _complete(
         self,
@@ -430,8 +437,9 @@ class ReliableProvider(Provider):
         """The stream of the first entry that can stream this request now (SPEC 7.1).
 
         Entries cooling down or behind an open circuit breaker are skipped (and recorded as skipped in ``log``);
-        when every entry that can stream is, the one unavailable longest gets one try. The connection is made
-        when the stream's :meth:`~ReliableStream.batches` are iterated.
+        when every entry that can stream is, the first of them is opened as if closed, with its normal tries (the
+        panic rule; a recovery after it goes on with the others the same way). The connection is made when the
+        stream's :meth:`~ReliableStream.batches` are iterated.
 
         Raises:
             StreamingUnsupported: No entry can stream this request right now.
@@ -447,10 +455,11 @@ class ReliableProvider(Provider):
                     return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
                 hedge = self._hedge_of(entry, served)
                 return ReliableStream(walk, i, entry, served, request, temperature, hedge=hedge, images=images)
-        resort = walk.last_resort()
-        if resort is not None:
-            entry = self.entries[resort]
-            return ReliableStream(walk, resort, entry, entry.served_model(model), request, temperature, tries=1)
+        panic = walk.panic_order()
+        if panic:
+            i = panic[0]
+            entry = self.entries[i]
+            return ReliableStream(walk, i, entry, entry.served_model(model), request, temperature, images=images)
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
 
@@ -572,11 +581,13 @@ class ReliableProvider(Provider):
             larger = walk.larger_entry_remains(index)
         rotates = pool.rotates
         now = self.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`_update` reads its own)
+        replay = True
         if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
             auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
         else:
             auth = is_dead_key_error(exc)
             hint = exc.retry_after if isinstance(exc, ProviderError) else None
+            replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
         action = decide(
             cls,
             _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
@@ -594,10 +605,12 @@ class ReliableProvider(Provider):
                 ),
             ),
             auth_failure=auth,
+            replay=replay,
         )
         kid = choice.key_id
         if (
-            (self.breakers is not None and (action.health or walk.probing))
+            # A health failure counts once per call, when the walk leaves the entry (its retries are one signal).
+            (self.breakers is not None and ((action.health and action.step is _NEXT_ENTRY_STEP) or walk.probing))
             or (action.report_key and kid is not None)
             # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
             or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
@@ -608,16 +621,18 @@ class ReliableProvider(Provider):
     async def _update(
         self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None
     ) -> None:
-        """Apply what :meth:`settle` decided: count the failure towards the breaker, cool down, report the key."""
+        """Apply what :meth:`settle` decided: count the call's failure towards the breaker, cool down, report a key."""
         now = self.clock()
         breakers = self.breakers
-        if breakers is not None and (action.health or walk.probing):
+        unhealthy = action.health and action.step is _NEXT_ENTRY_STEP  # the call's one signal: it leaves the entry
+        if breakers is not None and (unhealthy or walk.probing):
             key = entry.health_key(served)
-            if action.health:
-                await breakers.failed(entry.profile, key, now, probing=walk.probing)
-            else:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable again
+            if unhealthy:
+                await breakers.failed(entry.profile, key, now, probing=walk.probing, reached=walk.reached)
+                walk.probing = False
+            elif not action.health:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable
                 await breakers.succeeded(key, now, probing=True)
-            walk.probing = False
+                walk.probing = False
         pool = entry.keys
         if action.cool_key and kid is not None and (write := self.cool_down(pool.key_cooldown(kid), hint)) is not None:
             await write

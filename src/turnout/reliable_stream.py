@@ -19,7 +19,7 @@ from dataclasses import replace
 from turnout.attribution import Outcome
 from turnout.classify import error_class_of
 from turnout.entry import Entry, Resume
-from turnout.errors import StreamingUnsupported
+from turnout.errors import ResponseTooLarge, StreamingUnsupported
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.report import outcome_of
@@ -120,6 +120,7 @@ class ReliableStream:
         "_hedge",
         "_images",
         "_opened",
+        "_oversized",
         "_record",
         "_request",
         "_stopped",
@@ -159,6 +160,7 @@ class ReliableStream:
         self._verdict: Outcome | None = None  # the turn's verdict, when given before the attempt was recorded
         self._verdict_usage: Usage | None = None  # and the usage it bills
         self._stopped = False  # the policy stopped the walk on this stream's failure (no recovery)
+        self._oversized = False  # the stream failed on its size bound: its entry is not tried again by a recovery
 
     async def batches(self) -> AsyncGenerator[list[StreamEvent], None]:
         """The stream's event batches; its attempts go to the walk's log.
@@ -224,6 +226,7 @@ class ReliableStream:
             raise
         except Exception as exc:
             error = exc
+            self._oversized = isinstance(exc, ResponseTooLarge)
             cls = error_class_of(exc)
             outcome = outcome_of(cls)
             walk = side.walk
@@ -244,6 +247,8 @@ class ReliableStream:
         walk = self._walk
         failure, walk.last_failure = walk.last_failure, None
         self._stopped = walk.stopped
+        if failure is not None:
+            self._oversized = isinstance(failure[0], ResponseTooLarge)
         return failure
 
     async def _open(self, walk: Walk, index: int, entry: Entry, tries: int | None = None) -> _Side | None:
@@ -364,13 +369,15 @@ class ReliableStream:
         stopped on (a refusal the profile does not route, a request too large for every entry) is not
         recovered. Otherwise the recovery skips this entry, unless it is the walk's only one (one recovery
         attempt on it, SPEC 7.3); a semantically empty stream gets one recovery attempt on this entry when
-        retries are allowed.
+        retries are allowed. A stream that failed on its size bound (:class:`~turnout.errors.ResponseTooLarge`) is
+        evidence about its entry: the recovery never asks that entry again (the same oversized answer would be
+        fetched), so with no other entry there is no recovery.
         """
         walk = self._walk
         single = len(walk.owner.entries) == 1
         if not failed:
             tries = 1 if walk.owner.retries > 0 or single else 0
-        elif self._stopped:
+        elif self._stopped or (self._oversized and single):
             return None
         else:
             tries = 1 if single else 0

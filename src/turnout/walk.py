@@ -3,8 +3,9 @@
 A :class:`Walk` is made per call (and per stream): it records every attempt in the call's log, decides which
 entries are tried now (capabilities, cooldowns, circuit breakers, context windows), makes the tries on one
 entry (key choice, failure settled by :func:`turnout.policy.decide` through the walk's provider, backoff), and
-knows the entry to try last when every entry was unavailable. :class:`~turnout.reliable.ReliableProvider`
-runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its stream through one.
+knows the entries to try as if closed when every entry was unavailable (the panic rule).
+:class:`~turnout.reliable.ReliableProvider` runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its
+stream through one.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 MAX_BACKOFF_S = 10.0
 
 T = TypeVar("T")
+#: What one try sends: a chat request, or another kind of request (an embedding batch) its ``call`` knows.
+R = TypeVar("R")
 
 _walk_numbers = itertools.count(1)
 
@@ -115,7 +118,9 @@ class Walk:
         "lost",
         "order",
         "owner",
+        "panic",
         "probing",
+        "reached",
         "requested",
         "stopped",
         "tried",
@@ -144,12 +149,17 @@ class Walk:
         self.tried = False
         #: The current try probes a half-open circuit breaker.
         self.probing = False
+        #: Every entry was unavailable: the walk tries them all as if closed (:meth:`panic_order`).
+        self.panic = False
+        #: When the walk's tries on its current entry began (the call reached it: a breaker's run counts a failed
+        #: call only if it reached the entry after the entry's last answer).
+        self.reached = 0.0
         #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
         self.lost = False
         #: Entries already tried as a hedge (the walk does not try them again).
         self.hedged: set[int] | None = None
         #: ``(since, index, breaker, when)`` of each entry skipped because it was cooling down or its breaker was open
-        #: (``since`` None: a cooldown skip, whose start :meth:`last_resort` looks up).
+        #: (``since`` None: a cooldown skip).
         self.unavailable: list[tuple[float | None, int, bool, float]] | None = None
 
     @property
@@ -202,7 +212,7 @@ class Walk:
         until = store.cooldown_until(entry.profile, now)
         if until is None and entry.keys.rotates:
             until = owner.keys_cooling_until(entry.keys, now)
-        if until is not None:  # its start is looked up only if the walk needs a last resort (it rarely does)
+        if until is not None:
             self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
             return SKIP
         if owner.breakers is not None:
@@ -301,25 +311,52 @@ class Walk:
             self.unavailable = []
         self.unavailable.append((since, i, outcome == "breaker_skip", now))
 
-    def last_resort(self) -> int | None:
-        """The entry to try once when every entry the walk considered was unavailable: the one unavailable longest.
+    def panic_order(self) -> list[int]:
+        """The entries to try as if closed when every entry the walk considered was unavailable (the panic rule).
 
-        None when some entry was tried, or none was skipped for being unavailable. A walk never fails without
-        trying (SPEC 6.7); a breaker's entry tried this way is tried as its probe.
+        Empty when some entry was tried, or none was skipped for being unavailable. Otherwise every entry skipped
+        for a cooldown or an open breaker, in the walk's order, each to be tried with its normal tries: the
+        breakers' learning never costs a call the chain could serve, and a walk never fails without trying
+        (SPEC 6.7). A breaker's entry that serves such a call is closed (:meth:`healthy`).
         """
         if self.tried or not self.unavailable:
+            return []
+        self.panic = True
+        seen: set[int] = set()
+        out = []
+        for _, i, _, _ in self.unavailable:
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+        position = {i: n for n, i in enumerate(self.order)}
+        out.sort(key=lambda i: position.get(i, len(position)))
+        return out
+
+    def usable_at(self) -> float | None:
+        """When the walk failed: the earliest moment one of its entries is usable again, if none is usable now.
+
+        Over the entries the walk tried or skipped as unavailable: the end of a cooldown (the profile's, or the
+        soonest key of a pool whose every live key cools down) or of an open breaker's interval. None when one of
+        them is usable now (nothing to wait for: a retry may be served) or the walk considered none.
+        """
+        owner = self.owner
+        store = owner.store
+        now = owner.clock()
+        considered = {a.entry for a in self.attempts}
+        if not considered:
             return None
-        store, entries = self.owner.store, self.owner.entries
-        ranked = []
-        for since, i, breaker, skipped in self.unavailable:
-            if since is None:  # a cooldown skip: since its profile's cooldown started (none: the skip itself)
-                since = store.cooldown_since(entries[i].profile)
-                if since is None:
-                    since = skipped
-            ranked.append((since, i, breaker))
-        _, index, breaker = min(ranked)
-        self.probing = breaker
-        return index
+        soonest: float | None = None
+        for i in considered:
+            entry = owner.entries[i]
+            until = owner.cooling_until(entry, now)
+            if until is None and owner.breakers is not None:
+                record = store.breaker(entry.health_key(entry.served_model(self.requested)))
+                if record is not None and record.until > now:
+                    until = record.until
+            if until is None:
+                return None
+            soonest = until if soonest is None else min(soonest, until)
+        return soonest
 
     def healthy(self, entry: Entry, served: str) -> Awaitable[None] | None:
         """Entry ``entry`` answered: its failure streak ends, and a probe's success closes its breaker.
@@ -333,6 +370,8 @@ class Walk:
         if self.probing:
             self.probing = False
             return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=True)
+        if self.panic and self.owner.store.breaker(entry.health_key(served)) is not None:
+            return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
             breakers.streak_ends(entry.health_key(served), self.owner.clock())
         return None
@@ -354,8 +393,8 @@ class Walk:
         entry: Entry,
         served: str,
         tries: int,
-        call: Callable[[Provider, ChatRequest, str, float | None], Awaitable[T]],
-        request: ChatRequest,
+        call: Callable[[Provider, R, str, float | None], Awaitable[T]],
+        request: R,
         temperature: float | None,
         *,
         check: Callable[[T], None] | None = None,
@@ -375,6 +414,8 @@ class Walk:
         for t in range(1, tries + 1):
             self.try_number = t
             started = owner.clock()
+            if t == 1:
+                self.reached = started
             choice = entry.keys.pick(started)
             if choice is None:
                 self.record(self._no_key(i, entry, served, stream))
@@ -394,7 +435,7 @@ class Walk:
                 # the most it could generate, since the provider bills what it generated and none of it was seen
                 billed = (
                     None
-                    if self.lost
+                    if self.lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
                     else (opening_usage(request) if stream else unseen_usage(request, entry.max_tokens))
                 )
                 self.record(

@@ -37,10 +37,10 @@ PROD = "anthropic.prod/claude-sonnet-4-5"
 
 
 async def test_status_and_metrics_follow_a_breaker_from_open_to_half_open_to_reopened() -> None:
-    """Two calls open the primary's breaker; /status and /metrics show it open, then half-open, then reopened."""
+    """Three calls open the primary's breaker; /status and /metrics show it open, then half-open, then reopened."""
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["from backup"])
     async with fake_gateway(BASE, fleet) as (server, clock):
-        for _ in range(3):  # 2 + 2 tries (the breaker opens on the third failure), then a skip
+        for _ in range(4):  # three calls of two tries each (one signal per call: the third opens it), then a skip
             assert (await post(server, "/v1/chat/completions", CHAT)).status == 200
         status = (await get(server, "/status")).json()
         opened_at = status["breakers"][0]["opened_at"]
@@ -60,13 +60,13 @@ async def test_status_and_metrics_follow_a_breaker_from_open_to_half_open_to_reo
                 "interval": 5.0,
             }
         ]
-        assert status["recent_attempts"]["by_provider"]["anthropic.prod"] == {"breaker_skip": 1, "retryable": 4}
+        assert status["recent_attempts"]["by_provider"]["anthropic.prod"] == {"breaker_skip": 1, "retryable": 6}
         assert sample(metrics, "turnout_breaker_state", entry=PROD) == 1
         assert sample(metrics, "turnout_breaker_state", entry="openai.backup/gpt-4.1") == 0
         assert sample(metrics, "turnout_breaker_transitions_total", entry=PROD, transition="opened") == 1
         skips = sample(metrics, "turnout_upstream_attempts_total", provider="anthropic.prod", outcome="breaker_skip")
         assert skips == 1
-        assert sample(metrics, "turnout_upstream_latency_seconds_count", provider="anthropic.prod") == 4  # no skip
+        assert sample(metrics, "turnout_upstream_latency_seconds_count", provider="anthropic.prod") == 6  # no skip
 
         clock.now += 3.0
         (half_open,) = (await get(server, "/status")).json()["breakers"]
@@ -80,7 +80,7 @@ async def test_status_and_metrics_follow_a_breaker_from_open_to_half_open_to_reo
     assert sample(metrics, "turnout_breaker_state", entry=PROD) == 1
     for transition, count in (("opened", 1), ("probe", 1), ("reopened", 1)):
         assert sample(metrics, "turnout_breaker_transitions_total", entry=PROD, transition=transition) == count
-    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 5
+    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 7
 
 
 async def test_turnout_status_prints_a_running_gateways_breakers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +88,7 @@ async def test_turnout_status_prints_a_running_gateways_breakers(monkeypatch: py
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["from backup"])
     monkeypatch.setenv("TURNOUT_GATEWAY_KEY", GATEWAY_KEY)
     async with fake_gateway(BASE, fleet) as (server, _clock):
-        for _ in range(2):
+        for _ in range(3):
             assert (await post(server, "/v1/chat/completions", CHAT)).status == 200
         text = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--gateway", server.url])
     assert text.exit_code == 0, text.output
@@ -101,7 +101,7 @@ async def test_a_breaker_of_a_model_a_client_chose_is_labelled_other() -> None:
     fleet = Fleet(openai__open=[err(500)], openai__backup=["from backup"])
     chosen = 'openai.open/evil"model\\name'
     async with fake_gateway(BASE, fleet) as (server, _):
-        for _ in range(2):
+        for _ in range(3):
             assert (await post(server, "/v1/chat/completions", {**CHAT, "model": chosen})).status == 200
         status = (await get(server, "/status")).json()
         metrics = (await get(server, "/metrics")).body.decode()
@@ -118,7 +118,7 @@ PRIMARY, BACKUP = "primary-model", "backup-model"
 
 @pytest.mark.parametrize(
     ("mode", "stream", "probes"),
-    [("status", False, [6.0, 16.0, 36.0]), pytest.param("silence", True, [7.0, 17.0, 37.0], marks=pytest.mark.slow)],
+    [("status", False, [7.0, 17.0, 37.0]), pytest.param("silence", True, [7.0, 17.0, 37.0], marks=pytest.mark.slow)],
     ids=["503-chat", "silent-stream"],
 )
 async def test_the_gateway_skips_an_open_primary_probes_it_once_per_interval_and_returns_to_it(
@@ -126,9 +126,9 @@ async def test_the_gateway_skips_an_open_primary_probes_it_once_per_interval_and
 ) -> None:
     """Through `turnout serve`, a 30 s outage of the primary (503, or silent) is skipped, probed and forgotten.
 
-    A request every second of a fake clock the simulator shares: with one retry a 503 opens the breaker in the
-    second request, a silent primary (first-token timeout) in the third; then only the probes reach it (open 5 s,
-    doubling), and the first probe after the outage serves.
+    A request every second of a fake clock the simulator shares: the third request failing on the primary opens
+    its breaker (a request's retries are one signal), for a 503 as for a silent primary (first-token timeout); then
+    only the probes reach it (open 5 s, doubling), and the first probe after the outage serves.
     """
     clock = FakeClock()
     async with Simulator(clock=clock, sleep=instant) as sim:
@@ -150,7 +150,7 @@ async def test_the_gateway_skips_an_open_primary_probes_it_once_per_interval_and
                     (row,) = (await get(server, "/status")).json()["breakers"]
                     assert (row["entry"], row["state"]) == (f"openai.main/{PRIMARY}", "open")
                 clock.now += 1.0
-    opened = 2 if mode == "status" else 3
+    opened = 3
     back = next(at for at, provider in served if provider == "openai.main")
     assert back == probes[-1] and back - 30 <= 20  # back within the open interval in force when the outage ended
     assert all(n >= 1 for n in hits[:opened])

@@ -67,7 +67,7 @@ async def test_context_window_is_400_in_both_shapes() -> None:
 async def test_all_rate_limited_is_429_with_retry_after_rounded_up() -> None:
     """Every attempt rate limited: 429 with Retry-After = the soonest hint rounded up.
 
-    On the second call both profiles cool down; the walk still tries the one cooling longest once (SPEC 6.7).
+    On the second call both profiles cool down; the walk still tries them all, in order (the panic rule, SPEC 6.7).
     """
     fleet = Fleet(
         anthropic__prod=[err(429, "upstream detail", headers={"retry-after": "2.5"})],
@@ -75,16 +75,54 @@ async def test_all_rate_limited_is_429_with_retry_after_rounded_up() -> None:
     )
     async with served(fleet) as (server, clock):
         first = await post(server, "/v1/chat/completions", CHAT)
-        clock.now += 1.2  # both profiles still cool down: the next call skips both, then tries the first once
+        clock.now += 1.2  # both profiles still cool down: the next call skips both, then tries both
         second = await post(server, "/v1/messages", MESSAGES)
     assert first.status == second.status == 429
     assert first.headers["Retry-After"] == "3"
     assert first.json()["error"]["type"] == "rate_limit_error"
-    assert second.headers["Retry-After"] == "2"  # 2.5 - 1.2 = 1.3 s left on the soonest cooldown
+    assert second.headers["Retry-After"] == "3"  # the first profile's new 2.5 s cooldown is the soonest to end
     assert second.json()["error"]["type"] == "rate_limit_error"
-    assert second.headers["x-turnout-attempts"] == "3"
-    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 2 and len(fleet.calls("openai.backup")) == 1
+    assert second.headers["x-turnout-attempts"] == "4"
+    assert fleet.calls("anthropic.prod") == ["claude-sonnet-4-5"] * 2 and len(fleet.calls("openai.backup")) == 2
     clean(first)
+
+
+async def test_after_breakers_opened_an_all_rate_limited_walk_is_429_with_retry_after() -> None:
+    """Both breakers open, then both entries rate limited: 429 with Retry-After, as on a fresh gateway (not 502)."""
+    outage = [err(503), err(503), err(503)]
+    fleet = Fleet(
+        anthropic__prod=[*outage, err(429, headers={"retry-after": "7"})],
+        openai__backup=[*outage, err(429, headers={"retry-after": "12"})],
+    )
+    async with served(fleet) as (server, _):
+        opening = [(await post(server, "/v1/chat/completions", CHAT)).status for _ in range(3)]
+        assert opening == [502, 502, 503]  # the third failed call on each entry opens both breakers
+        status = (await get(server, "/status")).json()
+        assert len(status["breakers"]) == 2
+        oa = await post(server, "/v1/chat/completions", CHAT)
+        an = await post(server, "/v1/messages", MESSAGES)
+    assert oa.status == an.status == 429
+    assert oa.headers["Retry-After"] == "7" and an.headers["Retry-After"] == "7"
+    assert oa.json()["error"]["type"] == "rate_limit_error" and an.json()["error"]["type"] == "rate_limit_error"
+    assert "circuit_breaker_open" not in oa.headers.get("x-turnout-attempts", "")
+    clean(oa)
+
+
+async def test_a_walk_whose_entries_are_all_behind_open_breakers_is_503_with_retry_after() -> None:
+    """Both breakers open and both entries still failing: 503 with Retry-After until the first breaker's end."""
+    fleet = Fleet(anthropic__prod=[err(503)], openai__backup=[err(503)])
+    async with served(fleet) as (server, clock):
+        opening = [await post(server, "/v1/chat/completions", CHAT) for _ in range(3)]
+        assert [raw.status for raw in opening] == [502, 502, 503]  # the third call opened both breakers
+        assert "Retry-After" not in opening[0].headers and opening[2].headers["Retry-After"] == "5"
+        clock.now += 1.0
+        oa = await post(server, "/v1/chat/completions", CHAT)
+        an = await post(server, "/v1/messages", MESSAGES)
+    assert oa.status == an.status == 503
+    assert oa.headers["Retry-After"] == an.headers["Retry-After"] == "4"  # 5 s open, 1 s of it gone
+    assert oa.json()["error"]["code"] == "providers_unavailable"
+    assert len(fleet.calls("anthropic.prod")) == 5  # the panic rule tried both entries on both calls
+    clean(oa)
 
 
 async def test_rate_limited_without_hint_uses_the_cooldown() -> None:

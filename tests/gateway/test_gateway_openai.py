@@ -203,14 +203,14 @@ async def test_every_upstream_rate_limited_is_429_with_retry_after(sim: Simulato
     async with gateway(toml) as server, sdk(server) as client:
         with pytest.raises(openai.RateLimitError) as first:
             await client.chat.completions.create(model="", messages=MESSAGES)
-        # both profiles now cool down: both are skipped, and the one cooling longest is tried once (SPEC 6.7)
+        # both profiles now cool down: both are skipped, then both tried in order (the panic rule, SPEC 6.7)
         with pytest.raises(openai.RateLimitError) as second:
             await client.chat.completions.create(model="", messages=MESSAGES)
     assert first.value.response.headers["retry-after"] == "3"
     assert first.value.code == "rate_limit_exceeded"
     assert 1 <= int(second.value.response.headers["retry-after"]) <= 3
-    assert second.value.response.headers["x-turnout-attempts"] == "3"
-    assert [e.model for e in sim.log] == ["sim-429-ra3", "sim-429-ra7", "sim-429-ra3"]
+    assert second.value.response.headers["x-turnout-attempts"] == "4"
+    assert [e.model for e in sim.log] == ["sim-429-ra3", "sim-429-ra7", "sim-429-ra3", "sim-429-ra7"]
 
 
 async def test_all_failed_is_502_with_the_aggregate_message(sim: Simulator) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http.cookies import SimpleCookie
@@ -239,11 +240,12 @@ async def test_the_page_shows_an_open_breaker() -> None:
     """An entry whose breaker opened shows until when; the other entries stay healthy."""
     fleet = Fleet(anthropic__prod=[err(503)], openai__backup=["ok"])
     async with served(fleet) as (server, _):
-        for _ in range(2):
-            await _chat(server)  # two calls of two tries: the third failure opens the breaker (5 s)
+        for _ in range(3):
+            await _chat(server)  # three calls failing on the primary (two tries each): the third opens it (5 s)
         text = (await fetch(server, "GET", "/", key=GATEWAY_KEY)).body.decode()
     routes = text[text.index('id="routes"') : text.index('id="attempts"')]
-    assert "breaker open until 13:46:45 UTC (in 5 s)" in routes
+    # opened after three backoffs of the fake clock (jittered: 0.75 to 1.5 s after it started at 13:46:40)
+    assert re.search(r"breaker open until 13:46:4[56] UTC \(in 5 s\)", routes), routes
     assert routes.count("healthy") == 2  # openai.backup in both routes
 
 

@@ -22,14 +22,15 @@ pytestmark = pytest.mark.redis
 
 
 async def test_an_open_breaker_is_seen_by_another_process_on_its_first_call(redis_url: str) -> None:
-    """Process A's three 503s open the primary's breaker; process B, started after, skips it at once."""
+    """Process A's three calls failing on the primary open its breaker; process B, started after, skips it at once."""
     a, b = RedisStore(redis_url, prefix="br1:"), RedisStore(redis_url, prefix="br1:")
     try:
         await a.start()
         primary_a, backup_a = Scripted(err(503)), Scripted("ok")
         walk_a = walk(E("openai.a", "m", [primary_a]), E("anthropic.b", "m", [backup_a]), store=a, breakers=Breakers(a))
         walk_a.clock = time.time  # the record's deadlines are wall-clock, shared with B
-        await walk_a.run(req(), "m", None, DispatchScope())
+        for _ in range(3):  # one signal per call: the third failed call opens it
+            await walk_a.run(req(), "m", None, DispatchScope())
         assert a.breaker("openai.a/m") is not None
         await b.start()  # a new process: the first synchronisation brings the open breaker
         primary_b, backup_b = Scripted("never"), Scripted("ok")

@@ -4,6 +4,9 @@ Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``
 ``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
 ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
 ``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.
+
+Every section validates strictly: a value of the wrong type (a string where a number or a boolean belongs)
+is an error naming its key path, never converted.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # strict: a value of the wrong type is an error, never coerced (``provider_retries = "1"``, ``enabled = 1``),
+    # for every key of every section, also those added later. TOML integers still fill float keys.
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True)
 
     #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
@@ -109,6 +114,13 @@ class Profile(_Section):
     resource: str | None = None
     deployment: str | None = None
     api_version: str | None = None
+    # Google Vertex AI (``region`` defaults to ``global``; ``publisher`` to the model's: Claude → anthropic)
+    project: str | None = Field(default=None, min_length=1, max_length=128)
+    credentials_file: str | None = None
+    publisher: Literal["anthropic", "google"] | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)
@@ -163,20 +175,26 @@ class Breaker(_Section):
     """A circuit breaker's settings: ``[reliability.breaker]``, or a profile's ``breaker`` table (its keys win).
 
     A key left out keeps the value of the level above (the profile's: ``[reliability.breaker]``'s; that one's:
-    the defaults of :class:`turnout.breaker.BreakerSettings`).
+    the defaults of :class:`turnout.breaker.BreakerSettings`). ``min_attempts`` is the former name of
+    ``min_calls`` (the breaker now counts calls, one per call, not tries); ``min_calls`` wins when both are set.
     """
 
     enabled: bool | None = None
     failures: int | None = Field(default=None, ge=1, le=1000)
     window_secs: float | None = Field(default=None, gt=0, le=3600)
+    min_calls: int | None = Field(default=None, ge=1, le=100_000)
     min_attempts: int | None = Field(default=None, ge=1, le=100_000)
     failure_rate: float | None = Field(default=None, gt=0, le=1)
     open_secs: float | None = Field(default=None, gt=0, le=3600)
     max_open_secs: float | None = Field(default=None, gt=0, le=86_400)
 
     def settings(self) -> dict[str, Any]:
-        """The keys this table sets."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The keys this table sets (``min_attempts`` given as ``min_calls``)."""
+        values = {k: v for k, v in self.model_dump().items() if v is not None}
+        former = values.pop("min_attempts", None)
+        if former is not None:
+            values.setdefault("min_calls", former)
+        return values
 
 
 class Hedge(_Section):
@@ -282,6 +300,12 @@ class Gateway(_Section):
     drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
     on_ledger_failure: Literal["closed", "open"] = "closed"
+    #: How long a Responses conversation stays nameable by ``previous_response_id`` (at most 30 days).
+    responses_ttl_secs: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    #: The most input and output items a kept Responses conversation holds.
+    responses_max_items: int = Field(default=1000, gt=0, le=100_000)
+    #: The most bytes (as JSON) a kept Responses conversation holds.
+    responses_max_bytes: int = Field(default=4 * 1024 * 1024, gt=0, le=64 * 1024 * 1024)
     allowed_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("allowed_hosts")
@@ -353,6 +377,35 @@ class Telemetry(_Section):
         return value
 
 
+class Embeddings(_Section):
+    """``[embeddings]``: which model names produce one vector space (see docs/embeddings.md).
+
+    ``spaces`` maps a space's name to the model names that make its vectors, e.g. one model under two vendors'
+    names; a model named nowhere is a space of its own. A name may belong to one space only.
+    """
+
+    spaces: dict[str, list[Annotated[str, Field(min_length=1, max_length=256)]]] = Field(default_factory=dict)
+
+    @field_validator("spaces")
+    @classmethod
+    def _one_space_each(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: dict[str, str] = {}
+        for space, models in value.items():
+            if not space.strip():
+                raise ValueError("a space's name cannot be blank")
+            for model in models:
+                if not model.strip():
+                    raise ValueError(f"space {space!r} lists a blank model name")
+                if model in seen and seen[model] != space:
+                    raise ValueError(f"model {model!r} is listed in two spaces ({seen[model]!r} and {space!r})")
+                seen[model] = space
+        return value
+
+    def space_names(self) -> dict[str, str]:
+        """Each listed model name (without Gemini's ``models/``) → the name of its space."""
+        return {m.removeprefix("models/"): space for space, models in self.spaces.items() for m in models}
+
+
 class Config(_Section):
     """The whole ``turnout.toml``."""
 
@@ -368,7 +421,13 @@ class Config(_Section):
     state: State = Field(default_factory=State)
     pools: dict[str, Pool] = Field(default_factory=dict)
     telemetry: Telemetry = Field(default_factory=Telemetry)
+    embeddings: Embeddings = Field(default_factory=Embeddings)
 
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""
         return {f"{fam}.{alias}": p for fam, aliases in self.providers.models.items() for alias, p in aliases.items()}
+
+
+# Profile names Breaker and Hedge before they are defined; resolving them now makes its ``model_fields`` show the
+# classes, which the key paths of config errors are read from (``turnout.config.loader.key_loc``).
+Profile.model_rebuild(force=True)

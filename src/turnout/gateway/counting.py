@@ -10,13 +10,13 @@ own count is used whenever the served upstream has one.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
 from turnout.errors import ConfigError, InvalidRequest, ProviderError
 from turnout.estimate import estimate_tokens
+from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
     RequestRejected,
@@ -29,13 +29,10 @@ from turnout.gateway.wire import (
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.types import ChatRequest
 
-if TYPE_CHECKING:
-    from turnout.gateway.app import Exchange, Gateway
-
 log = logging.getLogger("turnout.gateway")
 
 
-async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
 
     The body is a Messages request without ``max_tokens``. When the entry that would serve it is an

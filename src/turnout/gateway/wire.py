@@ -195,6 +195,25 @@ def retry_after_seconds(exc: AllProvidersFailed, cooldowns: Mapping[str, float],
     return max(1, math.ceil(hint)) if hint is not None else 1
 
 
+def unavailable_failure(exc: AllProvidersFailed, now: float) -> Failure | None:
+    """The answer for a walk none of whose entries is usable now (each cooling down or behind an open breaker).
+
+    429 when an entry was rate limited (a ``rate_limited`` try or a cooldown skip), else 503; either way with
+    ``Retry-After``: the seconds until the earliest moment an entry is usable (the walk's ``retry_at``), rounded up,
+    at least 1. None when an entry is usable now (the walk's failures are then the providers' answer).
+    """
+    if exc.retry_at is None:
+        return None
+    retry_after = max(1, math.ceil(exc.retry_at - now))
+    if any(a.outcome in _LIMITED for a in exc.attempts):
+        return Failure(
+            status=429, kind="rate_limited", message=str(exc), code="rate_limit_exceeded", retry_after=retry_after
+        )
+    return Failure(
+        status=503, kind="upstream_failed", message=str(exc), code="providers_unavailable", retry_after=retry_after
+    )
+
+
 def all_rate_limited(attempts: Iterable[Attempt]) -> bool:
     """Every attempt was rate limited or skipped for a cooldown (and there was at least one)."""
     outcomes = [a.outcome for a in attempts]
@@ -273,6 +292,9 @@ def failure_for(exc: BaseException, cooldowns: Mapping[str, float], now: float) 
                 provider=client_error.provider,
                 model=client_error.model,
             )
+        unavailable = unavailable_failure(exc, now)
+        if unavailable is not None:
+            return unavailable
         if all_rate_limited(exc.attempts):
             return Failure(
                 status=429,

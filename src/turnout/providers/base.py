@@ -16,12 +16,15 @@ from urllib.parse import quote
 
 import orjson
 from multidict import CIMultiDictProxy
+from yarl import URL
 
 from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
-from turnout.errors import InvalidRequest, ProtocolError, ProviderError, TurnoutError
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, TurnoutError, UnsupportedRequest
 from turnout.headroom import HeadroomWatch
 from turnout.provider import Provider, flatten
+from turnout.providers.embedding import EmbeddingWire
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
@@ -31,22 +34,9 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
 _AUTH_BY_PROTOCOL = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}
 
-_dumps = orjson.dumps
-_loads = orjson.loads
 
-
-def with_native(response: ChatResponse, native: Mapping[str, Any]) -> ChatResponse:
-    """``response`` with its ``native`` field set to ``native``, in place: what ``replace`` gives, without a copy.
-
-    Only for an answer this call has just parsed, which nothing else holds yet: every pass-through answer gets
-    one, and building a second record for it cost about 70 Python bytecodes a call.
-    """
-    _set_field(response, "native", native)
-    return response
-
-
-_set_field = object.__setattr__
-
+#: The bound on an embedding answer: 2,048 vectors of 3,072 numbers are about 130 MB of JSON, beyond a chat's bound.
+EMBEDDING_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 #: Parse failures that mean "the provider sent something malformed", never a crash.
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, orjson.JSONDecodeError)
@@ -77,6 +67,11 @@ class AdapterSettings:
     think: bool | None = None
     num_ctx: int | None = None
     num_predict: int | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
+    project: str | None = None
+    credentials_file: str | None = None
 
     @classmethod
     def from_profile(cls, name: str, profile: Profile) -> AdapterSettings:
@@ -87,6 +82,8 @@ class AdapterSettings:
         if family.vendor == "azure" and not profile.uri:
             deployment = quote(profile.deployment or "", safe="")
             base = f"https://{profile.resource}.openai.azure.com/openai/deployments/{deployment}"
+        if family.protocol == "vertex" and not profile.uri and profile.region not in (None, "global"):
+            base = f"https://{profile.region}-aiplatform.googleapis.com"  # a regional endpoint (global: the default)
         return cls(
             profile=name,
             family=family,
@@ -114,6 +111,10 @@ class AdapterSettings:
             think=profile.think,
             num_ctx=profile.num_ctx,
             num_predict=profile.num_predict,
+            region=profile.region,
+            aws_profile=profile.aws_profile,
+            project=profile.project,
+            credentials_file=profile.credentials_file,
         )
 
 
@@ -235,6 +236,8 @@ class HTTPAdapter(Provider):
     """
 
     protocol: ClassVar[str]
+    #: Whether each request's headers depend on its URL and body (AWS SigV4): :meth:`signed` makes them.
+    signs_requests: bool = False
     default_capabilities: ClassVar[Capabilities] = Capabilities(
         native_tools=True, vision=True, streaming=True, streaming_tool_events=True, structured_output=True
     )
@@ -252,6 +255,7 @@ class HTTPAdapter(Provider):
         self._caps = self._capabilities()
         self._targets: dict[str | None, Target] = {}
         self.headroom: HeadroomWatch | None = None
+        self._embedding = self.embedding_wire()
 
     def with_key(self, api_key: str | None) -> Self:
         """The same adapter bound to another credential."""
@@ -277,9 +281,16 @@ class HTTPAdapter(Provider):
             return {"Authorization": f"Bearer {api_key}"}
         return {style: api_key}
 
+    async def signed(self, url: str | URL, headers: Mapping[str, str], body: bytes) -> Mapping[str, str]:
+        """The headers of one request to ``url`` with ``body``, signed (only when :attr:`signs_requests`)."""
+        return headers
+
     @abstractmethod
-    def url(self, model: str, stream: bool) -> str:
-        """The endpoint for a call (a model that is part of the path is escaped, see :meth:`model_problem`)."""
+    def url(self, model: str, stream: bool) -> str | URL:
+        """The endpoint for a call (a model that is part of the path is escaped, see :meth:`model_problem`).
+
+        A ``yarl.URL`` built with ``encoded=True`` is sent with its escapes as they are (a signed path).
+        """
 
     @classmethod
     def model_problem(cls, model: str) -> str | None:
@@ -305,6 +316,10 @@ class HTTPAdapter(Provider):
     @abstractmethod
     def decoder(self, model: str) -> StreamDecoder:
         """A fresh decoder for one stream."""
+
+    def embedding_wire(self) -> EmbeddingWire | None:
+        """This family's embedding protocol, built from the adapter's settings (None: it serves no embeddings)."""
+        return None
 
     # --- shared -----------------------------------------------------------------------------
 
@@ -392,12 +407,16 @@ class HTTPAdapter(Provider):
         """One non-streaming call."""
         settings = self.settings
         try:
-            body = _dumps(self.build_body(request, model, temperature, False))
+            body = orjson.dumps(self.build_body(request, model, temperature, False))
         except Exception as exc:
             raise self._unbuildable(exc) from exc
+        url = self.url(model, False)
+        headers = self._headers if request.native is None else self.request_headers(request)
+        if self.signs_requests:
+            headers = await self.signed(url, headers, body)
         resp = await self.http.post(
-            self.url(model, False),
-            headers=self._headers if request.native is None else self.request_headers(request),
+            url,
+            headers=headers,
             body=body,
             timeouts=settings.timeouts,
             target=self._targets.get(model) or self.target(model),  # no call once the model's is made
@@ -410,7 +429,7 @@ class HTTPAdapter(Provider):
         if watch is not None and (cooling := watch.seen(resp.headers)) is not None:
             await cooling
         try:
-            data = _loads(resp.body)
+            data = orjson.loads(resp.body)
         except orjson.JSONDecodeError as exc:
             raise ProtocolError("malformed response: invalid JSON", provider=settings.profile, model=model) from exc
         try:
@@ -420,10 +439,12 @@ class HTTPAdapter(Provider):
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
         if request.native is not None and self.passes_through(request):
-            parsed = with_native(parsed, data)
+            parsed = replace(parsed, native=data)
         if parsed.request_id is not None:
             return parsed
-        request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+        request_id = (
+            resp.headers.get("x-request-id") or resp.headers.get("request-id") or resp.headers.get("x-amzn-requestid")
+        )
         return replace(parsed, request_id=request_id) if request_id else parsed
 
     def stream(
@@ -437,18 +458,23 @@ class HTTPAdapter(Provider):
     ) -> AsyncGenerator[list[StreamEvent], None]:
         """One streaming call, as the events each network read completed (see :meth:`stream`)."""
         try:
-            body = _dumps(self.build_body(request, model, temperature, True))
+            body = orjson.dumps(self.build_body(request, model, temperature, True))
         except Exception as exc:
             raise self._unbuildable(exc) from exc
+        url = self.url(model, True)
+        headers = self._headers if request.native is None else self.request_headers(request)
+        if self.signs_requests:
+            headers = await self.signed(url, headers, body)
         decoder = self.decoder(model)
         feed = decoder.feed
         async with self.http.stream(
-            self.url(model, True),
-            headers=self._headers if request.native is None else self.request_headers(request),
+            url,
+            headers=headers,
             body=body,
             timeouts=self.settings.timeouts,
             target=self._targets.get(model) or self.target(model),  # no call once the model's is made
             ssl_context=self._ssl,
+            max_bytes=self.settings.max_response_bytes,
         ) as resp:
             if resp.status >= 400:
                 raw = await resp.read_body(min(self.settings.max_response_bytes, 1024 * 1024))
@@ -472,6 +498,59 @@ class HTTPAdapter(Provider):
                 raise self._malformed_event(exc, model) from exc
             if tail:
                 yield tail
+
+    def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
+        """What this adapter's embedding endpoint takes (None: it serves no embeddings)."""
+        return self._embedding.limits if self._embedding is not None else None
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        """One embedding request (one batch): the request cycle of :meth:`chat` around the family's wire.
+
+        Raises:
+            UnsupportedRequest: The family serves no embeddings.
+            ProviderError: The call failed, or the answer does not hold one vector per input (of the asked size).
+        """
+        wire = self._embedding
+        if wire is None:
+            raise UnsupportedRequest(f"{self.settings.profile} serves no embeddings")
+        settings = self.settings
+        problem = self.model_problem(model)
+        if problem is not None:
+            raise ProviderError(problem, error_class=ErrorClass.NON_RETRYABLE, provider=settings.profile, model=model)
+        count = len(request.inputs)
+        try:
+            body = orjson.dumps(wire.body(request, model))
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
+        resp = await self.http.post(
+            wire.url(model, count),
+            headers=self._headers,
+            body=body,
+            timeouts=settings.timeouts,
+            target=self.target(model),
+            max_bytes=max(settings.max_response_bytes, EMBEDDING_MAX_RESPONSE_BYTES),
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        watch = self.headroom
+        if watch is not None and (cooling := watch.seen(resp.headers)) is not None:
+            await cooling
+        data = loads(resp.body, provider=settings.profile, model=model)
+        try:
+            answer = wire.parse(data, count)
+        except MALFORMED as exc:
+            raise ProtocolError(
+                f"malformed embedding answer: {type(exc).__name__}", provider=settings.profile, model=model
+            ) from exc
+        size = request.dimensions if request.dimensions is not None else len(answer.vectors[0])
+        if any(len(v) != size for v in answer.vectors):
+            raise ProtocolError(
+                "malformed embedding answer: its vectors are not all of the asked size",
+                provider=settings.profile,
+                model=model,
+            )
+        return answer
 
     def _unbuildable(self, exc: Exception) -> InvalidRequest:
         """The caller's error for a request this adapter could not build or encode, whatever raised it.

@@ -3,7 +3,7 @@ r"""Incremental byte-level framing for Server-Sent Events and NDJSON.
 Both parsers take bytes as they arrive (split anywhere, even inside a CRLF pair or a UTF-8 sequence) and
 return complete events. They never re-scan or copy what they already consumed: only the unfinished last
 line is carried over between reads. Lines and events are bounded; exceeding the bound raises
-:class:`~turnout.errors.ProtocolError` so a hostile upstream cannot exhaust memory.
+:class:`~turnout.errors.ResponseTooLarge` (a protocol error) so a hostile upstream cannot exhaust memory.
 
 SSE follows the WHATWG rules: ``\\n``, ``\\r\\n`` and ``\\r`` end lines; a blank line ends an event;
 several ``data:`` lines join with ``\\n``; lines starting with ``:`` are comments; one space after the
@@ -16,7 +16,7 @@ from typing import TypeAlias
 
 import orjson
 
-from turnout.errors import ProtocolError
+from turnout.errors import ResponseTooLarge
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 
@@ -75,13 +75,13 @@ class SSEParser:
             pos = nl + 1
         self._tail = data[pos:]
         if len(self._tail) > self._max:
-            raise ProtocolError(f"stream line longer than {self._max} bytes")
+            raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
         self._settle()
         return out
 
     def _line(self, line: bytes, out: list[SSEEvent]) -> None:
         if len(line) > self._max:  # also when the whole line arrived in one read
-            raise ProtocolError(f"stream line longer than {self._max} bytes")
+            raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
         if not line:
             if self._data:
                 data = self._data
@@ -103,7 +103,7 @@ class SSEParser:
             self._data.append(value)
             self._size += len(value) + 1  # a running total: re-summing every line is quadratic
             if self._size > self._max + 1:
-                raise ProtocolError(f"stream event larger than {self._max} bytes")
+                raise ResponseTooLarge(f"stream event larger than {self._max} bytes")
         elif field == b"event":
             self._event = value.decode("utf-8", "replace")
         elif field in (b"id", b"retry"):
@@ -165,7 +165,7 @@ class NDJSONParser:
                 break
             end = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
             if end - pos > self._max:  # also when the whole line arrived in one read
-                raise ProtocolError(f"stream line longer than {self._max} bytes")
+                raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
             if end > pos:
                 line = data[pos:end]
                 if not line.isspace():
@@ -174,7 +174,7 @@ class NDJSONParser:
         self._tail = data[pos:] if pos < len(data) else b""
         over = len(self._tail) - self._max
         if over > 1 or (over == 1 and self._tail[-1] != 13):  # a CR may be the first half of the CRLF
-            raise ProtocolError(f"stream line longer than {self._max} bytes")
+            raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
         return out
 
     def finish(self) -> bytes:

@@ -20,10 +20,13 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.model_ids import wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, GeminiEmbeddings
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
+from turnout.providers.signatures import SIGNER_KEY, mine, signer_of
 from turnout.streams import collect
 from turnout.tools import gemini_tools
 from turnout.types import (
@@ -38,13 +41,13 @@ from turnout.types import (
     Message,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolCallEvent,
     ToolsPayload,
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
     provider_count,
 )
 
@@ -136,7 +139,7 @@ def gemini_usage(meta: Mapping[str, Any]) -> Usage:
     thoughts, bad_thoughts = provider_count(meta.get("thoughtsTokenCount"))
     return Usage(
         input_tokens=prompt,
-        cached_input_tokens=cached,
+        cached_input_tokens=min(cached, prompt),  # the cached part is inside promptTokenCount: never more than it
         output_tokens=output + thoughts,
         clamped=bad_prompt or bad_cached or bad_output or bad_thoughts,
     )
@@ -182,7 +185,7 @@ class _Assembler:
         else:
             self._candidate(candidates[0], out)
         meta = data.get("usageMetadata")
-        if meta:
+        if meta and isinstance(meta, Mapping):
             usage = gemini_usage(meta)
             if usage != self._usage:
                 self._usage = usage
@@ -207,7 +210,7 @@ class _Assembler:
                 continue
             text = part.get("text")
             if text:
-                out.append(ReasoningDelta(text=text) if part.get("thought") else new_text_delta(text=text))
+                out.append(ReasoningDelta(text=text) if part.get("thought") else TextDelta(text=text))
         if finish:
             self.finish = str(finish)
 
@@ -223,6 +226,7 @@ class _Assembler:
         extra: dict[str, Any] = {}
         if signature:
             extra["thought_signature"] = signature
+            extra[SIGNER_KEY] = signer_of(self._adapter.profile)
         provider_id = call.get("id")
         if provider_id:
             extra["function_call_id"] = str(provider_id)
@@ -336,6 +340,7 @@ class GeminiAdapter(HTTPAdapter):
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
         super().__init__(settings, http, api_key)
         self._paths: dict[str, str] = {}
+        self._signer = signer_of(settings.profile)
 
     @classmethod
     def model_problem(cls, model: str) -> str | None:
@@ -356,6 +361,18 @@ class GeminiAdapter(HTTPAdapter):
         Raises:
             ProviderError: The model name cannot be sent (see :meth:`model_problem`); nothing is sent.
         """
+        return self.model_path(model) + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``:embedContent`` / ``:batchEmbedContents`` on :meth:`model_path`."""
+        return GeminiEmbeddings(self.model_path)
+
+    def model_path(self, model: str) -> str:
+        """``{base}/models/{model}``, the model escaped (kept for a few models).
+
+        Raises:
+            ProviderError: The model name cannot be sent (see :meth:`model_problem`); nothing is sent.
+        """
         path = self._paths.get(model)
         if path is None:
             problem = self.model_problem(model)
@@ -367,11 +384,12 @@ class GeminiAdapter(HTTPAdapter):
                     model=model,
                     error_type="invalid_model",
                 )
-            path = f"{self.settings.base_url}/models/{quote(model.removeprefix('models/'), safe='')}"
+            wire = wire_model("gemini", model.removeprefix("models/"))
+            path = f"{self.settings.base_url}/models/{quote(wire, safe='')}"
             if len(self._paths) >= 64:  # an unpinned profile sees many names; keep only a few
                 self._paths.clear()
             self._paths[model] = path
-        return path + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+        return path
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Gemini ``functionDeclarations``."""
@@ -387,7 +405,7 @@ class GeminiAdapter(HTTPAdapter):
                 if msg.text:
                     system.append(msg.text)
                 continue
-            role, parts = self._turn(msg, calls)
+            role, parts = self._turn(msg, calls, self._signer)
             if not parts:
                 continue
             if turns and turns[-1]["role"] == role:
@@ -428,8 +446,11 @@ class GeminiAdapter(HTTPAdapter):
         return self.with_merged_extras(body)
 
     @staticmethod
-    def _turn(msg: Message, calls: dict[str, ToolCall]) -> tuple[str, list[dict[str, Any]]]:
-        """One message as a (role, parts) turn; ``calls`` maps earlier call ids to their calls."""
+    def _turn(msg: Message, calls: dict[str, ToolCall], signer: str) -> tuple[str, list[dict[str, Any]]]:
+        """One message as a (role, parts) turn; ``calls`` maps earlier call ids to their calls.
+
+        A call's ``thoughtSignature`` goes back only to the family that issued it (``signer``).
+        """
         if msg.role == "tool":
             call = calls.get(msg.tool_call_id or "")
             name = msg.name or (call.name if call else None) or msg.tool_call_id or "tool"
@@ -449,7 +470,7 @@ class GeminiAdapter(HTTPAdapter):
                 if extra.get("function_call_id"):
                     fn["id"] = extra["function_call_id"]
                 part: dict[str, Any] = {"functionCall": fn}
-                if extra.get("thought_signature"):
+                if extra.get("thought_signature") and mine(extra, signer):
                     part["thoughtSignature"] = extra["thought_signature"]
                 parts.append(part)
             return "model", parts

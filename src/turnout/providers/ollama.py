@@ -18,6 +18,7 @@ from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated, TurnoutError
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, OllamaEmbeddings
 from turnout.providers.framing import NDJSONParser
 from turnout.providers.http import HttpClient
 from turnout.streams import collect
@@ -41,7 +42,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
     provider_count,
 )
 
@@ -118,7 +118,7 @@ class _Assembler:
                 out.append(ReasoningDelta(text=str(thinking)))
             content = message.get("content")
             if content:
-                out.append(new_text_delta(text=str(content)))
+                out.append(TextDelta(text=str(content)))
             for call in message.get("tool_calls") or ():
                 out.append(ToolCallEvent(call=self._call(call["function"])))
         else:  # /api/generate
@@ -248,6 +248,10 @@ class OllamaAdapter(HTTPAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``{root}/api/chat`` for both modes."""
         return self._url
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``{root}/api/embed``."""
+        return OllamaEmbeddings(server_root(self.settings.base_url))
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """OpenAI-shaped ``tools``."""

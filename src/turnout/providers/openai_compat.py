@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts, new_error_facts
+from turnout.classify import ErrorFacts
 from turnout.providers.base import body_excerpt
 from turnout.types import (
     FINISH_LENGTH,
@@ -28,7 +28,6 @@ from turnout.types import (
     FINISH_TOOL_CALLS,
     MAX_PROVIDER_COUNT,
     Usage,
-    new_usage,
     provider_count,
 )
 
@@ -58,8 +57,8 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     if details is None and out_details is None and "prompt_cache_hit_tokens" not in raw:
         # No cache or reasoning counts (many compatible servers): nothing below would change the two counts.
         if clamped:
-            return new_usage(input_tokens=prompt, output_tokens=completion, clamped=True)
-        return new_usage(input_tokens=prompt, output_tokens=completion)
+            return Usage(input_tokens=prompt, output_tokens=completion, clamped=True)
+        return Usage(input_tokens=prompt, output_tokens=completion)
     cached = cache_write = reasoning = 0
     counts: list[tuple[int, bool]] = []
     if details is not None and isinstance(details, dict):
@@ -75,7 +74,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
-    return new_usage(
+    return Usage(
         input_tokens=prompt if cached <= prompt else prompt + cached,
         output_tokens=completion,
         cached_input_tokens=cached,
@@ -232,7 +231,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     if status is None and error_code and error_code.isdigit() and 400 <= int(error_code) < 600:
         # OpenRouter in-band errors may carry the upstream HTTP status as an integer code.
         status = int(error_code)
-    return new_error_facts(
+    return ErrorFacts(
         status=status,
         headers=headers,
         error_type=error_type,

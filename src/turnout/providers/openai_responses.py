@@ -27,6 +27,7 @@ from turnout.providers.base import (
     StreamDecoder,
     loads,
 )
+from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
 from turnout.providers.http import HttpClient
 from turnout.tools import prompt_guided_tools
 from turnout.types import (
@@ -39,6 +40,7 @@ from turnout.types import (
     ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     TextPart,
     ToolCall,
     ToolCallEvent,
@@ -46,7 +48,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
     provider_count,
 )
 
@@ -68,16 +69,25 @@ _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 
 
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
-    """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part)."""
+    """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part).
+
+    ``input_tokens_details`` carries ``cached_tokens`` and, from some compatible servers, ``cache_write_tokens``;
+    a server reporting more cached than input tokens counted them apart, so they are added.
+    """
     details = raw.get("input_tokens_details")
-    cached, bad_cached = provider_count(details.get("cached_tokens")) if isinstance(details, Mapping) else (0, False)
-    input_tokens, bad_input = provider_count(raw.get("input_tokens"))
+    cached = written = 0
+    bad_cached = bad_written = False
+    if isinstance(details, Mapping):
+        cached, bad_cached = provider_count(details.get("cached_tokens"))
+        written, bad_written = provider_count(details.get("cache_write_tokens"))
+    prompt, bad_input = provider_count(raw.get("input_tokens"))
     output, bad_output = provider_count(raw.get("output_tokens"))
     return Usage(
-        input_tokens=input_tokens,
+        input_tokens=prompt if cached + written <= prompt else prompt + cached + written,
         output_tokens=output,
         cached_input_tokens=cached,
-        clamped=bad_cached or bad_input or bad_output,
+        cache_write_tokens=written,
+        clamped=bad_cached or bad_written or bad_input or bad_output,
     )
 
 
@@ -153,6 +163,14 @@ class OpenAIResponsesAdapter(HTTPAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``{base_url}/responses`` (Azure: ``{resource}/openai/responses?api-version=...``)."""
         return self._url
+
+    def embedding_wire(self) -> EmbeddingWire | None:
+        """``{base_url}/embeddings``, as the Chat Completions adapter's (None for Azure, whose deployments differ)."""
+        s = self.settings
+        if s.family.vendor == "azure":
+            return None
+        limits = OPENAI_LIMITS if s.family.vendor is None and s.family.name == "openai" else COMPATIBLE_LIMITS
+        return OpenAIEmbeddings(s.base_url, limits=limits)
 
     def convert_tools(self, tools: Sequence[ToolSpec]) -> ToolsPayload:
         """Flat Responses function tools (prompt-guided instructions when native tools are off)."""
@@ -426,7 +444,7 @@ class ResponsesDecoder(SSEEventDecoder):
         if kind == "response.output_text.delta":
             text = _str(obj["delta"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif kind == "response.function_call_arguments.delta":
             call = self._call(obj)
             if call is not None:

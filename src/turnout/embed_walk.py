@@ -1,0 +1,253 @@
+"""The embedding walk: a route's entries of one vector space, each batch walked with the chat walk's own tries.
+
+An embedding call (:func:`embed_through`) asks the route's first entry for its space
+(:func:`turnout.embeddings.space_of`) and keeps only the entries of that space that serve embeddings and take
+the request's parameters (:func:`space_entries`); an entry reaching another model is never tried, whatever the
+fallback order says. The inputs are split to the smallest caps among those entries, and each batch is walked on
+its own: the same order, admission (cooldowns, circuit breakers, the panic rule), tries, backoff, Retry-After,
+key rotation and policy as a chat, through :meth:`turnout.walk.Walk.tries`, so a failed batch is retried (and
+fails over) alone while the batches already answered are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+
+from turnout.attribution import Attempt, DispatchScope, RouteRef, new_attempt
+from turnout.embeddings import (
+    EmbeddingLimits,
+    Embeddings,
+    EmbedRequest,
+    Space,
+    batches,
+    estimated_tokens,
+    space_of,
+)
+from turnout.entry import Entry
+from turnout.errors import AllProvidersFailed, ContextWindowExceeded, UnsupportedRequest
+from turnout.keys import KeyChoice
+from turnout.provider import Provider
+from turnout.reliable import ReliableProvider
+from turnout.report import aggregate_message
+from turnout.types import Usage
+from turnout.walk import SKIP, TRY, Walk
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpaceEntries:
+    """The entries of a route that may serve an embedding request, and the caps its batches keep to.
+
+    Attributes:
+        space: The vector space of the route's first entry at the request's ``dimensions``.
+        entries: The indices of the entries that produce that space and take the request.
+        skipped: ``(index, reason)`` of every other entry (another space, no embeddings, a parameter it lacks).
+        max_inputs: The smallest input cap among :attr:`entries`.
+        max_tokens: The smallest token cap among them (None: none is known).
+    """
+
+    space: Space
+    entries: frozenset[int]
+    skipped: tuple[tuple[int, str], ...]
+    max_inputs: int
+    max_tokens: int | None
+
+
+def space_entries(walk: ReliableProvider, model: str, request: EmbedRequest, spaces: Mapping[str, str]) -> SpaceEntries:
+    """Which entries of ``walk`` may serve ``request`` for ``model`` (see :class:`SpaceEntries`).
+
+    Raises:
+        UnsupportedRequest: The first entry serves no embeddings or does not take a parameter of the request
+            (it is refused before any attempt, never dropped).
+    """
+    entries = walk.entries
+    first = entries[0]
+    first_model = first.served_model(model)
+    limits = _limits(first, first_model)
+    if limits is None:
+        raise UnsupportedRequest(f"{first.profile} serves no embeddings")
+    refusal = limits.refusal(request)
+    if refusal is not None:
+        raise UnsupportedRequest(f"{first.profile} {refusal}")
+    space = space_of(first_model, request.dimensions, spaces)
+    chosen: list[int] = []
+    skipped: list[tuple[int, str]] = []
+    caps: list[EmbeddingLimits] = []
+    for i, entry in enumerate(entries):
+        served = entry.served_model(model)
+        own = _limits(entry, served)
+        if own is None:
+            skipped.append((i, "serves no embeddings"))
+        elif space_of(served, request.dimensions, spaces) != space:
+            skipped.append((i, f"another vector space ({served})"))
+        elif (why := own.refusal(request)) is not None:
+            skipped.append((i, why))
+        else:
+            chosen.append(i)
+            caps.append(own)
+    token_caps = [c.max_tokens for c in caps if c.max_tokens is not None]
+    return SpaceEntries(
+        space=space,
+        entries=frozenset(chosen),
+        skipped=tuple(skipped),
+        max_inputs=min(c.max_inputs for c in caps),
+        max_tokens=min(token_caps) if token_caps else None,
+    )
+
+
+def _limits(entry: Entry, served: str) -> EmbeddingLimits | None:
+    return entry.providers[0].embedding_limits(served)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbedServed:
+    """The answer of an embedding walk: the vectors in input order and who served them.
+
+    Attributes:
+        vectors: One vector per input, in input order.
+        usage: The input tokens of the accepted batches (a batch without reported usage counts its estimate).
+        route: The route that served; with several batches, that of the latest entry that served one.
+        entry: That entry's index.
+        batches: How many batches the inputs were split into.
+    """
+
+    vectors: tuple[list[float], ...]
+    usage: Usage
+    route: RouteRef
+    entry: int
+    batches: int
+
+
+def embedding_cost(owner: ReliableProvider, entry: Entry, served: str, usage: Usage) -> float | None:
+    """What ``usage`` costs on ``entry``: the profile's ``pricing``, else the catalogue's price per input token."""
+    rates = entry.rates if entry.rates is not None else owner.catalogue.embedding_rates(entry.family, served)
+    return rates.cost(usage) if rates is not None else None
+
+
+def _try_embed(
+    provider: Provider, request: EmbedRequest, model: str, temperature: float | None
+) -> Awaitable[Embeddings]:
+    """One embedding try (the ``call`` of :meth:`Walk.tries`; embeddings have no temperature)."""
+    return provider.embed(request, model)
+
+
+async def embed_through(
+    walk: ReliableProvider,
+    request: EmbedRequest,
+    model: str,
+    log: DispatchScope | None,
+    spaces: Mapping[str, str],
+) -> EmbedServed:
+    """Embed ``request`` through ``walk``: split, walk each batch within one vector space, reassemble in order.
+
+    Raises:
+        UnsupportedRequest: The route's first entry cannot take the request (nothing is sent).
+        AllProvidersFailed: A batch failed on every entry of the space (``.attempts`` holds the whole call's).
+        ContextWindowExceeded: An input is too long for every entry of the space.
+    """
+    eligible = space_entries(walk, model, request, spaces)
+    count = len(request.inputs)
+    sizes: Sequence[int] = ()
+    if eligible.max_tokens is not None:
+        sizes = [estimated_tokens(i) for i in request.inputs]
+    ranges = batches(count, sizes, eligible.max_inputs, eligible.max_tokens)
+    vectors: list[list[float]] = []
+    usage = Usage()
+    route: RouteRef | None = None
+    last = -1
+    for r in ranges:
+        part = request if len(ranges) == 1 else _part(request, r)
+        answer, index, served = await _walk_batch(walk, part, model, log, eligible.entries)
+        vectors.extend(answer.vectors)
+        usage = usage + _usage_of(answer, part)
+        if index >= last:
+            last, route = index, served
+    assert route is not None  # there is at least one batch
+    return EmbedServed(vectors=tuple(vectors), usage=usage, route=route, entry=last, batches=len(ranges))
+
+
+def _part(request: EmbedRequest, r: range) -> EmbedRequest:
+    return EmbedRequest(inputs=request.inputs[r.start : r.stop], dimensions=request.dimensions, user=request.user)
+
+
+def _usage_of(answer: Embeddings, request: EmbedRequest) -> Usage:
+    """The batch's usage as reported, else its estimate (an answer is never billed as free)."""
+    if answer.usage is not None:
+        return answer.usage
+    return Usage(input_tokens=sum(estimated_tokens(i) for i in request.inputs))
+
+
+async def _walk_batch(
+    owner: ReliableProvider,
+    request: EmbedRequest,
+    model: str,
+    log: DispatchScope | None,
+    eligible: frozenset[int],
+) -> tuple[Embeddings, int, RouteRef]:
+    """One batch through the entries of its space, in the walk's order; the answer, its entry and route."""
+    walk = Walk(owner, log, model, None)
+    store = owner.store
+    for i in walk.order:
+        if i not in eligible:
+            continue
+        entry = owner.entries[i]
+        served = entry.served_model(model)
+        limits = walk.limits
+        if limits is not None and limits.too_small(entry, served, owner.context_window(entry, served)):
+            continue  # the same model already said the batch is too large
+        admission = TRY if owner.single or store.calm() else walk.availability(i, entry, served, False)
+        if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
+            continue
+        done = await walk.tries(i, entry, served, 1 if walk.probing else owner.tries, _try_embed, request, None)
+        if done is not None:
+            return await _accepted(walk, i, entry, served, request, done)
+        walk.probing = False
+    for i in walk.panic_order():  # every entry of the space was open or cooling down: all tried as if closed
+        entry = owner.entries[i]
+        served = entry.served_model(model)
+        done = await walk.tries(i, entry, served, owner.tries, _try_embed, request, None)
+        if done is not None:
+            return await _accepted(walk, i, entry, served, request, done)
+    failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)
+    attempts: Sequence[Attempt] = log.attempts if log is not None else walk.attempts
+    if walk.limits is not None:  # an input is too long for every entry of the space
+        raise ContextWindowExceeded(limit=walk.limits.limit, attempts=attempts)
+    raise AllProvidersFailed(
+        aggregate_message(attempts, owner.tries),
+        attempts=list(attempts),
+        last_error=failure[0] if failure is not None else None,
+        retry_at=walk.usable_at(),
+    )
+
+
+async def _accepted(
+    walk: Walk,
+    i: int,
+    entry: Entry,
+    served: str,
+    request: EmbedRequest,
+    done: tuple[Embeddings, KeyChoice, float, float],
+) -> tuple[Embeddings, int, RouteRef]:
+    """Entry ``i`` answered the batch: its attempt recorded and priced, its breaker told."""
+    answer, choice, started, t0 = done
+    walk.last_failure = None
+    usage = _usage_of(answer, request)
+    walk.record(
+        new_attempt(
+            provider=entry.profile,
+            model=served,
+            outcome="ok",
+            key_id=choice.key_id,
+            usage=usage,
+            cost_usd=embedding_cost(walk.owner, entry, served, usage),
+            started_at=started,
+            duration_ms=(time.perf_counter() - t0) * 1000.0,
+            entry=i,
+            try_number=walk.try_number,
+        )
+    )
+    closing = walk.healthy(entry, served)
+    if closing is not None:
+        await closing
+    return answer, i, entry.route(served)
