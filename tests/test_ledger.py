@@ -139,9 +139,9 @@ async def test_a_call_and_its_attempts_are_written_field_by_field(ledger: Ledger
     ]
     assert rows(path, "SELECT * FROM attempts ORDER BY seq") == [
         (1, "c-1", 0, 5.0, "anthropic.prod", "claude-sonnet-4-5", "rate_limited", 429, "0a1b2c3d",
-         None, None, None, None, None, 12.5, None, 30.0, 0, 1, 0, "http_429", 0),
+         None, None, None, None, None, 12.5, None, 30.0, 0, 1, 0, "http_429", 0, None),
         (2, "c-1", 1, 6.0, "openai.main", "gpt-4.1", "ok", None, None,
-         100, 20, 60, 10, 0.25, 40.0, 8.0, None, 1, 2, 1, None, 1),
+         100, 20, 60, 10, 0.25, 40.0, 8.0, None, 1, 2, 1, None, 1, None),
     ]  # fmt: skip
 
 
@@ -182,7 +182,7 @@ async def test_nothing_but_content_free_columns_exist(ledger: Ledger, path: Path
     assert attempts == [
         "id", "call_id", "seq", "ts", "provider", "model", "outcome", "status", "key_id", "input_tokens",
         "output_tokens", "cached_input_tokens", "cache_write_tokens", "cost_usd", "duration_ms", "ttft_ms",
-        "retry_after", "entry", "try_number", "stream", "detail", "accepted",
+        "retry_after", "entry", "try_number", "stream", "detail", "accepted", "usage_note",
     ]  # fmt: skip
 
 
@@ -306,18 +306,26 @@ async def test_recording_after_close_starts_a_new_writer(path: Path) -> None:
     assert rows(path, "SELECT call_id FROM calls ORDER BY call_id") == [("after",), ("before",)]
 
 
-async def test_a_failed_write_is_counted_and_the_writer_carries_on(ledger: Ledger, path: Path) -> None:
-    """A batch SQLite refuses is counted in errors; later calls are still written."""
+async def test_a_row_sqlite_refuses_is_kept_sanitised_and_counted(ledger: Ledger, path: Path) -> None:
+    """A batch SQLite refuses is written row by row: the bad row sanitised and counted, the good ones as they are."""
     broken = CallRecord(
         call_id="bad", ts=1.0, surface=None, stream=False, requested=None, served=None,  # type: ignore[arg-type]
         fallback=False, outcome="ok", attempts=(),
     )  # fmt: skip
+    ledger.record(call("before", [attempt("ok")]))
     ledger.record(broken)
+    ledger.record(call("after", [attempt("ok")]))
     await asyncio.wait_for(ledger.flush(), BOUND)
     ledger.record(call("good", [attempt("ok")]))
     await asyncio.wait_for(ledger.flush(), BOUND)
-    assert ledger.errors == 1
-    assert rows(path, "SELECT call_id FROM calls") == [("good",)]
+    assert (ledger.errors, ledger.sanitised) == (1, 1)
+    assert ledger.health.ok
+    assert rows(path, "SELECT call_id, surface FROM calls ORDER BY call_id") == [
+        ("after", "library"),
+        ("bad", "invalid"),
+        ("before", "library"),
+        ("good", "library"),
+    ]
 
 
 # --- files -------------------------------------------------------------------------------------------
@@ -370,15 +378,18 @@ def test_a_ledger_that_cannot_open_its_path_fails_clearly_when_built(tmp_path: P
     assert str(target) in str(info.value)
 
 
-async def test_a_path_lost_after_construction_drops_calls_without_hanging(path: Path) -> None:
-    """If the file cannot be opened when writing starts, calls are counted as errors and flush/close return."""
+async def test_a_path_lost_after_construction_keeps_calls_without_hanging(path: Path) -> None:
+    """If the file cannot be opened when writing starts, failures are counted, calls kept, flush/close return."""
     led = Ledger(path, batch_delay=0)
     _replace_with_directory(path)
     led.record(call("lost", [attempt("ok")]))
-    await asyncio.wait_for(led.flush(), BOUND)
+    assert not await asyncio.wait_for(led.flush(), BOUND)
     led.record(call("lost-too", [attempt("ok")]))
+    assert not await asyncio.wait_for(led.flush(), BOUND)
+    health = led.health
+    assert not health.ok and health.pending == 2 and health.errors >= 2
+    assert health.problem is not None and "unable to open" in health.problem
     await asyncio.wait_for(led.aclose(), BOUND)
-    assert led.errors == 2
 
 
 def _replace_with_directory(path: Path) -> None:

@@ -411,6 +411,7 @@ def ledger(
             "failure_classes": summary.failure_classes,
             "skips": summary.skips,
             "cost_usd": summary.cost_usd,
+            "usage_notes": {note: {"attempts": n, "cost_usd": cost} for note, (n, cost) in summary.usage_notes.items()},
             "routes": [
                 {
                     "provider": r.provider,
@@ -450,6 +451,9 @@ def ledger(
         out.print(shown("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items())))
     if summary.skips:
         out.print(shown("skipped without a call: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items()))))
+    if summary.usage_notes:
+        notes = (f"{k}={n} (${c or 0.0:.6f})" for k, (n, c) in summary.usage_notes.items())
+        out.print(shown("usage not reported by the provider: " + ", ".join(notes)))
     table = FittedTable(
         [
             Column(name="profile", identifies=True),
@@ -552,6 +556,8 @@ def _gateway_status(url: str, as_json: bool) -> None:
         GatewayUnreadable,
         headroom_line,
         hedging_line,
+        key_spend_line,
+        ledger_line,
         pool_lines,
         printable,
         read_status,
@@ -594,6 +600,11 @@ def _gateway_status(url: str, as_json: bool) -> None:
     hedged = hedging_line(hedging) if isinstance(hedging, dict) else None
     if hedged is not None:
         out.print(f"  hedging  {hedged}", markup=False)
+    ledger = body.get("ledger")
+    if isinstance(ledger, dict):
+        out.print(f"  ledger   {ledger_line(ledger)}", markup=False)
+    for row in rows(body, "keys"):
+        out.print(f"  key      {key_spend_line(row)}", markup=False)
 
 
 def _dead_key_line(dead: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ class Entry:
         keys: The profile's key pool, shared by all its entries.
         refusal_fallback: Route a refusal to the next entry instead of returning it.
         context_window: The profile's ``context_window`` override.
+        max_tokens: The profile's ``max_tokens`` (the output bound of a request that sets none).
         rates: The profile's ``pricing`` override.
         pool: The pool the entry's profile stands in for (its members are tried in the pool's order).
     """
@@ -51,6 +52,7 @@ class Entry:
     keys: KeyPool
     refusal_fallback: bool = False
     context_window: int | None = None
+    max_tokens: int | None = None
     rates: Rates | None = None
     pool: PoolOrder | None = None
     #: The family part of :attr:`profile`.

@@ -138,6 +138,7 @@ class Factory:
                     keys=key_pool,
                     refusal_fallback=profile.refusal_fallback,
                     context_window=profile.context_window,
+                    max_tokens=profile.max_tokens,
                     rates=rates_from_pricing(profile.pricing) if profile.pricing is not None else None,
                     pool=pool,
                 )

@@ -1,4 +1,4 @@
-"""The attempt ledger: every attempt of every call, persisted to SQLite, and its summaries.
+"""The attempt ledger: every attempt of every call, persisted to SQLite (its summaries: :mod:`turnout.ledger_summary`).
 
 Writes never block the event loop: records go onto a queue that a background thread drains into SQLite
 in batches. The ledger holds no prompt, response or provider error text, and no keys (keys appear only
@@ -8,6 +8,9 @@ as key ids).
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import os
 import queue
 import sqlite3
 import threading
@@ -17,8 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnout.attribution import SKIPS, Attempt, RouteRef, total_cost
+from turnout.attribution import Attempt, RouteRef, total_cost
 from turnout.errors import ConfigError
+from turnout.ledger_summary import DaySummary as DaySummary
+from turnout.ledger_summary import LedgerSummary as LedgerSummary
+from turnout.ledger_summary import ProfileDay as ProfileDay
+from turnout.ledger_summary import RouteSummary as RouteSummary
+from turnout.ledger_summary import day_summary as day_summary
+from turnout.ledger_summary import now as now
+from turnout.ledger_summary import spend_by_caller as spend_by_caller
+from turnout.ledger_summary import summarize as summarize
+from turnout.types import Usage
+
+log = logging.getLogger("turnout.ledger")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -59,13 +73,21 @@ CREATE TABLE IF NOT EXISTS attempts (
     try_number INTEGER,
     stream INTEGER NOT NULL,
     detail TEXT,
-    accepted INTEGER NOT NULL
+    accepted INTEGER NOT NULL,
+    usage_note TEXT
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    call_id TEXT PRIMARY KEY,
+    caller TEXT NOT NULL,
+    amount REAL NOT NULL,
+    pid INTEGER NOT NULL,
+    expires REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
 CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
 """
 #: Columns added after the first release, created in an older ledger file when it is opened.
-_ADDED_COLUMNS = (("calls", "caller", "TEXT"), ("calls", "operation", "TEXT"))
+_ADDED_COLUMNS = (("calls", "caller", "TEXT"), ("attempts", "usage_note", "TEXT"), ("calls", "operation", "TEXT"))
 _ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS calls_caller_ts ON calls (caller, ts);"
 
 
@@ -97,40 +119,127 @@ class CallRecord:
 
 
 _STOP = object()
+#: How long a reservation holds at most (seconds): a backstop for a process that died on another host.
+RESERVATION_TTL_S = 3600.0
+
+#: How long :meth:`Ledger.flush` and :meth:`Ledger.aclose` wait for the writer at most (seconds).
+FLUSH_TIMEOUT_S = 10.0
+#: How often the writer tries again to write what it could not (seconds).
+RETRY_S = 1.0
+#: The most calls kept in memory for a later write while the file refuses them (beyond: dropped and counted).
+MAX_PENDING = 10_000
+#: The largest integer SQLite stores (a signed 64-bit integer).
+_SQLITE_MAX = 2**63 - 1
+#: The longest text a sanitised row keeps in a column.
+_MAX_TEXT = 256
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerHealth:
+    """Whether the ledger can write now, and what went wrong (``/status``, the status page).
+
+    Attributes:
+        ok: The last write succeeded (or nothing was written yet).
+        problem: What the last failure was (an exception's kind and SQLite's message; never a value), or None.
+        errors: Failed writes so far: each batch or row SQLite refused, each failed open, each call dropped.
+        sanitised: Calls written in a sanitised form (a value SQLite could not store was replaced).
+        pending: Calls waiting to be written again.
+        since: When the current state began (Unix seconds).
+    """
+
+    ok: bool
+    problem: str | None
+    errors: int
+    sanitised: int
+    pending: int
+    since: float
+
+
+class LedgerUnavailable(Exception):
+    """The ledger could not answer a question about what it holds (its writer is failing or gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """A call ended: drop its reservation once the file holds its record (see :meth:`Ledger.release`)."""
+
+    call_id: str
+
+
+@dataclass(slots=True)
+class _Query:
+    """Today's spend per caller, asked of the writer thread (see :meth:`Ledger.spend_since`)."""
+
+    since: float
+    done: threading.Event
+    totals: dict[str, float] | None = None
+    written: dict[str, float] | None = None
 
 
 class Ledger:
     """Persists :class:`CallRecord` values on a background thread.
 
+    The writer never dies and never blocks shutdown: a batch SQLite refuses for any reason is written again
+    row by row, and a row SQLite still refuses is written in a sanitised form (values it cannot store
+    replaced) and counted; calls the file cannot take at all (disk full, read-only, a directory in its place)
+    are kept (up to :data:`MAX_PENDING`) and written again every :data:`RETRY_S`, and the trouble is logged once
+    per change of state. When the file it holds is no longer at the configured path (deleted, moved, rotated),
+    the writer opens the path again. :meth:`flush` and :meth:`aclose` wait at most ``flush_timeout``.
+
+    The ledger also keeps, per caller and UTC day, the cost of the calls it was given and of those it wrote,
+    so that a spend limit counts every call until the file holds it (:meth:`given`, :meth:`spend_since`).
+
     Args:
         path: The SQLite file (created with its directory and tables, when missing, by the constructor).
         batch_delay: Seconds the writer waits after the first record of a batch, so that calls made
             meanwhile are written in the same transaction (fewer commits, less work per call).
+        flush_timeout: The longest :meth:`flush` and :meth:`aclose` wait (seconds).
+        retry_s: How often calls the file refused are written again (seconds).
 
     Attributes:
-        errors: Failed writes: each batch SQLite refused, and each call dropped because the file could not
-            be opened by the writer.
+        errors: Failed writes (see :class:`LedgerHealth`).
+        sanitised: Calls written in a sanitised form.
 
     Raises:
         ConfigError: ``path`` cannot hold the database (``ledger.path``).
     """
 
-    def __init__(self, path: str | Path, *, batch_delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        batch_delay: float = 0.05,
+        flush_timeout: float = FLUSH_TIMEOUT_S,
+        retry_s: float = RETRY_S,
+    ) -> None:
         self.path = Path(path)
         self.batch_delay = batch_delay
+        self.flush_timeout = flush_timeout
+        self.retry_s = retry_s
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors = 0
+        self.sanitised = 0
+        self._pending: list[CallRecord] = []  # refused by the file; written again (writer thread only)
+        self._releases: list[str] = []  # reservations to drop once the calls before them are written (writer only)
+        self._local = threading.local()  # each reserving thread's own connection
+        self._reserving: list[sqlite3.Connection] = []  # all of them (closed by aclose)
+        self._released: dict[str, None] = {}  # released reservations not yet dropped from the file (under _lock)
+        self._problem: str | None = None
+        self._since = time.time()
+        # cost per (caller, UTC day number): given to the ledger, and written to the file (under _lock)
+        self._given: dict[tuple[str, int], float] = {}
+        self._written: dict[tuple[str, int], float] = {}
         try:  # a path that cannot hold the database fails here, not silently in the writer thread
-            self._open().close()
+            self._open()[0].close()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(
                 f"cannot open the ledger file {self.path}: {exc}", path="ledger.path", code="ledger_unavailable"
             ) from exc
 
-    def _open(self) -> sqlite3.Connection:
-        """The database, with its directory and tables created when missing."""
+    def _open(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
+        """The database, with its directory and tables created when missing, and the file's identity."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
         try:
@@ -140,80 +249,376 @@ class Ledger:
             # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last batches,
             # never corrupt the file. The ledger is accounting, not a transaction log.
             db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error:
+            st = os.stat(self.path)
+        except (OSError, sqlite3.Error):
             db.close()
             raise
-        return db
+        return db, (st.st_dev, st.st_ino)
+
+    @property
+    def health(self) -> LedgerHealth:
+        """The writer's state now."""
+        problem = self._problem
+        return LedgerHealth(
+            ok=problem is None,
+            problem=problem,
+            errors=self.errors,
+            sanitised=self.sanitised,
+            pending=len(self._pending),
+            since=self._since,
+        )
 
     def _ensure_thread(self) -> None:
-        if self._thread is None:
+        thread = self._thread
+        if thread is None or not thread.is_alive():
             with self._lock:
-                if self._thread is None:
+                thread = self._thread
+                if thread is None or not thread.is_alive():  # never started, closed, or (a bug) dead: (re)start
                     self._thread = threading.Thread(target=self._run, name="turnout-ledger", daemon=True)
                     self._thread.start()
 
     def record(self, call: CallRecord) -> None:
         """Queue a call for writing (returns at once)."""
+        if call.caller is not None:
+            cost = total_cost(call.attempts)
+            if cost:
+                key = (call.caller, _day_number(call.ts))
+                with self._lock:
+                    self._given[key] = self._given.get(key, 0.0) + cost
         self._ensure_thread()
         self._queue.put(call)
 
+    def given(self, caller: str, since: float) -> float:
+        """The cost of the calls of ``caller`` given to this ledger on the UTC day of ``since`` (written or not)."""
+        key = (caller, _day_number(since))
+        with self._lock:
+            return self._given.get(key, 0.0)
+
+    async def spend_since(self, since: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Cost per caller in the file since ``since``, and what this ledger had written of it when it read.
+
+        The writer thread answers between two batches, so the two agree: a call given to this ledger is in the
+        file exactly when it is counted in the second mapping. What the caller has spent is then the file's
+        total, plus what this ledger was given minus what it had written (:meth:`given`).
+
+        Raises:
+            LedgerUnavailable: The writer cannot read the file now, or did not answer within ``flush_timeout``.
+        """
+        self._ensure_thread()
+        query = _Query(since=since, done=threading.Event())
+        self._queue.put(query)
+        answered = await asyncio.to_thread(query.done.wait, self.flush_timeout)
+        if not answered or query.totals is None or query.written is None:
+            raise LedgerUnavailable(self._problem or "the ledger writer did not answer")
+        return query.totals, query.written
+
     def _run(self) -> None:
+        db: sqlite3.Connection | None = None
+        identity: tuple[int, int] | None = None
+        stop = False
         try:
-            db = self._open()
-        except (OSError, sqlite3.Error):  # the file went away since construction
-            self._discard()
-            return
-        try:
-            while True:
-                item = self._queue.get()
+            while not stop:
+                try:
+                    item = self._queue.get(timeout=self.retry_s if self._pending else None)
+                except queue.Empty:
+                    item = None  # time to write again what the file refused
                 if isinstance(item, CallRecord) and self.batch_delay:
                     time.sleep(self.batch_delay)  # let a busy process's calls gather into one transaction
-                batch = [item]
+                batch = [item] if item is not None else []
                 while True:
                     try:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
                 stop = any(x is _STOP for x in batch)
-                calls = [x for x in batch if isinstance(x, CallRecord)]
                 try:
-                    _write(db, calls)
-                except sqlite3.Error:
+                    db, identity = self._batch(db, identity, batch)
+                except Exception as exc:  # a bug must not stop the writer: note it, carry on
                     self.errors += 1
-                for x in batch:
-                    if isinstance(x, threading.Event):
-                        x.set()
-                if stop:
-                    return
+                    self._trouble(exc)
+                finally:
+                    for x in batch:  # whatever happened, nobody waits on the writer for ever
+                        if isinstance(x, threading.Event):
+                            x.set()
+                        elif isinstance(x, _Query):
+                            x.done.set()
         finally:
-            db.close()
+            if db is not None:
+                db.close()
 
-    def _discard(self) -> None:
-        """Drain the queue without a database: count each call as an error, still answer flush and stop."""
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
+    def _batch(
+        self, db: sqlite3.Connection | None, identity: tuple[int, int] | None, batch: list[Any]
+    ) -> tuple[sqlite3.Connection | None, tuple[int, int] | None]:
+        """Write the calls of one batch (and those waiting), then answer its queries."""
+        calls = [x for x in batch if isinstance(x, CallRecord)]
+        if self._pending:
+            calls, self._pending = self._pending + calls, []
+        self._releases += [x.call_id for x in batch if isinstance(x, _Release)]
+        queries = [x for x in batch if isinstance(x, _Query)]
+        if calls or queries or self._releases:
+            db, identity = self._connection(db, identity)
+        if calls:
+            if db is None:
+                self._keep(calls)
             else:
+                self._write_all(db, calls)
+        if self._releases and db is not None and not self._pending:  # a reservation goes once its record is in
+            try:
+                with db:
+                    db.executemany("DELETE FROM reservations WHERE call_id = ?", [(c,) for c in self._releases])
+                with self._lock:
+                    for c in self._releases:
+                        self._released.pop(c, None)
+                self._releases = []
+            except Exception as exc:
                 self.errors += 1
+                self._trouble(exc)
+        for query in queries:
+            self._answer(db, query)
+        return db, identity
 
-    async def flush(self) -> None:
-        """Wait until everything queued so far is written."""
-        if self._thread is None:
+    # --- reservations shared by the processes writing the file --------------------------------------
+
+    async def reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+        """Reserve ``amount`` for ``call_id`` in the file while ``caller``'s spend and reservations are under ``limit``.
+
+        Spend counts since ``since`` (the UTC day's start). Returns whether it reserved.
+
+        The check and the insert are one SQLite write transaction, so every process writing the file (the workers
+        of a host) shares one limit. The reservation goes when the call's record is written after
+        :meth:`release`; one held by a process that is gone, or older than :data:`RESERVATION_TTL_S`, expires.
+
+        Raises:
+            LedgerUnavailable: The file cannot take the reservation (full, read-only, gone).
+        """
+        try:
+            return await asyncio.to_thread(self._reserve, call_id, caller, amount, limit, since)
+        except (OSError, sqlite3.Error) as exc:
+            raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}") from exc
+
+    def _reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            # closed by aclose, from another thread: each is used by its own thread only until then
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._local.db = db
+            with self._lock:
+                self._reserving.append(db)
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM reservations WHERE expires < ?", (now,))
+            for (pid,) in db.execute("SELECT DISTINCT pid FROM reservations").fetchall():
+                if not _alive(pid):
+                    db.execute("DELETE FROM reservations WHERE pid = ?", (pid,))
+            (spent,) = db.execute(
+                "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE caller = ? AND ts >= ?", (caller, since)
+            ).fetchone()
+            rows = db.execute("SELECT call_id, amount FROM reservations WHERE caller = ?", (caller,)).fetchall()
+            with self._lock:  # this process's ended calls count by their records, written or not, not their rows
+                released = set(self._released)
+                unwritten = self._given.get((caller, _day_number(since)), 0.0)
+                unwritten -= self._written.get((caller, _day_number(since)), 0.0)
+            held = sum(amount for cid, amount in rows if cid not in released)
+            if spent + held + max(unwritten, 0.0) >= limit:
+                db.execute("ROLLBACK")
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO reservations (call_id, caller, amount, pid, expires) VALUES (?,?,?,?,?)",
+                (call_id, caller, amount, os.getpid(), now + RESERVATION_TTL_S),
+            )
+            db.execute("COMMIT")
+            return True
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def release(self, call_id: str) -> None:
+        """The call ``call_id`` ended (its record, if any, is already queued): drop its reservation after it."""
+        with self._lock:
+            self._released[call_id] = None
+        self._ensure_thread()
+        self._queue.put(_Release(call_id))
+
+    def _connection(
+        self, db: sqlite3.Connection | None, identity: tuple[int, int] | None
+    ) -> tuple[sqlite3.Connection | None, tuple[int, int] | None]:
+        """The open database, opened again when the configured path no longer names the file it holds."""
+        if db is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) == identity:
+                    return db, identity
+            except OSError:
+                pass
+            db.close()
+            log.warning(
+                "turnout ledger: %s is no longer the file being written (moved or deleted); reopening", self.path
+            )
+        try:
+            return self._open()
+        except Exception as exc:  # any failure to open: counted, logged once, tried again later
+            self.errors += 1
+            self._trouble(exc)
+            return None, None
+
+    def _write_all(self, db: sqlite3.Connection, calls: list[CallRecord]) -> None:
+        """Write ``calls``: in one transaction, else row by row, sanitising a row SQLite refuses."""
+        try:
+            _write(db, calls)
+        except Exception as exc:
+            self.errors += 1
+            if _file_trouble(exc):  # the file takes nothing now: keep the calls for later
+                self._trouble(exc)
+                self._keep(calls)
+                return
+            self._row_by_row(db, calls)
+        else:
+            self._wrote(calls)
+            self._trouble(None)
+
+    def _row_by_row(self, db: sqlite3.Connection, calls: list[CallRecord]) -> None:
+        for n, c in enumerate(calls):
+            try:
+                _write(db, [c])
+                self._wrote([c])
+                continue
+            except Exception as exc:
+                if _file_trouble(exc):
+                    self.errors += 1
+                    self._trouble(exc)
+                    self._keep(calls[n:])
+                    return
+            try:
+                kept_cost = _write_sanitised(db, c)
+            except Exception as exc:  # not even the sanitised row: the call is lost, loudly
+                self.errors += 1
+                self._trouble(exc)
+                log.error("turnout ledger: a call could not be written even sanitised; it is dropped")
+            else:
+                self.sanitised += 1
+                if kept_cost:  # else its cost stays counted as unwritten: a limit still sees it
+                    self._wrote([c])
+                log.warning("turnout ledger: a call held values SQLite cannot store; written sanitised")
+        self._trouble(None)
+
+    def _keep(self, calls: list[CallRecord]) -> None:
+        """Keep calls the file refused for the next try (the oldest dropped beyond :data:`MAX_PENDING`)."""
+        self._pending = calls
+        if len(calls) > MAX_PENDING:
+            dropped = len(calls) - MAX_PENDING
+            self.errors += dropped
+            self._pending = calls[dropped:]
+            log.error("turnout ledger: %d calls dropped (more than %d waiting to be written)", dropped, MAX_PENDING)
+
+    def _wrote(self, calls: Sequence[CallRecord]) -> None:
+        with self._lock:
+            for c in calls:
+                if c.caller is not None:
+                    cost = total_cost(c.attempts)
+                    if cost:
+                        key = (c.caller, _day_number(c.ts))
+                        self._written[key] = self._written.get(key, 0.0) + cost
+
+    def _trouble(self, exc: BaseException | None) -> None:
+        """Note the writer's state; log once when it changes (never a value of a record)."""
+        problem = None if exc is None else f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}"
+        was = self._problem
+        if (problem is None) == (was is None):
+            if problem is not None:
+                self._problem = problem
             return
+        self._problem, self._since = problem, time.time()
+        if problem is not None:
+            log.error(
+                "turnout ledger: cannot write %s (%s); calls are kept in memory and written again every %.0f s",
+                self.path,
+                problem,
+                self.retry_s,
+            )
+        else:
+            log.warning("turnout ledger: writing %s again", self.path)
+
+    def _answer(self, db: sqlite3.Connection | None, query: _Query) -> None:
+        """Answer a spend query with the file's totals and what this ledger had written (None: unreadable)."""
+        if db is None:
+            return
+        try:
+            totals = _spend_rows(db, query.since)
+        except Exception as exc:
+            self._trouble(exc)
+            return
+        day = _day_number(query.since)
+        written: dict[str, float] = {}
+        with self._lock:
+            for (caller, d), cost in self._written.items():
+                if d >= day:
+                    written[caller] = written.get(caller, 0.0) + cost
+        query.totals, query.written = totals, written
+
+    async def flush(self) -> bool:
+        """Wait until everything queued so far is written, at most ``flush_timeout``; whether it was.
+
+        A call the file refused is not written: it waits for the writer's next try (see :attr:`health`).
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return thread is None
         done = threading.Event()
         self._queue.put(done)
-        await asyncio.to_thread(done.wait)
+        return await asyncio.to_thread(done.wait, self.flush_timeout) and not self._pending
 
     async def aclose(self) -> None:
-        """Write what is queued and stop the writer thread."""
-        if self._thread is None:
+        """Write what is queued and stop the writer thread (waiting at most ``flush_timeout``)."""
+        with self._lock:
+            connections, self._reserving = self._reserving, []
+            self._local = threading.local()
+        for db in connections:
+            db.close()
+        thread = self._thread
+        if thread is None:
             return
-        self._queue.put(_STOP)
-        await asyncio.to_thread(self._thread.join)
+        if thread.is_alive():
+            self._queue.put(_STOP)
+            await asyncio.to_thread(thread.join, self.flush_timeout)
+            if thread.is_alive():
+                log.error("turnout ledger: the writer did not stop within %.0f s; leaving it", self.flush_timeout)
+        if self._pending:
+            log.error(
+                "turnout ledger: %d calls could not be written to %s before closing", len(self._pending), self.path
+            )
         self._thread = None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a reservation of a dead process expires at once)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def _day_number(ts: float) -> int:
+    """The UTC day ``ts`` falls in, as a number (days since 1970-01-01)."""
+    return int(ts // 86400.0)
+
+
+def _file_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file takes nothing now (full, read-only, I/O), rather than that a row is bad."""
+    # IntegrityError, DataError and InterfaceError are DatabaseErrors about one row's values
+    row_errors = sqlite3.IntegrityError | sqlite3.DataError | sqlite3.InterfaceError
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, row_errors)
+
+
+def _spend_rows(db: sqlite3.Connection, since: float) -> dict[str, float]:
+    rows = db.execute(
+        "SELECT caller, SUM(cost_usd) FROM calls WHERE caller IS NOT NULL AND ts >= ? GROUP BY caller", (since,)
+    ).fetchall()
+    return {caller: cost or 0.0 for caller, cost in rows}
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -224,9 +629,8 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.executescript(_ADDED_INDEXES)
 
 
-def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
-    if not calls:
-        return
+def _rows(calls: Sequence[CallRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The ``calls`` and ``attempts`` rows of ``calls``."""
     call_rows = []
     attempt_rows = []
     for c in calls:
@@ -274,8 +678,44 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
                     int(a.stream),
                     a.detail,
                     int(seq == c.accepted_index),
+                    usage_note(u),
                 )
             )
+    return call_rows, attempt_rows
+
+
+def usage_note(usage: Usage | None) -> str | None:
+    """What the ledger notes about a usage: ``estimated`` (Turnout's estimate), ``clamped`` (bounded), or None."""
+    if usage is None:
+        return None
+    if usage.estimated:
+        return "estimated"
+    return "clamped" if usage.clamped else None
+
+
+#: Columns that may not be NULL, by position, in a ``calls`` row and an ``attempts`` row.
+_CALL_REQUIRED = frozenset((0, 1, 2, 3, 8, 9, 10))
+_ATTEMPT_REQUIRED = frozenset((0, 1, 2, 3, 4, 5, 18, 20))
+
+
+def _clean(value: Any, required: bool) -> Any:
+    """A value SQLite stores: integers within 64 bits, finite floats, bounded text; else NULL (or a placeholder)."""
+    if value is None or value.__class__ is bool:
+        out: Any = None if value is None else int(value)
+    elif isinstance(value, int):
+        out = int(value) if -_SQLITE_MAX <= value <= _SQLITE_MAX else None
+    elif isinstance(value, float):
+        out = value if math.isfinite(value) else None
+    elif isinstance(value, str):
+        out = value[:_MAX_TEXT].encode("utf-8", "replace").decode("utf-8")
+    else:
+        out = None
+    if out is None and required:
+        return "invalid" if not isinstance(value, int | float) or isinstance(value, bool) else 0
+    return out
+
+
+def _insert(db: sqlite3.Connection, call_rows: list[tuple[Any, ...]], attempt_rows: list[tuple[Any, ...]]) -> None:
     with db:
         db.executemany(
             "INSERT OR REPLACE INTO calls (call_id, ts, surface, stream, requested_provider, requested_model, "
@@ -286,254 +726,22 @@ def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
         db.executemany(
             "INSERT INTO attempts (call_id, seq, ts, provider, model, outcome, status, key_id, input_tokens, "
             "output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, duration_ms, ttft_ms, retry_after, "
-            "entry, try_number, stream, detail, accepted) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "entry, try_number, stream, detail, accepted, usage_note) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             attempt_rows,
         )
 
 
-# --- summaries (``turnout ledger``) ------------------------------------------------------------
+def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
+    if calls:
+        _insert(db, *_rows(calls))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RouteSummary:
-    """Totals for one profile and model."""
-
-    provider: str
-    model: str
-    attempts: int
-    outcomes: dict[str, int]
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float | None
-    avg_duration_ms: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LedgerSummary:
-    """What ``turnout ledger`` prints.
-
-    Attributes:
-        calls: Calls since the cut-off.
-        failed_calls: Calls that ended without an answer.
-        fallbacks: Calls served by a fallback.
-        attempts: Attempt records, skips included.
-        failure_classes: Failed attempts per outcome, most frequent first (skips are not failures of a provider).
-        skips: Entries skipped without a call, per outcome (``cooldown_skip``, ``breaker_skip``).
-        cost_usd: Total cost, None when no attempt was priced.
-        routes: Totals per profile and model.
-    """
-
-    calls: int
-    failed_calls: int
-    fallbacks: int
-    attempts: int
-    failure_classes: dict[str, int]
-    cost_usd: float | None
-    routes: list[RouteSummary]
-    skips: dict[str, int]
-
-
-def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
-    """Totals per profile and model, failure classes, skips, fallbacks and cost since ``since`` (Unix seconds)."""
-    p = Path(path)
-    if not p.exists():
-        return LedgerSummary(
-            calls=0, failed_calls=0, fallbacks=0, attempts=0, failure_classes={}, cost_usd=None, routes=[], skips={}
-        )
-    db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True)  # as_uri escapes '#', '?' and '%'
-    try:
-        cutoff = since if since is not None else 0.0
-        calls, failed, fallbacks = db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(outcome != 'ok'), 0), COALESCE(SUM(fallback), 0) FROM calls WHERE ts >= ?",
-            (cutoff,),
-        ).fetchone()
-        classes = dict(
-            db.execute(
-                "SELECT outcome, COUNT(*) FROM attempts WHERE ts >= ? AND outcome != 'ok' GROUP BY outcome "
-                "ORDER BY COUNT(*) DESC",
-                (cutoff,),
-            ).fetchall()
-        )
-        rows = db.execute(
-            "SELECT provider, model, outcome, COUNT(*), COALESCE(SUM(input_tokens), 0), "
-            "COALESCE(SUM(output_tokens), 0), SUM(cost_usd), AVG(duration_ms) FROM attempts WHERE ts >= ? "
-            "GROUP BY provider, model, outcome ORDER BY provider, model",
-            (cutoff,),
-        ).fetchall()
-    finally:
-        db.close()
-    routes: dict[tuple[str, str], dict[str, Any]] = {}
-    for provider, model, outcome, n, tin, tout, cost, avg in rows:
-        r = routes.setdefault(
-            (provider, model),
-            {"attempts": 0, "outcomes": {}, "in": 0, "out": 0, "cost": None, "dur": 0.0, "dur_n": 0},
-        )
-        r["attempts"] += n
-        r["outcomes"][outcome] = n
-        r["in"] += tin
-        r["out"] += tout
-        if cost is not None:
-            r["cost"] = (r["cost"] or 0.0) + cost
-        if avg is not None and outcome not in SKIPS:
-            r["dur"] += avg * n
-            r["dur_n"] += n
-    summaries = [
-        RouteSummary(
-            provider=prov,
-            model=model,
-            attempts=r["attempts"],
-            outcomes=r["outcomes"],
-            input_tokens=r["in"],
-            output_tokens=r["out"],
-            cost_usd=r["cost"],
-            avg_duration_ms=(r["dur"] / r["dur_n"]) if r["dur_n"] else None,
-        )
-        for (prov, model), r in routes.items()
-    ]
-    known_costs = [s.cost_usd for s in summaries if s.cost_usd is not None]
-    return LedgerSummary(
-        calls=calls,
-        failed_calls=failed,
-        fallbacks=fallbacks,
-        attempts=sum(s.attempts for s in summaries),
-        failure_classes={k: n for k, n in classes.items() if k not in SKIPS},
-        cost_usd=sum(known_costs) if known_costs else None,
-        routes=summaries,
-        skips={k: n for k, n in classes.items() if k in SKIPS},
-    )
-
-
-def spend_by_caller(path: str | Path, since: float) -> dict[str, float]:
-    """Total cost per caller of the calls since ``since`` (Unix seconds); empty when the file does not exist."""
-    p = Path(path)
-    if not p.exists():
-        return {}
-    db = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
-    try:
-        rows = db.execute(
-            "SELECT caller, SUM(cost_usd) FROM calls WHERE caller IS NOT NULL AND ts >= ? GROUP BY caller", (since,)
-        ).fetchall()
-    except sqlite3.OperationalError:  # no calls table yet, or a file from before callers were recorded
-        return {}
-    finally:
-        db.close()
-    return {caller: cost or 0.0 for caller, cost in rows}
-
-
-def now() -> float:
-    """Wall-clock seconds (the ledger's time base)."""
-    return time.time()
-
-
-# --- the day so far (the gateway's status page) ----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProfileDay:
-    """One profile's day.
-
-    Attributes:
-        profile: ``family.alias``.
-        calls: Calls that asked for it first.
-        fallbacks: Of those, the calls another entry served.
-        attempts: Attempts on it (skips included), whoever asked.
-        cost_usd: The cost of its attempts (None when none was priced).
-    """
-
-    profile: str
-    calls: int
-    fallbacks: int
-    attempts: int
-    cost_usd: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DaySummary:
-    """Calls, fallbacks and cost since a time (the start of the UTC day), per profile and per hour.
-
-    Attributes:
-        since: The start of the period (Unix seconds).
-        profiles: Per profile, most calls first.
-        cost_by_hour: The cost of each hour since ``since`` (24 values; 0 for an hour without priced attempts).
-    """
-
-    since: float
-    profiles: tuple[ProfileDay, ...]
-    cost_by_hour: tuple[float, ...]
-
-    @property
-    def calls(self) -> int:
-        """Every call of the period."""
-        return sum(p.calls for p in self.profiles)
-
-    @property
-    def fallbacks(self) -> int:
-        """Every call of the period that a fallback served."""
-        return sum(p.fallbacks for p in self.profiles)
-
-    @property
-    def cost_usd(self) -> float | None:
-        """The period's cost (None when no attempt was priced)."""
-        costs = [p.cost_usd for p in self.profiles if p.cost_usd is not None]
-        return sum(costs) if costs else None
-
-
-#: The most profiles a day summary lists (the configuration names them; a bound all the same).
-MAX_DAY_PROFILES = 200
-
-
-def day_summary(path: str | Path, since: float, *, timeout: float = 5.0) -> DaySummary:
-    """Calls, fallbacks and cost per profile, and cost per hour, since ``since`` (blocking: run it in a thread).
-
-    Reads the file read-only; a missing file (or one without tables yet) is an empty day.
-
-    Args:
-        path: The ledger file.
-        since: The start of the period (Unix seconds), e.g. 00:00 UTC today.
-        timeout: How long to wait for a writer's lock.
-    """
-    empty = DaySummary(since=since, profiles=(), cost_by_hour=(0.0,) * 24)
-    p = Path(path)
-    if not p.exists():
-        return empty
-    db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True, timeout=timeout)
-    try:
-        calls = db.execute(
-            "SELECT COALESCE(requested_provider, '-'), COUNT(*), COALESCE(SUM(fallback), 0) FROM calls "
-            "WHERE ts >= ? GROUP BY 1 ORDER BY 2 DESC LIMIT ?",
-            (since, MAX_DAY_PROFILES),
-        ).fetchall()
-        attempts = db.execute(
-            "SELECT provider, COUNT(*), SUM(cost_usd) FROM attempts WHERE ts >= ? GROUP BY provider LIMIT ?",
-            (since, MAX_DAY_PROFILES),
-        ).fetchall()
-        hours = db.execute(
-            "SELECT CAST((ts - ?) / 3600 AS INTEGER), SUM(cost_usd) FROM attempts WHERE ts >= ? GROUP BY 1",
-            (since, since),
-        ).fetchall()
-    except sqlite3.OperationalError:  # no tables yet
-        return empty
-    finally:
-        db.close()
-    spent = {provider: (n, cost) for provider, n, cost in attempts}
-    rows = [
-        ProfileDay(
-            profile=profile,
-            calls=n,
-            fallbacks=fallbacks,
-            attempts=spent.get(profile, (0, None))[0],
-            cost_usd=spent.get(profile, (0, None))[1],
-        )
-        for profile, n, fallbacks in calls
-    ]
-    asked = {r.profile for r in rows}
-    rows += [  # profiles that only served others' calls
-        ProfileDay(profile=provider, calls=0, fallbacks=0, attempts=n, cost_usd=cost)
-        for provider, (n, cost) in sorted(spent.items())
-        if provider not in asked
-    ][: max(0, MAX_DAY_PROFILES - len(rows))]
-    by_hour = [0.0] * 24
-    for hour, cost in hours:
-        if cost is not None and 0 <= hour < 24:
-            by_hour[hour] += cost
-    return DaySummary(since=since, profiles=tuple(rows), cost_by_hour=tuple(by_hour))
+def _write_sanitised(db: sqlite3.Connection, call: CallRecord) -> bool:
+    """Write ``call`` with every value SQLite cannot store replaced; whether its cost was kept as it was."""
+    (call_row,), attempt_rows = _rows([call])
+    clean_call = tuple(_clean(v, n in _CALL_REQUIRED) for n, v in enumerate(call_row))
+    clean_attempts = [tuple(_clean(v, n in _ATTEMPT_REQUIRED) for n, v in enumerate(r)) for r in attempt_rows]
+    clean_attempts = [(*r[:-1], r[-1] or "sanitised") for r in clean_attempts]
+    _insert(db, [clean_call], clean_attempts)
+    return bool(clean_call[11] == call_row[11])

@@ -127,6 +127,7 @@ class ReliableStream:
         "_temperature",
         "_tries",
         "_verdict",
+        "_verdict_usage",
         "_walk",
         "entry",
         "route",
@@ -157,6 +158,7 @@ class ReliableStream:
         self._opened = False
         self._record: int | None = None  # index of the open stream's attempt in the walk's records
         self._verdict: Outcome | None = None  # the turn's verdict, when given before the attempt was recorded
+        self._verdict_usage: Usage | None = None  # and the usage it bills
         self._stopped = False  # the policy stopped the walk on this stream's failure (no recovery)
         self._oversized = False  # the stream failed on its size bound: its entry is not tried again by a recovery
 
@@ -232,7 +234,8 @@ class ReliableStream:
             self._stopped = action.step is Step.STOP
             raise
         finally:
-            self._record = side.record(self._verdict or outcome, usage, error)
+            billed = self._verdict_usage
+            self._record = side.record(self._verdict or outcome, billed if billed is not None else usage, error)
             error = None  # the failure goes to the caller; this frame, which its traceback holds, lets go of it
 
     def _take_failure(self) -> tuple[Exception, Action] | None:
@@ -332,13 +335,20 @@ class ReliableStream:
                 walk.attempts.extend(races[1][1].attempts)
 
     def settle(self, outcome: Outcome, usage: Usage | None = None) -> None:
-        """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``."""
+        """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``.
+
+        ``usage`` is what the attempt is billed (None: what it recorded); its cost is priced again from it.
+        """
         walk = self._walk
         if self._record is None:
-            self._verdict = outcome
+            self._verdict, self._verdict_usage = outcome, usage
             return
         old = walk.attempts[self._record]
-        new = replace(old, outcome=outcome, usage=usage if usage is not None else old.usage)
+        if usage is None or usage == old.usage:
+            new = replace(old, outcome=outcome)
+        else:
+            cost = walk.owner.cost(self._entry, old.model, usage)
+            new = replace(old, outcome=outcome, usage=usage, cost_usd=cost)
         walk.attempts[self._record] = new
         log = walk.log
         if log is not None:

@@ -152,18 +152,51 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+#: The largest count a provider may report (2**53: what a JSON number, a double, holds exactly).
+MAX_PROVIDER_COUNT = 2**53
+
+
+def provider_count(value: object) -> tuple[int, bool]:
+    """A count a provider reported (tokens, mostly), bounded where it is parsed: ``(count, clamped)``.
+
+    The one bound every adapter applies to the numbers of a provider's answer, so that no value a provider
+    sends can overflow a record (SQLite's 64-bit integers), a sum or a price. A whole number in
+    ``0..MAX_PROVIDER_COUNT`` is kept as it is; a missing value (``None``) is 0. Anything else is clamped and
+    ``clamped`` is True: a negative number becomes 0, a larger one :data:`MAX_PROVIDER_COUNT`, a finite
+    float its whole part (bounded the same way), and NaN, an infinity, a boolean or a non-number 0. The
+    caller marks what it builds from a clamped count (:attr:`Usage.clamped`).
+    """
+    if type(value) is int:
+        if 0 <= value <= MAX_PROVIDER_COUNT:
+            return value, False
+        return (0 if value < 0 else MAX_PROVIDER_COUNT), True
+    if value is None:
+        return 0, False
+    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        return min(max(int(value), 0), MAX_PROVIDER_COUNT), True
+    if isinstance(value, int) and not isinstance(value, bool):  # an int subclass
+        return min(max(int(value), 0), MAX_PROVIDER_COUNT), True
+    return 0, True
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
 
     ``input_tokens`` is the whole prompt, cached part included; ``cached_input_tokens`` is the part
     read from the provider's prompt cache and ``cache_write_tokens`` the part written to it.
+
+    ``clamped`` says a count the provider reported was out of range or not a whole number and was bounded
+    by :func:`provider_count`; ``estimated`` says the counts are Turnout's estimate, not the provider's (an
+    abandoned stream that ended before its usage arrived).
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
+    clamped: bool = False
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -171,6 +204,8 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            clamped=self.clamped or other.clamped,
+            estimated=self.estimated or other.estimated,
         )
 
     @property

@@ -28,6 +28,7 @@ from turnout.errors import (
     ProviderError,
     RefusalError,
 )
+from turnout.estimate import opening_usage, unseen_usage
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.provider import Provider, chat_using_tools
@@ -430,6 +431,13 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
+                # an abandoned call is billed (estimated): a stream not yet open for its input, a whole call for
+                # the most it could generate, since the provider bills what it generated and none of it was seen
+                billed = (
+                    None
+                    if self.lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
+                    else (opening_usage(request) if stream else unseen_usage(request, entry.max_tokens))
+                )
                 self.record(
                     owner.attempt(
                         entry,
@@ -441,6 +449,7 @@ class Walk:
                         started=started,
                         elapsed=elapsed,
                         stream=stream,
+                        usage=billed,
                     )
                 )
                 raise

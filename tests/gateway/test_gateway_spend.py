@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 from fakes import call_record
-from turnout.attribution import Attempt
 from turnout.gateway.spend import SpendBook, day_start, seconds_to_midnight
 from turnout.ledger import SCHEMA, CallRecord, Ledger, spend_by_caller
 
@@ -26,7 +25,7 @@ def test_day_boundaries_are_utc_midnights() -> None:
 
 
 async def test_totals_come_from_the_ledger_per_caller_and_day(tmp_path: Path) -> None:
-    """Only today's calls of each caller count; this process's calls are added until the next refresh."""
+    """Only today's calls of each caller count; a call given to the ledger counts once, written or not."""
     now = 20000 * DAY + 7200.0
     ledger = Ledger(tmp_path / "l.sqlite3", batch_delay=0)
     ledger.record(record("yesterday", now - DAY, "team", 5.0))
@@ -36,8 +35,10 @@ async def test_totals_come_from_the_ledger_per_caller_and_day(tmp_path: Path) ->
     book = SpendBook(ledger, clock=lambda: now)
     await book.refresh()
     assert book.spent("team") == 1.25 and book.spent("ops") == 0.5 and book.spent("new") == 0.0
-    book.add("team", [Attempt(provider="p", model="m", outcome="ok", cost_usd=0.25)])
-    assert book.spent("team") == 1.5
+    ledger.record(record("more", now - 30, "team", 0.25))
+    assert book.spent("team") == 1.5  # given to the ledger, not yet in the file read: counted once
+    await book.refresh()
+    assert book.spent("team") == 1.5  # now in the file: still counted once
     await ledger.aclose()
 
 

@@ -34,6 +34,7 @@ from turnout.providers.gemini import GeminiAdapter
 from turnout.providers.signatures import SIGNER_KEY
 from turnout.streams import acollect, collect
 from turnout.types import (
+    MAX_PROVIDER_COUNT,
     ChatRequest,
     ChatResponse,
     Final,
@@ -879,14 +880,17 @@ def test_capabilities_and_tool_conversion() -> None:
 @pytest.mark.parametrize(
     ("meta", "expected"),
     [
-        ({"promptTokenCount": "12", "cachedContentTokenCount": True, "candidatesTokenCount": -3}, Usage()),
+        ({"promptTokenCount": "12", "cachedContentTokenCount": True, "candidatesTokenCount": -3}, Usage(clamped=True)),
         ({"promptTokenCount": 10, "cachedContentTokenCount": 40, "candidatesTokenCount": 2}, None),
-        ({"promptTokenCount": 1.5e300, "candidatesTokenCount": 2}, Usage(output_tokens=2)),
+        (
+            {"promptTokenCount": 1.5e300, "candidatesTokenCount": 2},
+            Usage(input_tokens=MAX_PROVIDER_COUNT, output_tokens=2, clamped=True),
+        ),
     ],
     ids=["garbage", "cached-beyond-prompt", "float"],
 )
 def test_malformed_usage_counts_are_bounded_where_parsed(meta: dict[str, Any], expected: Usage | None) -> None:
-    """Non-integer, negative or boolean counts are 0, and cached input never exceeds the prompt it is part of."""
+    """Non-integer, negative or boolean counts are clamped and marked; cached input never exceeds the prompt."""
     resp = collect(decode([sse(chunk([{"text": "Hi."}], "STOP", meta))]))
     if expected is None:
         expected = Usage(input_tokens=10, cached_input_tokens=10, output_tokens=2)

@@ -236,7 +236,7 @@ def test_groq_usage_only_in_x_groq() -> None:
             },
             Usage(input_tokens=100, output_tokens=10, cached_input_tokens=20, cache_write_tokens=60),
         ),
-        ({"prompt_tokens": None, "completion_tokens": "x", "prompt_tokens_details": None}, Usage()),
+        ({"prompt_tokens": None, "completion_tokens": "x", "prompt_tokens_details": None}, Usage(clamped=True)),
     ],
     ids=["openai", "openai-reasoning", "deepseek", "xai", "cached-apart", "cache-write", "garbage"],
 )

@@ -803,7 +803,10 @@ async def test_stream_and_non_stream_agree(server: RecordingServer, http: HttpCl
             {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 1},
             Usage(input_tokens=45, cached_input_tokens=40, output_tokens=1),
         ),
-        ({"input_tokens": -4, "input_tokens_details": {"cached_tokens": "9"}, "output_tokens": True}, Usage()),
+        (
+            {"input_tokens": -4, "input_tokens_details": {"cached_tokens": "9"}, "output_tokens": True},
+            Usage(clamped=True),
+        ),
     ],
     ids=["openai", "cache-write", "cached-apart", "garbage"],
 )

@@ -275,7 +275,10 @@ class GatewayKey(_Section):
     key: SecretValue
     models: list[str] | None = None
     sender: str | None = None
-    daily_limit_usd: float | None = Field(default=None, gt=0)
+    daily_limit_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_call_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
 
 
 class Gateway(_Section):
@@ -296,6 +299,7 @@ class Gateway(_Section):
     max_connections: int = Field(default=1024, ge=2)
     drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
+    on_ledger_failure: Literal["closed", "open"] = "closed"
     #: How long a Responses conversation stays nameable by ``previous_response_id`` (at most 30 days).
     responses_ttl_secs: float = Field(default=3600.0, gt=0, le=30 * 86400)
     #: The most input and output items a kept Responses conversation holds.

@@ -15,7 +15,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
-from turnout.gateway.counting import estimate_tokens
+from turnout.estimate import estimate_tokens
 from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
 from turnout.gateway.surface import ChatCall
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
@@ -245,6 +245,7 @@ _ERROR_TYPES: dict[str, str] = {
     "upstream_failed": "api_error",
     "upstream_interrupted": "api_error",
     "shutting_down": "overloaded_error",
+    "unavailable": "api_error",
     "internal": "api_error",
 }
 

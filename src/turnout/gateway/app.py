@@ -51,7 +51,8 @@ from turnout.gateway.policy import (
 )
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.session import Revocations, Sessions
-from turnout.gateway.spend import SpendBook
+from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
+from turnout.gateway.spend import SpendBook, keys_status, ledger_status
 from turnout.gateway.status import RecentAttempts, status_payload
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
@@ -67,6 +68,7 @@ from turnout.gateway.wire import (
     header_value,
 )
 from turnout.gateway.workers import Peers, Totals, merge
+from turnout.ledger import LedgerUnavailable
 from turnout.pools import pool_loads
 from turnout.pricing import profile_rates
 from turnout.reply import Reply
@@ -128,17 +130,21 @@ class Gateway:
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
         ledger = client.ledger
-        self.spend = SpendBook(ledger) if ledger is not None else None
+        shared = None
+        if ledger is not None and config.state.backend == "redis" and config.state.url:
+            shared = SharedSpend(config.state.url, prefix=config.state.key_prefix, ledger_path=ledger.path)
+        self.spend = SpendBook(ledger, shared=shared) if ledger is not None else None
         self.policy = Policy(config, self.spend)
         plain = keys if keys is not None else gateway_keys(config)
         callers = self.policy.callers(plain, named_keys(config))
-        limited = next((c.name for _, c in callers if c.daily_limit_usd is not None), None)
-        if limited is not None and self.spend is None:
-            raise ConfigError(
-                "a daily limit is enforced from the ledger, and this gateway's client keeps none",
-                path=f"gateway.keys.{limited}.daily_limit_usd",
-                code="ledger_required",
-            )
+        for _, c in callers:  # limits are enforced from the ledger
+            field = next((f for f in ("daily_limit_usd", "rpm", "tpm") if getattr(c, f) is not None), None)
+            if field is not None and self.spend is None:
+                raise ConfigError(
+                    f"{field} is enforced from the ledger, and this gateway's client keeps none",
+                    path=f"gateway.keys.{c.name}.{field}",
+                    code="ledger_required",
+                )
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
         self.metrics = Metrics(
             labelled=self.policy.served_models(),
@@ -183,6 +189,7 @@ class Gateway:
             sessions=Sessions(session_secret, revocations=revocations),
             started=self.started,
             count_login=lambda outcome: self.metrics.logins.add((outcome,), 1),
+            money=self.money,
         )
         self.app = self._application()
 
@@ -212,8 +219,14 @@ class Gateway:
     async def _on_startup(self, app: web.Application) -> None:
         self._lines = direct_sink()
         await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
-        if self.spend is not None and any(c.daily_limit_usd is not None for c in self.auth.callers()):
+        if self.spend is not None and any(c.limited for c in self.auth.callers()):
             await self.spend.refresh()  # today's spend so far, before the first request is admitted
+            try:
+                await self.spend.reconcile()  # with Redis: this host's ledger raises its shared total
+            except (SharedUnavailable, LedgerUnavailable):
+                log.error("turnout gateway: cannot reconcile today's spend with Redis at start-up; will retry")
+                if self.spend.shared is not None:
+                    self.spend.shared.stale = True
         self._warm_up()
         if self.peers is not None:
             self.peers.start(self.totals)
@@ -379,14 +392,33 @@ class Gateway:
             draining=self.draining,
             started=self.started,
             now=self.client.factory.clock(),
+            money=self.money(),
         )
         return web.Response(body=body, content_type=JSON)
 
     async def _metrics(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        body = self.metrics.render(await self.view())
+        body = self.metrics.render(await self.view(), key_spend=self.key_spend())
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     # --- what the gateway knows -----------------------------------------------------------------
+
+    def money(self) -> dict[str, Any]:
+        """``/status``'s ``ledger`` (its health) and ``keys`` (each limited key's spend, reservations and limits).
+
+        Every worker reads the same ledger file, so this process's view is the whole host's; the ledger's health is
+        this process's writer's.
+        """
+        limits = [(c.name, c.daily_limit_usd, c.max_call_usd) for c in self.auth.callers() if c.limited]
+        return {
+            "ledger": ledger_status(self.client.ledger, self.spend, fail_closed=self.policy.fail_closed),
+            "keys": keys_status(self.spend, limits),
+        }
+
+    def key_spend(self) -> dict[str, float]:
+        """Each limited key's spend today (``turnout_key_spend_usd``)."""
+        if self.spend is None:
+            return {}
+        return {c.name: self.spend.spent(c.name) for c in self.auth.callers() if c.daily_limit_usd is not None}
 
     def totals(self) -> Totals:
         """This process's totals now: its metrics, recent attempts, requests in flight and upstream state."""
@@ -394,7 +426,12 @@ class Gateway:
         now = factory.clock()
         store = factory.store
         self._fold()
-        counters, histograms = self.metrics.export()
+        metrics = self.metrics
+        if self.client.ledger is not None:
+            metrics.ledger_errors.totals[()] = float(self.client.ledger.errors)
+        for labels, n in self.policy.rejections.items():
+            metrics.rejections.totals[labels] = float(n)
+        counters, histograms = metrics.export()
         return Totals(
             worker=self.worker,
             at=now,
@@ -477,11 +514,10 @@ class Gateway:
         ex.ended = now = time.time()
         attempts = ex.attempts
         caller = ex.caller
-        if attempts is not None:
-            if attempts.__class__ is not tuple:  # a stream's list, which may still grow: what it holds now
-                ex.attempts = attempts = tuple(attempts)
-            if self.spend is not None and caller is not None and caller.daily_limit_usd is not None:
-                self.spend.add(caller.name, attempts)
+        if ex.hold is not None and self.spend is not None:  # the call ended: its record counts from here
+            self.spend.release(ex.hold, *_spent(attempts))
+        if attempts is not None and attempts.__class__ is not tuple:  # a stream's list, which may still grow
+            ex.attempts = attempts = tuple(attempts)  # what it holds now
         done = self._done
         done.append(ex)
         if len(done) >= FOLD_EVERY:
@@ -551,6 +587,15 @@ class Gateway:
             task.cancel()
         if running:
             await asyncio.wait(running, timeout=within)
+
+
+def _spent(attempts: Sequence[Attempt] | None) -> tuple[float, int]:
+    """What a call's attempts cost and how many tokens they used."""
+    if not attempts:
+        return 0.0, 0
+    cost = sum(a.cost_usd for a in attempts if a.cost_usd is not None)
+    tokens = sum(a.usage.total_tokens for a in attempts if a.usage is not None)
+    return cost, tokens
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:

@@ -22,10 +22,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.policy import Admitted
 from turnout.gateway.responses_stream import ResponsesStreamEncoder
+from turnout.gateway.spend import Hold, worst_case
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
     CLIENT_CLOSED,
@@ -50,6 +51,8 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
+        if ex.caller.limited:
+            ex.hold = await _reserve(gw, admitted, call, ex)
         if call.kept is not None and call.kept.previous_id is not None:
             call = await gw.conversations.resume(call, ex.caller.name)
     except RequestRejected as exc:
@@ -70,6 +73,17 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
     if call.kept is not None and call.kept.store:
         return await _complete_kept(gw, surface, request, call, reply, ex)
     return _complete(gw, surface, request, call, reply, ex)
+
+
+async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -> Hold | None:
+    """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``)."""
+    assert ex.caller is not None
+    try:
+        target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
+    except ConfigError:  # the call fails to route the same way, spending nothing
+        return None
+    amount = worst_case(target, call.messages, call.tools, call.max_tokens)
+    return await gw.policy.reserve(ex.caller, amount, ex.request_id)
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:

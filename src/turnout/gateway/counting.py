@@ -1,7 +1,8 @@
 """Token counts the gateway gives before (or without) an upstream's own count: a documented estimate.
 
-About four characters of text per token, plus a few tokens per message: close enough for a client that
-budgets its context (Claude Code, the Anthropic SDK's ``count_tokens``), never used for billing. Wherever
+The estimate (:func:`turnout.estimate.estimate_tokens`: about four characters of text per token, plus a few
+tokens per message) is close enough for a client that budgets its context (Claude Code, the Anthropic SDK's
+``count_tokens``). Wherever
 the gateway answers with this estimate it says so (``x-turnout-token-count: estimate``); the upstream's
 own count is used whenever the served upstream has one.
 """
@@ -9,12 +10,12 @@ own count is used whenever the served upstream has one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import orjson
 from aiohttp import web
 
 from turnout.errors import ConfigError, InvalidRequest, ProviderError
+from turnout.estimate import estimate_tokens
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
@@ -26,25 +27,9 @@ from turnout.gateway.wire import (
     read_body,
 )
 from turnout.providers.anthropic import AnthropicAdapter
-from turnout.types import ChatRequest, Message, ToolSpec
+from turnout.types import ChatRequest
 
 log = logging.getLogger("turnout.gateway")
-
-CHARS_PER_TOKEN = 4
-TOKENS_PER_MESSAGE = 4
-
-
-def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
-    """An estimate of the input tokens of a prompt (at least 1)."""
-    chars = 0
-    for m in messages:
-        chars += len(m.text)
-        for call in m.tool_calls:
-            chars += len(call.name) + len(call.arguments)
-        chars += 85 * 4 * len(m.images)  # an image costs about as much as 85 tokens at the least
-    for t in tools:
-        chars += len(t.name) + len(t.description) + len(orjson.dumps(dict(t.parameters)))
-    return max(1, -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages))
 
 
 async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:

@@ -17,6 +17,7 @@ from turnout.client import Client
 from turnout.gateway.conversations import Conversations
 from turnout.gateway.edges import Edges
 from turnout.gateway.policy import Caller, Policy
+from turnout.gateway.spend import Hold
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
@@ -32,6 +33,7 @@ class Exchange:
         "closed_by",
         "ended",
         "fallback",
+        "hold",
         "interrupted",
         "model",
         "provider",
@@ -60,6 +62,8 @@ class Exchange:
         self.fallback: tuple[str, str] | None = None
         self.call_id: str | None = None
         self.interrupted = False
+        #: The call's spend reservation (a limited key's), released when the request ends.
+        self.hold: Hold | None = None
         #: Who ended the request early: ``client`` (it went away) or ``server`` (the drain's deadline cut it).
         self.closed_by: str | None = None
         #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).

@@ -239,6 +239,14 @@ class Metrics:
             ("surface",),
             _OVERHEAD_BUCKETS,
         )
+        self.ledger_errors = _Counter(
+            "turnout_ledger_errors", "Failed ledger writes: batches or rows refused, failed opens, calls dropped.", ()
+        )
+        self.rejections = _Counter(
+            "turnout_key_rejections",
+            "Calls of a limited client key refused: daily_limit, reservation, max_call, ledger_unavailable, rpm, tpm.",
+            ("key", "reason"),
+        )
         pm = ("provider", "model")
         self.input_tokens = _Counter("turnout_input_tokens", "Input tokens of answered attempts.", pm)
         self.cached_tokens = _Counter(
@@ -274,6 +282,8 @@ class Metrics:
             self.retries,
             self.logins,
             self.refusals,
+            self.ledger_errors,
+            self.rejections,
             self.input_tokens,
             self.cached_tokens,
             self.cache_writes,
@@ -281,6 +291,7 @@ class Metrics:
         )
         self.histograms = (self.duration, self.latency, self.ttft, self.overhead)
         self._view = Totals(worker="", at=0.0)  # what the next scrape formats: set by render
+        self._spend: Mapping[str, float] = {}  # each limited key's spend today: set by render
         self.registry.register(_Collector(self))
 
     def _model(self, provider: str, model: str) -> str:
@@ -415,12 +426,15 @@ class Metrics:
         profile, model = split_entry_key(key)
         return key if (profile, model) in self._labelled else entry_key(profile, "other")
 
-    def render(self, totals: Totals | None = None) -> bytes:
+    def render(self, totals: Totals | None = None, key_spend: Mapping[str, float] | None = None) -> bytes:
         """The exposition text of ``totals``: this process's, or the merged ones of every worker.
 
         The gauges are read from it too: requests in flight, active cooldowns, open breakers and the headroom rows
         (a key's gauge appears once it announced that budget). None: this object's counts, with empty gauges.
+        ``key_spend`` is each limited client key's spend today (``turnout_key_spend_usd{key}``): what the whole
+        limit counts, so it is not summed over workers.
         """
+        self._spend = key_spend or {}
         if totals is None:
             counters, histograms = self.export()
             totals = Totals(worker="", at=0.0, counters=counters, histograms=histograms)
@@ -460,12 +474,22 @@ class _Collector:
             m.attempts,
             m.fallbacks,
             m.retries,
+            m.ledger_errors,
+            m.rejections,
             m.input_tokens,
             m.cached_tokens,
             m.cache_writes,
             m.cache_saved,
         ):
             yield counter.family(counters.get(counter.name, {}))
+        spend = GaugeMetricFamily(
+            "turnout_key_spend_usd",
+            "Each limited client key's spend today (UTC, from the ledger), reservations not included.",
+            labels=("key",),
+        )
+        for key, usd in m._spend.items():
+            spend.add_metric((key,), usd)
+        yield spend
         yield GaugeMetricFamily(
             "turnout_cooldowns_active", "Profiles and keys cooling down now.", value=len(view.cooldowns)
         )

@@ -283,6 +283,7 @@ _ERROR_TYPES: dict[str, str] = {
     "upstream_failed": "server_error",
     "upstream_interrupted": "server_error",
     "shutting_down": "server_error",
+    "unavailable": "server_error",
     "internal": "server_error",
 }
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -87,9 +88,11 @@ class StatusPage:
         *,
         sessions: Sessions | None = None,
         started: float | None = None,
+        money: Callable[[], Mapping[str, Any]] | None = None,
         throttle: LoginThrottle | None = None,
         count_login: Callable[[str], None] | None = None,
     ) -> None:
+        self._money = money  # the ledger's health and each limited key's spend (``Gateway.money``)
         self.client = client
         self.auth = auth
         self.sessions = sessions if sessions is not None else Sessions()
@@ -188,6 +191,7 @@ class StatusPage:
             hedging=hedging_status(totals.hedging) if totals.hedging is not None else None,
             cache=cache_by_profile(totals.counters),
             signed_in=signed_in,
+            money=self._money() if self._money is not None else None,
         )
 
 

@@ -111,6 +111,7 @@ class PageData:
         hedging: What hedging did, as ``/status`` shows it (None: no profile hedges).
         cache: Each profile's prompt caching, as ``/status`` shows it (only profiles that answered with input).
         signed_in: Whether the page was opened with a session cookie (it offers to sign out).
+        money: The ledger's health and each limited key's spend, as ``/status`` shows them (None: not known).
     """
 
     now: float
@@ -127,6 +128,7 @@ class PageData:
     hedging: Mapping[str, Any] | None = None
     cache: Mapping[str, Mapping[str, float | None]] | None = None
     signed_in: bool = False
+    money: Mapping[str, Any] | None = None
 
 
 def route_views(client: Client, totals: Totals, now: float) -> tuple[RouteView, ...]:

@@ -109,6 +109,7 @@ def render_page(data: PageData) -> str:
         f"{''.join(_route(r, data.now) for r in data.routes)}</div></section>"
         f"{_pools(data.pools)}"
         f"{_hedging(data.hedging)}"
+        f"{_money(data.money)}"
         f"{_cache(data.cache)}"
         f'<section id="attempts"><h2>Last attempts</h2><div class="card">{_attempts(data.last, data.recent)}</div>'
         "</section>"
@@ -234,6 +235,38 @@ def _hedging(hedging: Mapping[str, Any] | None) -> str:
         f"· answered first: the hedge {esc(hedging.get('hedge_wins'))}, the first entry "
         f"{esc(hedging.get('original_wins'))} · budget left: {esc(hedging.get('budget_left'))}</p></div></section>"
     )
+
+
+def _money(money: Mapping[str, Any] | None) -> str:
+    """The ledger's health and each limited key's spend, reservations and limits (when known)."""
+    if not money:
+        return ""
+    ledger = money.get("ledger")
+    parts = []
+    if isinstance(ledger, Mapping):
+        if ledger.get("ok"):
+            state = '<span class="ok">recording</span>'
+        else:
+            state = f'<span class="bad">not recording: {esc(ledger.get("problem"))}</span>'
+        parts.append(
+            f"<p>Ledger: {state} · {esc(ledger.get('errors'))} failed writes · "
+            f"{esc(ledger.get('pending_calls'))} calls waiting · on failure: {esc(ledger.get('on_failure'))}</p>"
+        )
+    keys = [k for k in money.get("keys") or () if isinstance(k, Mapping)]
+    if keys:
+        rows = "".join(
+            f"<tr><td>{esc(k.get('key'))}</td><td>{_cost(k.get('spent_usd'))}</td><td>{_cost(k.get('reserved_usd'))}"
+            f"</td><td>{esc(k.get('in_flight'))}</td><td>{_cost(k.get('daily_limit_usd'))}</td>"
+            f"<td>{_cost(k.get('max_call_usd'))}</td></tr>"
+            for k in keys
+        )
+        parts.append(
+            "<table><thead><tr><th>key</th><th>spent today</th><th>reserved</th><th>calls in flight</th>"
+            f"<th>daily limit</th><th>per call</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    if not parts:
+        return ""
+    return f'<section id="spend"><h2>Spend limits</h2><div class="card">{"".join(parts)}</div></section>'
 
 
 # --- attempts ------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ Everything is computed when the gateway starts; admitting a request costs a dict
 from __future__ import annotations
 
 import math
+import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -34,7 +36,8 @@ from turnout.config import Config, Profile, default_profile, default_target, key
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
-from turnout.gateway.spend import SpendBook, seconds_to_midnight
+from turnout.gateway.shared_spend import SharedUnavailable
+from turnout.gateway.spend import Hold, SpendBook, seconds_to_midnight
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
 from turnout.providers import model_problem
 from turnout.router import HINT_PREFIX
@@ -75,6 +78,9 @@ class Caller:
         open_profiles: Profiles without a pinned model whose model it may choose (``family.alias/<model>``).
         sender: The bound ``[senders.<id>]`` tier, if any.
         daily_limit_usd: Its daily spend limit, if any.
+        max_call_usd: The most one of its calls may reserve (its worst case), if bounded.
+        rpm: The most requests it may start per minute, if bounded.
+        tpm: The most tokens (input and output) its calls may use per minute, if bounded.
         default_route: Whether an empty ``model`` (the default route) is open to it: with the default policy, or
             when its names reach the default target (the default profile or one of its models; a hint to a
             default pool).
@@ -88,10 +94,18 @@ class Caller:
     open_profiles: frozenset[str]
     sender: str | None = None
     daily_limit_usd: float | None = None
+    max_call_usd: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
     default_route: bool = True
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
     patterns: Sequence[tuple[str, PublicName]] = ()
     admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
+
+    @property
+    def limited(self) -> bool:
+        """Whether its calls reserve their worst case first (a daily limit or a per-call bound)."""
+        return any(x is not None for x in (self.daily_limit_usd, self.max_call_usd, self.rpm, self.tpm))
 
     def __post_init__(self) -> None:
         admitted = {n: Admitted(p.choice.model, p.choice.provider, self.sender) for n, p in self.names.items()}
@@ -122,6 +136,10 @@ class Policy:
     def __init__(self, config: Config, spend: SpendBook | None = None) -> None:
         self.config = config
         self.spend = spend
+        #: Refuse limited keys while the ledger cannot record (``[gateway] on_ledger_failure = "closed"``).
+        self.fail_closed = config.gateway.on_ledger_failure == "closed"
+        #: Refused calls of limited keys, per (key name, reason) (``turnout_key_rejections_total``).
+        self.rejections: Counter[tuple[str, str]] = Counter()
         self.allow_any_model = config.gateway.allow_any_model
         self._profiles = config.profiles()
         try:
@@ -280,12 +298,14 @@ class Policy:
                 code="unknown_sender",
             )
         limit = entry.daily_limit_usd if entry is not None else None
-        if limit is not None and not self.config.ledger.enabled:
-            raise ConfigError(
-                "a daily limit is enforced from the ledger; enable [ledger]",
-                path=f"{path}.daily_limit_usd",
-                code="ledger_required",
-            )
+        if entry is not None and not self.config.ledger.enabled:
+            for name_, value in (("daily_limit_usd", limit), ("rpm", entry.rpm), ("tpm", entry.tpm)):
+                if value is not None:
+                    raise ConfigError(
+                        f"{name_} is enforced from the ledger; enable [ledger]",
+                        path=f"{path}.{name_}",
+                        code="ledger_required",
+                    )
         items = list(names.values())
         return Caller(
             name=name,
@@ -293,6 +313,9 @@ class Policy:
             open_profiles=open_profiles,
             sender=sender,
             daily_limit_usd=limit,
+            max_call_usd=entry.max_call_usd if entry is not None else None,
+            rpm=entry.rpm if entry is not None else None,
+            tpm=entry.tpm if entry is not None else None,
             default_route=default_route,
             models_json=(openai_models(items), anthropic_models(items)),
             patterns=patterns,
@@ -354,10 +377,48 @@ class Policy:
             choice = self._beyond_names(caller, model)
             admitted = Admitted(choice.model, choice.provider, caller.sender)
         if caller.daily_limit_usd is not None and self.spend is not None:
+            if self.fail_closed and not self.spend.recording:
+                self.rejections[(caller.name, "ledger_unavailable")] += 1
+                raise RequestRejected(LEDGER_UNAVAILABLE)
             spent = self.spend.spent(caller.name)
             if spent >= caller.daily_limit_usd:
+                self.rejections[(caller.name, "daily_limit")] += 1
                 raise RequestRejected(daily_limit(caller, spent))
         return admitted
+
+    async def reserve(self, caller: Caller, amount: float, call_id: str) -> Hold | None:
+        """Reserve ``amount``, the worst case of ``caller``'s call, before it is sent (None: nothing to reserve).
+
+        A limited key's call holds its worst case until it ends and the ledger has its record
+        (:class:`~turnout.gateway.spend.SpendBook`), so however many calls run at once the limit is exceeded by
+        at most one call's reservation.
+
+        Raises:
+            RequestRejected: 400 ``max_call_exceeded`` when the worst case is above the key's ``max_call_usd``;
+                429 ``daily_limit_exceeded`` (until 00:00 UTC) when what the key spent and holds reached its limit.
+        """
+        if caller.max_call_usd is not None and amount > caller.max_call_usd:
+            self.rejections[(caller.name, "max_call")] += 1
+            raise RequestRejected(max_call(caller, amount))
+        book = self.spend
+        if book is None or (caller.daily_limit_usd is None and caller.rpm is None and caller.tpm is None):
+            return None
+        limit = caller.daily_limit_usd if caller.daily_limit_usd is not None else math.inf
+        rpm, tpm = caller.rpm, caller.tpm
+        try:
+            hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm)
+        except SharedUnavailable:
+            if self.fail_closed:
+                self.rejections[(caller.name, "ledger_unavailable")] += 1
+                raise RequestRejected(LEDGER_UNAVAILABLE) from None
+            hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm, shared=False)
+        if hold is None:
+            self.rejections[(caller.name, "reservation")] += 1
+            raise RequestRejected(daily_limit(caller, book.spent(caller.name), book.reserved(caller.name)))
+        if isinstance(hold, str):
+            self.rejections[(caller.name, hold)] += 1
+            raise RequestRejected(per_minute(caller, hold))
+        return hold
 
     def _beyond_names(self, caller: Caller, model: str) -> RouteChoice:
         """The empty model, a model of an unpinned profile, or anything under ``allow_any_model``."""
@@ -411,6 +472,9 @@ def _renamed(caller: Caller, name: str) -> Caller:
         open_profiles=caller.open_profiles,
         sender=caller.sender,
         daily_limit_usd=caller.daily_limit_usd,
+        max_call_usd=caller.max_call_usd,
+        rpm=caller.rpm,
+        tpm=caller.tpm,
         default_route=caller.default_route,
         models_json=caller.models_json,
         patterns=caller.patterns,
@@ -431,18 +495,59 @@ def not_available(model: str) -> RequestRejected:
     )
 
 
-def daily_limit(caller: Caller, spent: float) -> Failure:
-    """The 429 for a key whose daily limit is spent (it resets at 00:00 UTC)."""
+#: The 503 for a limited key while the ledger cannot record what it spends (``on_ledger_failure = "closed"``).
+LEDGER_UNAVAILABLE = Failure(
+    status=503,
+    kind="unavailable",
+    message=(
+        "this key has a spend limit and the gateway's ledger cannot record spend right now; "
+        "the call is refused rather than left uncounted (try again later)"
+    ),
+    code="ledger_unavailable",
+    retry_after=5,
+)
+
+
+def daily_limit(caller: Caller, spent: float, held: float = 0.0) -> Failure:
+    """The 429 for a key whose daily limit is spent, or held by its calls in flight (it resets at 00:00 UTC)."""
     limit = caller.daily_limit_usd or 0.0
+    holding = f", ${held:.4f} held by calls in flight" if held else ""
     return Failure(
         status=429,
         kind="rate_limited",
         message=(
-            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today); "
-            "it resets at 00:00 UTC"
+            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today"
+            f"{holding}); it resets at 00:00 UTC"
         ),
         code="daily_limit_exceeded",
         retry_after=max(1, math.ceil(seconds_to_midnight())),
+    )
+
+
+def max_call(caller: Caller, amount: float) -> Failure:
+    """The 400 for a call whose worst case is above its key's ``max_call_usd`` (lower ``max_tokens``)."""
+    return Failure(
+        status=400,
+        kind="invalid_request",
+        message=(
+            f"this call may cost up to ${amount:.4f} (its input and max_tokens at the route's prices), above the "
+            f"${caller.max_call_usd or 0.0:.4f} one call of key {caller.name!r} may cost; lower max_tokens"
+        ),
+        param="max_tokens",
+        code="max_call_exceeded",
+    )
+
+
+def per_minute(caller: Caller, which: str) -> Failure:
+    """The 429 for a key whose requests (``rpm``) or tokens (``tpm``) of this minute are used up."""
+    bound = caller.rpm if which == "rpm" else caller.tpm
+    what = "requests" if which == "rpm" else "tokens"
+    return Failure(
+        status=429,
+        kind="rate_limited",
+        message=f"key {caller.name!r} may use {bound} {what} per minute; this minute's are used up",
+        code="rate_limit_exceeded",
+        retry_after=max(1, 60 - int(time.time()) % 60),
     )
 
 

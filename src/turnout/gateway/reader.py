@@ -115,3 +115,21 @@ def hedging_line(hedging: dict[str, Any]) -> str | None:
         f"the first entry {printable(hedging.get('original_wins'))}"
         + (f"; budget left {budget:g}" if isinstance(budget, int | float) else "")
     )
+
+
+def ledger_line(ledger: dict[str, Any]) -> str:
+    """``/status`` ``ledger`` for the terminal: whether it records, and what waits."""
+    state = "recording" if ledger.get("ok") is True else f"NOT RECORDING ({printable(ledger.get('problem'))})"
+    return (
+        f"{state}; {printable(ledger.get('errors'))} failed writes, {printable(ledger.get('pending_calls'))} calls "
+        f"waiting; on failure {printable(ledger.get('on_failure'))}"
+    )
+
+
+def key_spend_line(row: dict[str, Any]) -> str:
+    """One ``/status`` ``keys`` row for the terminal: a limited key's spend, reservations and limits."""
+    return (
+        f"{printable(row.get('key'))}  spent ${printable(row.get('spent_usd'))}  reserved "
+        f"${printable(row.get('reserved_usd'))} ({printable(row.get('in_flight'))} in flight)  limit "
+        f"${printable(row.get('daily_limit_usd'))}/day, ${printable(row.get('max_call_usd'))}/call"
+    )

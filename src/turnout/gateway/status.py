@@ -125,7 +125,14 @@ class RecentAttempts:
 
 
 def status_payload(
-    config: Config, totals: Totals, recent: RecentAttempts, *, draining: bool, started: float, now: float
+    config: Config,
+    totals: Totals,
+    recent: RecentAttempts,
+    *,
+    draining: bool,
+    started: float,
+    now: float,
+    money: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The ``/status`` body, from the totals of this process or of every worker (``totals.workers``).
 
@@ -136,6 +143,7 @@ def status_payload(
         draining: Whether the answering process drains.
         started: When the answering process started (wall-clock seconds).
         now: The state store's time (cooldowns and breakers are relative to it).
+        money: The ledger's health (``ledger``) and each limited key's spend and limits (``keys``).
     """
     cooldowns = []
     for key, until in sorted(totals.cooldowns.items()):
@@ -178,6 +186,7 @@ def status_payload(
             "pools": pools_status(pool_specs(config).values(), totals.pools),
             "hedging": hedging_status(totals.hedging),
             "recent_attempts": recent.snapshot(totals.recent),
+            **(money or {"ledger": None, "keys": []}),
         }
     )
 

@@ -47,6 +47,7 @@ FailureKind: TypeAlias = Literal[
     "upstream_failed",
     "upstream_interrupted",
     "shutting_down",
+    "unavailable",
     "internal",
 ]
 

@@ -40,6 +40,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    provider_count,
 )
 
 API_VERSION = "2023-06-01"
@@ -77,19 +78,18 @@ def finish_reason(stop_reason: str | None, has_calls: bool) -> str:
     return "tool_calls" if has_calls else "stop"
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """Anthropic ``usage`` → :class:`Usage`: its ``input_tokens`` excludes cache reads and writes."""
-    cache_read = _int(raw.get("cache_read_input_tokens"))
-    cache_write = _int(raw.get("cache_creation_input_tokens"))
+    cache_read, bad_read = provider_count(raw.get("cache_read_input_tokens"))
+    cache_write, bad_write = provider_count(raw.get("cache_creation_input_tokens"))
+    plain, bad_input = provider_count(raw.get("input_tokens"))
+    output, bad_output = provider_count(raw.get("output_tokens"))
     return Usage(
-        input_tokens=_int(raw.get("input_tokens")) + cache_read + cache_write,
-        output_tokens=_int(raw.get("output_tokens")),
+        input_tokens=plain + cache_read + cache_write,
+        output_tokens=output,
         cached_input_tokens=cache_read,
         cache_write_tokens=cache_write,
+        clamped=bad_read or bad_write or bad_input or bad_output,
     )
 
 
@@ -281,9 +281,10 @@ class AnthropicAdapter(HTTPAdapter):
             raise self.error(resp.status, resp.headers, resp.body, model)
         data = loads(resp.body, provider=self.profile, model=model)
         count = data.get("input_tokens") if isinstance(data, dict) else None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        counted, clamped = provider_count(count)
+        if clamped or count is None:  # a count the gateway hands on to its client: no clamped guess
             raise ProtocolError("malformed count_tokens response", provider=self.profile, model=model)
-        return count
+        return counted
 
 
 #: The fields ``count_tokens`` accepts (a chat body's others, like ``max_tokens``, it refuses).

@@ -48,6 +48,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    provider_count,
 )
 
 #: Finish reasons that mean the output was blocked: a refusal, never an answer.
@@ -130,9 +131,18 @@ def error_facts_of(error: Any, *, status: int | None, headers: Mapping[str, str]
     )
 
 
-def _count(value: Any) -> int:
-    """A token count of ``usageMetadata``: a non-negative int (0 for a missing, negative or non-integer value)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def gemini_usage(meta: Mapping[str, Any]) -> Usage:
+    """Gemini ``usageMetadata`` → :class:`Usage` (thinking tokens are billed as output)."""
+    prompt, bad_prompt = provider_count(meta.get("promptTokenCount"))
+    cached, bad_cached = provider_count(meta.get("cachedContentTokenCount"))
+    output, bad_output = provider_count(meta.get("candidatesTokenCount"))
+    thoughts, bad_thoughts = provider_count(meta.get("thoughtsTokenCount"))
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=min(cached, prompt),  # the cached part is inside promptTokenCount: never more than it
+        output_tokens=output + thoughts,
+        clamped=bad_prompt or bad_cached or bad_output or bad_thoughts,
+    )
 
 
 def _unwrap(data: Any) -> Any:
@@ -176,13 +186,7 @@ class _Assembler:
             self._candidate(candidates[0], out)
         meta = data.get("usageMetadata")
         if meta and isinstance(meta, Mapping):
-            prompt = _count(meta.get("promptTokenCount"))
-            usage = Usage(
-                input_tokens=prompt,
-                # the cached part is inside promptTokenCount: never more than it
-                cached_input_tokens=min(_count(meta.get("cachedContentTokenCount")), prompt),
-                output_tokens=_count(meta.get("candidatesTokenCount")) + _count(meta.get("thoughtsTokenCount")),
-            )
+            usage = gemini_usage(meta)
             if usage != self._usage:
                 self._usage = usage
                 out.append(UsageEvent(usage=usage))

@@ -42,6 +42,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    provider_count,
 )
 
 
@@ -133,7 +134,8 @@ class _Assembler:
             self.model_name = data.get("model") or None
             prompt, generated = data.get("prompt_eval_count"), data.get("eval_count")
             if prompt is not None or generated is not None:
-                self.usage = Usage(input_tokens=int(prompt or 0), output_tokens=int(generated or 0))
+                (input_tokens, bad_input), (output, bad_output) = provider_count(prompt), provider_count(generated)
+                self.usage = Usage(input_tokens=input_tokens, output_tokens=output, clamped=bad_input or bad_output)
         return out
 
     def _call(self, fn: Mapping[str, Any]) -> ToolCall:

@@ -15,7 +15,6 @@ compatible vendor; the differences it has to absorb live here as small pure func
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,23 +22,17 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.providers.base import body_excerpt
-from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage
+from turnout.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    MAX_PROVIDER_COUNT,
+    Usage,
+    provider_count,
+)
 
 #: Longest provider text kept from a nested or wrapped error message.
 _MAX_NESTED = 500
-
-
-def _int(value: Any) -> int:
-    """A token count as an int (0 for null, missing or non-numeric values)."""
-    if type(value) is int:
-        return value if value > 0 else 0
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(value, 0)
-    if isinstance(value, float) and 0 <= value < math.inf:  # not NaN, not infinite
-        return int(value)
-    return 0
 
 
 def usage_from(raw: Mapping[str, Any]) -> Usage:
@@ -51,25 +44,33 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     prompt + completion + reasoning), OpenAI counts them in; the total tells which.
     """
     prompt = raw.get("prompt_tokens")
-    if type(prompt) is not int or prompt < 0:  # plain non-negative ints skip the normalising call
-        prompt = _int(prompt)
     completion = raw.get("completion_tokens")
-    if type(completion) is not int or completion < 0:
-        completion = _int(completion)
+    clamped = False
+    # plain counts in range skip the bounding call (most answers)
+    if type(prompt) is not int or not 0 <= prompt <= MAX_PROVIDER_COUNT:
+        prompt, clamped = provider_count(prompt)
+    if type(completion) is not int or not 0 <= completion <= MAX_PROVIDER_COUNT:
+        completion, bad = provider_count(completion)
+        clamped = clamped or bad
     details = raw.get("prompt_tokens_details")
     out_details = raw.get("completion_tokens_details")
     if details is None and out_details is None and "prompt_cache_hit_tokens" not in raw:
         # No cache or reasoning counts (many compatible servers): nothing below would change the two counts.
+        if clamped:
+            return Usage(input_tokens=prompt, output_tokens=completion, clamped=True)
         return Usage(input_tokens=prompt, output_tokens=completion)
-    cached = cache_write = 0
+    cached = cache_write = reasoning = 0
+    counts: list[tuple[int, bool]] = []
     if details is not None and isinstance(details, dict):
-        cached = _int(details.get("cached_tokens"))
-        cache_write = _int(details.get("cache_write_tokens"))
+        counts += [provider_count(details.get("cached_tokens")), provider_count(details.get("cache_write_tokens"))]
+        (cached, _), (cache_write, _) = counts
     if not cached and "prompt_cache_hit_tokens" in raw:
-        cached = _int(raw["prompt_cache_hit_tokens"])
-    reasoning = (
-        _int(out_details.get("reasoning_tokens")) if out_details is not None and isinstance(out_details, dict) else 0
-    )
+        counts.append(provider_count(raw["prompt_cache_hit_tokens"]))
+        cached = counts[-1][0]
+    if out_details is not None and isinstance(out_details, dict):
+        counts.append(provider_count(out_details.get("reasoning_tokens")))
+        reasoning = counts[-1][0]
+    clamped = clamped or any(bad for _, bad in counts)
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
@@ -78,6 +79,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
         output_tokens=completion,
         cached_input_tokens=cached,
         cache_write_tokens=cache_write,
+        clamped=clamped,
     )
 
 

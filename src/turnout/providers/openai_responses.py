@@ -48,6 +48,7 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
+    provider_count,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -67,10 +68,6 @@ _PROVIDER_TOOL_ITEMS = frozenset(
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part).
 
@@ -79,14 +76,18 @@ def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """
     details = raw.get("input_tokens_details")
     cached = written = 0
+    bad_cached = bad_written = False
     if isinstance(details, Mapping):
-        cached, written = _int(details.get("cached_tokens")), _int(details.get("cache_write_tokens"))
-    prompt = _int(raw.get("input_tokens"))
+        cached, bad_cached = provider_count(details.get("cached_tokens"))
+        written, bad_written = provider_count(details.get("cache_write_tokens"))
+    prompt, bad_input = provider_count(raw.get("input_tokens"))
+    output, bad_output = provider_count(raw.get("output_tokens"))
     return Usage(
         input_tokens=prompt if cached + written <= prompt else prompt + cached + written,
-        output_tokens=_int(raw.get("output_tokens")),
+        output_tokens=output,
         cached_input_tokens=cached,
         cache_write_tokens=written,
+        clamped=bad_cached or bad_written or bad_input or bad_output,
     )
 
 

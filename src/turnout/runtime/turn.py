@@ -39,6 +39,7 @@ from turnout.errors import (
     TurnCancelled,
     TurnoutError,
 )
+from turnout.estimate import delivered_usage
 from turnout.reliable import ReliableProvider, ReliableStream, Resume
 from turnout.reply import Reply
 from turnout.report import aggregate_message
@@ -315,7 +316,7 @@ class Turn:
             finally:
                 del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is not None and self.visible:
-            stream.settle("stream_interrupted", self.builder.usage)
+            stream.settle("stream_interrupted", delivered_usage(self.request, self.builder))
             cause = error.error_class if isinstance(error, ProviderError) else None
             interrupted = StreamInterruptedAfterOutput(
                 f"the stream failed after output was shown ({type(error).__name__}); it is not replayed",
@@ -383,7 +384,7 @@ class Turn:
 
     def _cancelled(self, exc: BaseException) -> None:
         if self.stream is not None and not self._recovering:
-            self.stream.settle("cancelled", self.builder.usage)
+            self.stream.settle("cancelled", delivered_usage(self.request, self.builder))
         if isinstance(exc, TurnCancelled):
             exc.attempts = tuple(self.call.attempts)
         self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)

@@ -1,0 +1,245 @@
+"""Spend limits that hold: reserve before sending, settle after, fail closed while the ledger cannot record."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from gateway_support import GATEWAY_KEY, get, post, sample
+from typer.testing import CliRunner
+
+import turnout.ledger as ledger_module
+from fakes import FakeClock
+from turnout import Client
+from turnout.cli import app
+from turnout.gateway import Gateway, GatewayServer
+from turnout.provider import Provider
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
+
+TEAM_KEY = "gw-team-key-9"
+PROMPT = "x" * 4000  # about 1,000 input tokens by the estimate, which the upstream reports too
+CHAT: dict[str, Any] = {"model": "gpt-4.1", "max_tokens": 1000, "messages": [{"role": "user", "content": PROMPT}]}
+CALL_USD = 0.002  # 1,000 in and 1,000 out at $1/M each
+
+
+class Upstream(Provider):
+    """A fake upstream that holds every call until its gate opens, and counts what it bills."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.arrived = 0
+        self.billed_usd = 0.0
+        self.on_arrival: Callable[[], None] = lambda: None
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        self.arrived += 1
+        self.on_arrival()
+        await self.gate.wait()
+        self.billed_usd += CALL_USD
+        return ChatResponse(text="ok", model=model, usage=Usage(input_tokens=1000, output_tokens=1000))
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        self.arrived += 1
+        for _ in range(100_000):  # until the consumer goes away; each token is billed as it is generated
+            self.billed_usd += 1e-6
+            yield TextDelta(text="tok ")
+            await asyncio.sleep(0)
+        yield UsageEvent(usage=Usage(input_tokens=1000, output_tokens=100_000))
+        yield Final()
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        return Capabilities(streaming=True)
+
+
+def config(ledger: Path, *, limit: float = 0.01, extra: str = "", key: str = "") -> str:
+    return (
+        'default_provider = "openai.main"\n'
+        f'[ledger]\npath = "{ledger}"\n'
+        "[reliability]\nprovider_retries = 0\n"
+        f'[gateway]\napi_keys = ["{GATEWAY_KEY}"]\n{extra}'
+        f'[gateway.keys.team]\nkey = "{TEAM_KEY}"\ndaily_limit_usd = {limit}\n{key}'
+        '[providers.models.openai.main]\napi_key = "sk-up"\nmodel = "gpt-4.1"\n'
+        "pricing = { input = 1.0, output = 1.0 }\n"
+    )
+
+
+@asynccontextmanager
+async def served(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
+    clock = FakeClock()
+    client = Client.from_toml(
+        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
+    )
+    async with GatewayServer(Gateway(client, owns_client=True)) as server:
+        yield server
+
+
+async def test_two_hundred_concurrent_calls_stay_within_the_limit_and_one_call(tmp_path: Path) -> None:
+    """$0.01 limit, $1/M prices, 200 concurrent calls: what the upstream bills stays within the limit plus one
+    call's worst case; the others are refused with 429 and Retry-After before anything is sent.
+    """
+    upstream = Upstream()
+    async with served(config(tmp_path / "l.sqlite3"), upstream) as server:
+        settled = asyncio.Event()  # every call reached the upstream or was refused
+        refused: list[aiohttp.ClientResponse] = []
+        results: list[int] = []
+
+        def check() -> None:
+            if len(refused) + upstream.arrived >= 200:
+                settled.set()
+
+        upstream.on_arrival = check
+
+        async def one(session: aiohttp.ClientSession) -> None:
+            headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+            async with session.post(server.url + "/v1/chat/completions", json=CHAT, headers=headers) as resp:
+                await resp.read()
+                results.append(resp.status)
+                if resp.status == 429:
+                    refused.append(resp)
+                    check()
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            tasks = [asyncio.create_task(one(session)) for _ in range(200)]
+            await settled.wait()
+            upstream.gate.set()
+            await asyncio.gather(*tasks)
+        after = await get(server, "/status")
+        metrics = (await get(server, "/metrics")).body.decode()
+    worst = 0.0021  # 1,004 estimated input tokens and 1,000 output tokens, at $1/M
+    assert upstream.billed_usd <= 0.01 + worst
+    assert results.count(200) == upstream.arrived >= 4
+    assert results.count(429) == 200 - upstream.arrived
+    assert all(1 <= int(r.headers["Retry-After"]) <= 86400 for r in refused)
+    keys = {k["key"]: k for k in after.json()["keys"]}
+    assert keys["team"]["reserved_usd"] == 0 and keys["team"]["in_flight"] == 0
+    assert keys["team"]["spent_usd"] == pytest.approx(upstream.billed_usd)
+    assert sample(metrics, "turnout_key_rejections_total", key="team", reason="reservation") == 200 - upstream.arrived
+    assert sample(metrics, "turnout_key_spend_usd", key="team") == pytest.approx(upstream.billed_usd)
+
+
+async def test_a_call_above_the_key_s_max_call_usd_is_refused_before_it_is_sent(tmp_path: Path) -> None:
+    """A request whose worst case exceeds the key's ``max_call_usd`` is a 400 naming max_tokens; nothing is sent."""
+    upstream = Upstream()
+    upstream.gate.set()
+    text = config(tmp_path / "l.sqlite3", limit=1.0, key="max_call_usd = 0.001\n")
+    async with served(text, upstream) as server:
+        big = await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)
+        small = await post(server, "/v1/chat/completions", {**CHAT, "max_tokens": 1, "messages": [
+            {"role": "user", "content": "hi"}]}, key=TEAM_KEY)  # fmt: skip
+    assert big.status == 400
+    error = big.json()["error"]
+    assert error["code"] == "max_call_exceeded" and error["param"] == "max_tokens"
+    assert small.status == 200
+    assert upstream.arrived == 1
+
+
+class Disk:
+    """An injected full disk: while ``full``, the ledger's inserts fail as SQLite's do."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.full = False
+        real = ledger_module._insert
+
+        def insert(db: sqlite3.Connection, *rows: Any) -> None:
+            if self.full:
+                raise sqlite3.OperationalError("database or disk is full")
+            real(db, *rows)
+
+        monkeypatch.setattr(ledger_module, "_insert", insert)
+
+
+@pytest.mark.parametrize("rule", ["closed", "open"])
+async def test_a_full_disk_refuses_limited_keys_or_keeps_counting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    """With the ledger unable to write: ``closed`` refuses limited keys with 503 ``ledger_unavailable`` (after at
+    most the call that found out), ``open`` serves them while every unwritten call still counts toward the limit;
+    unlimited keys are served either way; /status and /metrics show the trouble.
+    """
+    disk = Disk(monkeypatch)
+    upstream = Upstream()
+    upstream.gate.set()
+    text = config(tmp_path / "l.sqlite3", extra=f'on_ledger_failure = "{rule}"\n')
+    async with served(text, upstream) as server:
+        assert (await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status == 200
+        disk.full = True
+        statuses = []
+        for _ in range(12):
+            statuses.append((await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status)
+            ledger = server.gateway.client.ledger
+            assert ledger is not None
+            await ledger.flush()
+        unlimited = await post(server, "/v1/chat/completions", CHAT)
+        status = (await get(server, "/status")).json()
+        metrics = (await get(server, "/metrics")).body.decode()
+        disk.full = False
+        await ledger.flush()
+        healed = (await get(server, "/status")).json()
+    assert unlimited.status == 200
+    assert status["ledger"]["ok"] is False and "disk is full" in status["ledger"]["problem"]
+    assert status["ledger"]["pending_calls"] >= 1
+    assert (sample(metrics, "turnout_ledger_errors_total") or 0) >= 1
+    assert healed["ledger"]["ok"] is True and healed["ledger"]["pending_calls"] == 0
+    if rule == "closed":
+        assert statuses[0] == 200 and set(statuses[1:]) == {503}
+    else:
+        assert statuses.count(200) == 4 and set(statuses[4:]) == {429}  # 5 calls of $0.002: the limit holds
+    assert upstream.billed_usd <= 0.01 + 0.0021
+
+
+async def test_an_abandoned_stream_is_billed_and_counts_toward_the_limit(tmp_path: Path) -> None:
+    """A client that reads a few events of a stream and hangs up is billed for what was delivered (estimated);
+    the limit counts it, so hanging up is not free.
+    """
+    upstream = Upstream()
+    path = tmp_path / "l.sqlite3"
+    async with served(config(path, limit=0.005), upstream) as server:
+        statuses = []
+        for _ in range(30):
+            async with aiohttp.ClientSession() as session:
+                body = {**CHAT, "stream": True, "max_tokens": 200}
+                headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+                async with session.post(server.url + "/v1/chat/completions", json=body, headers=headers) as resp:
+                    statuses.append(resp.status)
+                    if resp.status == 200:
+                        await resp.content.read(2000)  # some tokens, then the client goes away
+            ledger = server.gateway.client.ledger
+            assert ledger is not None
+            await ledger.flush()
+    assert 200 in statuses and 429 in statuses
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT outcome, usage_note, cost_usd, output_tokens FROM attempts").fetchall()
+    finally:
+        db.close()
+    assert rows and all(outcome == "cancelled" and note == "estimated" for outcome, note, _, _ in rows)
+    assert all(cost is not None and cost > 0 and out > 0 for _, _, cost, out in rows)
+
+
+async def test_status_page_and_the_command_line_show_each_key_s_spend_and_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status page and ``turnout status --gateway`` show the ledger's health and each limited key's spend and
+    limits, as ``/status`` does.
+    """
+    upstream = Upstream()
+    upstream.gate.set()
+    monkeypatch.setenv("TURNOUT_GATEWAY_KEY", GATEWAY_KEY)
+    async with served(config(tmp_path / "l.sqlite3", key="max_call_usd = 0.5\n"), upstream) as server:
+        assert (await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status == 200
+        page = (await get(server, "/")).body.decode()
+        text = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--gateway", server.url])
+    assert 'id="spend"' in page and "recording" in page and "team" in page and "$0.002000" in page
+    assert text.exit_code == 0, text.output
+    assert re.search(r"^  ledger   recording; 0 failed writes", text.output, re.MULTILINE), text.output
+    key = r"^  key      team  spent \$0\.002  reserved \$0 \(0 in flight\)  limit \$0\.01/day, \$0\.5/call$"
+    assert re.search(key, text.output, re.MULTILINE), text.output
