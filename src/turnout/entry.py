@@ -25,6 +25,7 @@ class PoolOrder(Protocol):
     """A pool of interchangeable profiles: the order its members are tried in, for one call."""
 
     name: str
+
     @property
     def weights(self) -> Mapping[str, float]:
         """Each member's weight (1 when not given): its share of the conversations (:mod:`turnout.affinity`)."""
