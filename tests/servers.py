@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from turnout.sim import Simulator
 
 
 def turnout_command() -> list[str]:
@@ -98,3 +102,20 @@ class RedisServer:
 def redis_executable() -> str | None:
     """The redis-server binary, if installed."""
     return shutil.which("redis-server")
+
+
+@contextmanager
+def threaded_simulator(**options: Any) -> Iterator[Simulator]:
+    """A simulator serving from its own thread and event loop, for commands that run ``asyncio.run`` themselves."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="threaded-sim", daemon=True)
+    thread.start()
+    simulator = Simulator(**options)
+    try:
+        asyncio.run_coroutine_threadsafe(simulator.start(), loop).result(timeout=10)
+        yield simulator
+    finally:
+        asyncio.run_coroutine_threadsafe(simulator.aclose(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()

@@ -14,9 +14,7 @@ from turnout.attribution import (
     current_scope,
     dispatch_scope,
     fallback_notice,
-    new_attempt,
 )
-from turnout.types import Usage
 
 SONNET = RouteRef(provider="anthropic.prod", model="claude-sonnet-4-5")
 HAIKU = RouteRef(provider="anthropic.prod", model="claude-haiku-4-5")
@@ -46,32 +44,6 @@ def test_attempt_defaults_and_immutability() -> None:
     assert (a.entry, a.try_number, a.stream, a.started_at, a.duration_ms) == (0, 1, False, 0.0, 0.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.outcome = "ok"  # type: ignore[misc]
-
-
-def test_new_attempt_builds_what_the_class_builds() -> None:
-    """The fast constructor gives an equal, equally frozen Attempt, with the same defaults."""
-    fields = {
-        "provider": "openai.a",
-        "model": "m",
-        "outcome": "ok",
-        "status": 200,
-        "key_id": "0123abcd",
-        "usage": Usage(input_tokens=3, output_tokens=4),
-        "cost_usd": 0.5,
-        "started_at": 12.0,
-        "duration_ms": 3.5,
-        "ttft_ms": 1.0,
-        "retry_after": 2.0,
-        "entry": 2,
-        "try_number": 3,
-        "stream": True,
-        "detail": "timeout:idle",
-    }
-    made = new_attempt(**fields)  # type: ignore[arg-type]
-    assert type(made) is Attempt and made == Attempt(**fields)  # type: ignore[arg-type]
-    assert new_attempt(provider="a.b", model="m", outcome="ok") == Attempt(provider="a.b", model="m", outcome="ok")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.model = "x"  # type: ignore[misc]
 
 
 # --- fallback notices -----------------------------------------------------------------------------

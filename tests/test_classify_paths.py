@@ -26,6 +26,7 @@ from turnout.classify import (
     RATE_LIMIT_TYPES,
     REFUSAL_CODES,
     REFUSAL_HINTS,
+    RETRYABLE_4XX_TYPES,
     RETRYABLE_TYPES,
     TOOL_SCHEMA_HINTS,
     ErrorFacts,
@@ -94,7 +95,8 @@ def _ref_classify(facts: ErrorFacts) -> ErrorClass:
         if status >= 500 or status in (408, 409):
             return ErrorClass.RETRYABLE
         if 400 <= status < 500:
-            return ErrorClass.RETRYABLE if _has(text, TOOL_SCHEMA_HINTS) else ErrorClass.NON_RETRYABLE
+            retryable = _has(text, TOOL_SCHEMA_HINTS) or etype in RETRYABLE_4XX_TYPES
+            return ErrorClass.RETRYABLE if retryable else ErrorClass.NON_RETRYABLE
         return ErrorClass.RETRYABLE
     if etype in RETRYABLE_TYPES or code in RETRYABLE_TYPES:
         return ErrorClass.RETRYABLE
@@ -151,7 +153,7 @@ _word = st.one_of(
     st.none(),
     st.sampled_from(["context_length_exceeded", "content_filter", "rate_limit_exceeded", "invalid_api_key"]),
     _cased(REFUSAL_CODES | RATE_LIMIT_TYPES | BUSINESS_ERROR_CODES | KEY_INVALID_TYPES | KEY_INVALID_REASONS),
-    _cased(RETRYABLE_TYPES | NON_RETRYABLE_TYPES),
+    _cased(RETRYABLE_TYPES | NON_RETRYABLE_TYPES | RETRYABLE_4XX_TYPES),
     st.sampled_from(["context_length_exceeded", "model_not_found", "billing_error", "insufficient_quota", "", "x"]),
 )
 _phrase = st.one_of(

@@ -218,5 +218,38 @@ def test_check_reports_a_bad_pool_with_its_key_path(tmp_path: Path) -> None:
     assert json.loads(result.output)["error"] == {
         "code": "unknown_pool_member",
         "path": "pools.gpt.members[1]",
-        "message": "member 'azure.north' does not name a configured profile",
+        "message": "member 'azure.north' does not name a configured profile; did you mean 'azure.west'?",
     }
+
+
+CLOUDS = """
+default_provider = "anthropic.main"
+[providers.models.anthropic.main]
+api_key = "sk-0001"
+model = "claude-sonnet-4-5"
+fallback = ["bedrock.main"]
+[providers.models.bedrock.main]
+region = "us-west-2"
+api_key = "k-0001"
+model = "claude-sonnet-4-5"
+fallback = ["vertex.main"]
+[providers.models.vertex.main]
+project = "p"
+model = "claude-sonnet-4-5"
+"""
+
+
+def test_check_prints_the_id_each_entry_sends(tmp_path: Path) -> None:
+    """One canonical name on three clouds: check shows the Bedrock profile and Vertex version each will send."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, CLOUDS)])
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert lines[0].startswith("1. anthropic.main/claude-sonnet-4-5") and "sends" not in lines[0]
+    assert lines[1].endswith("sends us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+    assert lines[2].endswith("sends claude-sonnet-4-5@20250929")
+    data = json.loads(runner.invoke(app, ["check", "--json", "--config", write(tmp_path, CLOUDS)]).output)
+    assert [e["wire_model"] for e in data["default"]["entries"]] == [
+        "claude-sonnet-4-5",
+        "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "claude-sonnet-4-5@20250929",
+    ]

@@ -13,9 +13,8 @@ from typer.testing import CliRunner
 from fakes import call_record
 from turnout.attribution import Attempt
 from turnout.cli import app
-from turnout.demo import _attempts_table
 from turnout.ledger import Ledger
-from turnout.terminal import shown
+from turnout.terminal import attempts_table, shown
 
 #: A model name as a hostile client could send it: an OSC title, an ANSI colour, rich markup, a forged row.
 HOSTILE = "m\x1b]0;pwned\x07\x1b[31mred[bold]loud[/bold]\nforged-row\u202eevil"
@@ -75,5 +74,18 @@ def test_ledger_command_shows_breaker_skips_apart_from_failure_classes(tmp_path:
 def test_attempts_table_escapes_client_text() -> None:
     """The attempts table of `turnout chat` and the demo shows a hostile model escaped."""
     console = Console(record=True, width=400, force_terminal=False)
-    console.print(_attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
+    console.print(attempts_table([Attempt(provider="openai.main", model=HOSTILE, outcome="ok", detail=HOSTILE)]))
     _assert_inert(console.export_text())
+
+
+def test_status_on_the_memory_backend_says_where_the_same_view_is(tmp_path: Path) -> None:
+    """`turnout status` without Redis names client.status(), a gateway's --gateway and the Redis backend."""
+    config = tmp_path / "turnout.toml"
+    config.write_text('[providers.models.openai.main]\napi_key = "sk-test-status"\nmodel = "gpt-4.1"\n')
+    result = CliRunner().invoke(app, ["status", "--config", str(config)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("state backend: memory\n")
+    text = " ".join(result.output.split())
+    assert "client.status()" in text
+    assert "turnout status --gateway http://127.0.0.1:8787" in text
+    assert '[state] backend = "redis"' in text

@@ -128,3 +128,38 @@ def test_the_hedging_tour_is_not_as_told_when_a_quick_call_was_hedged() -> None:
     assert not hedge_as_told([(False, spare), (True, spare), (True, spare), (True, quick)])
     assert not hedge_as_told([(False, quick), (True, spare), (True, spare), (True, spare)])
     assert not hedge_as_told([(False, quick), (True, spare), (True, spare)])
+
+
+async def test_the_clouds_stop_is_served_by_anthropic_then_bedrock_then_vertex(tmp_path: Path) -> None:
+    """One Claude name: Anthropic answers, Bedrock when Anthropic is overloaded, Vertex when Bedrock throttles."""
+    from turnout.demo_clouds import CALLS, clouds_config, clouds_tour
+
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator() as sim:
+        config = demo_config(sim, tmp_path / "ledger.sqlite3") + clouds_config(sim, tmp_path)
+        async with Client.from_toml(config, ledger=False) as c:
+            told = await clouds_tour(console, c, sim)
+        sent = [(e.model, e.outcome) for e in sim.log]
+    assert told
+    text = console.export_text()
+    assert [profile for _, profile, _ in CALLS] == ["anthropic.clouds", "bedrock.clouds", "vertex.clouds"]
+    assert "vertex.clouds/claude-sonnet-4-5" in text and "bedrock.clouds/claude-sonnet-4-5" in text
+    assert sent[-1] == ("claude-sonnet-4-5@20250929", "ok")
+    assert ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "status:429") in sent
+
+
+async def test_the_prompt_cache_step_shows_the_second_turn_cached_and_the_money_saved(tmp_path: Path) -> None:
+    """Turn 2 of the conversation reports its repeated prefix as cached input, costs less, and the saving shows."""
+    step = next(s for s in _steps() if isinstance(s, Step) and "prompt cache" in s.title)
+    console = Console(record=True, width=200, force_terminal=False)
+    async with Simulator() as sim:
+        sim.set_script({"models": step.script, "cache": {"ttl": step.cache_ttl}})
+        async with Client.from_toml(demo_config(sim, tmp_path / "ledger.sqlite3"), ledger=False) as client:
+            await _run_step(console, client, 2, step)
+    text = console.export_text()
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["2"])}
+    turn_in, turn_cached, turn_written, _, turn_saved = (rows["2"][i] for i in (1, 2, 3, 4, 5))
+    assert "prompt cache" in text
+    assert rows["1"][2] == "0" and int(rows["1"][3]) > 0  # turn 1 wrote the prefix
+    assert int(turn_cached) > 0 and int(turn_cached) + int(turn_written) <= int(turn_in)
+    assert float(turn_saved.lstrip("$")) > 0

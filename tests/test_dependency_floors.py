@@ -46,3 +46,11 @@ def test_aiohttp_floor_has_typed_request_keys() -> None:
     """The gateway keeps per-request state under ``web.RequestKey``, which aiohttp has only since 3.14."""
     assert _version(_floors()["aiohttp"]) >= (3, 14)
     assert hasattr(web, "RequestKey")
+
+
+def test_botocore_floor_knows_converse() -> None:
+    """The Bedrock tests drive botocore's own bedrock-runtime Converse, which botocore models since 1.34.116."""
+    from botocore.session import Session
+
+    assert _version(_floors()["botocore"]) >= (1, 34, 116)
+    assert "Converse" in Session().get_service_model("bedrock-runtime").operation_names

@@ -1,4 +1,4 @@
-"""The streamed turn's shortcut for plain text holds to its handlers."""
+"""A streamed turn yields the same events and reply with or without sinks and a cancel event."""
 
 from __future__ import annotations
 
@@ -76,11 +76,11 @@ def _seen(events: list[Any]) -> list[tuple[str, str]]:
 
 async def _both(batches: list[list[StreamEvent]]) -> tuple[Any, Any]:
     async with _client(batches) as c:
-        stream = c.stream("hi")  # the shortcut: no cancel event, no draft
+        stream = c.stream("hi")  # no cancel event, no draft
         plain = [e async for e in stream]
         reply_plain = stream.response
         general: list[Any] = []
-        reply_general = await c.turn("hi", events=general.append, cancel=asyncio.Event())  # the handlers
+        reply_general = await c.turn("hi", events=general.append, cancel=asyncio.Event())
     return (_seen(plain), reply_plain), (_seen(general), reply_general)
 
 
@@ -98,7 +98,7 @@ def _assert_same(batches: list[list[StreamEvent]]) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(_events, min_size=1, max_size=4), min_size=1, max_size=6))
-def test_plain_text_shortcut_yields_what_the_handlers_yield(batches: list[list[StreamEvent]]) -> None:
+def test_a_plain_stream_yields_what_a_turn_with_sinks_yields(batches: list[list[StreamEvent]]) -> None:
     """Any mix of text (with think tags split anywhere), reasoning, usage and tool calls: same events, same reply."""
     _assert_same(batches)
 

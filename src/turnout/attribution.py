@@ -16,7 +16,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from turnout._fast import fast_init, fast_new
 from turnout.types import Usage
 
 Outcome: TypeAlias = Literal[
@@ -41,7 +40,6 @@ Outcome: TypeAlias = Literal[
 SKIPS: frozenset[str] = frozenset(("cooldown_skip", "breaker_skip"))
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One physical provider call, or one skip (cooldown or circuit breaker).
@@ -90,8 +88,8 @@ class Attempt:
         return self.provider.partition(".")[0]
 
 
-#: ``Attempt(...)`` without the class call (one per attempt; see :mod:`turnout._fast`).
-new_attempt = fast_new(Attempt)
+#: Another name for :class:`Attempt`, which the reliable walk still builds its records through.
+new_attempt = Attempt
 
 
 def total_cost(attempts: Iterable[Attempt]) -> float | None:
@@ -139,8 +137,8 @@ class FallbackNotice:
     shown: bool
 
 
-#: The notices made so far, by route pair and setting (their strings are the key: hashing a ``RouteRef`` is a
-#: Python call, a tuple of strings hashes in C). Bounded: cleared when full.
+#: The notices made so far, by route pair and setting (a notice's text is formatted once per pair). Bounded:
+#: cleared when full.
 _notices: dict[tuple[str, str, str, str, bool], FallbackNotice] = {}
 
 

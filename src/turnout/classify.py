@@ -20,21 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from turnout._fast import fast_init, fast_new
 from turnout.config.secrets import scrub
 from turnout.errors import ErrorClass, ProviderError, RefusalError
-
-# The classes as module globals: on CPython 3.11 reading a member off its enum class goes through the ``__getattr__``
-# hook of its metaclass (about 900 instructions); a failed try reads several.
-_RETRYABLE = ErrorClass.RETRYABLE
-_RATE_LIMITED = ErrorClass.RATE_LIMITED
-_RATE_LIMITED_NON_RETRYABLE = ErrorClass.RATE_LIMITED_NON_RETRYABLE
-_NON_RETRYABLE = ErrorClass.NON_RETRYABLE
-_CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
-_REFUSAL = ErrorClass.REFUSAL
-_TIMEOUT = ErrorClass.TIMEOUT
-
-_new_exception = BaseException.__new__
 
 # --- the seed's phrase lists (ZeroClaw reliable.rs), lowercased ------------------------------------
 
@@ -102,9 +89,20 @@ RETRYABLE_TYPES = frozenset(
         "aborted",
         "service_unavailable",
         "malformed_function_call",
+        # AWS (Bedrock): exception frames and x-amzn-ErrorType names, lowercased
+        "internalserverexception",
+        "serviceunavailableexception",
+        "modelstreamerrorexception",
+        "modeltimeoutexception",
+        "modelnotreadyexception",
     }
 )
-RATE_LIMIT_TYPES = frozenset({"rate_limit_error", "rate_limit_exceeded", "resource_exhausted", "tokens", "requests"})
+#: AWS errors that are worth another try although their status is a 4xx (Bedrock sends the model's own failures
+#: as 424 ``ModelErrorException`` / ``ModelStreamErrorException``).
+RETRYABLE_4XX_TYPES = frozenset({"modelerrorexception", "modelstreamerrorexception", "modelnotreadyexception"})
+RATE_LIMIT_TYPES = frozenset(
+    {"rate_limit_error", "rate_limit_exceeded", "resource_exhausted", "tokens", "requests", "throttlingexception"}
+)
 NON_RETRYABLE_TYPES = frozenset(
     {
         "invalid_request_error",
@@ -117,17 +115,22 @@ NON_RETRYABLE_TYPES = frozenset(
         "not_found",
         "failed_precondition",
         "request_too_large",
+        # AWS (Bedrock): the caller's or the account's, not worth the same request again
+        "validationexception",
+        "accessdeniedexception",
+        "resourcenotfoundexception",
     }
 )
 #: Error types and codes that say the credential is invalid, whatever the status (OpenAI ``invalid_api_key``,
 #: Anthropic ``authentication_error``, Google ``UNAUTHENTICATED``). Permission errors are not here: they say
 #: what a key may do, and arrive as a 403 when they concern the key.
-KEY_INVALID_TYPES = frozenset({"authentication_error", "invalid_api_key", "unauthenticated"})
+KEY_INVALID_TYPES = frozenset(
+    {"authentication_error", "invalid_api_key", "unauthenticated", "unrecognizedclientexception"}
+)
 #: Gemini ``ErrorInfo.reason`` values that say the key is invalid.
 KEY_INVALID_REASONS = frozenset({"api_key_invalid", "api_key_expired"})
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorFacts:
     """What an adapter knows about one failure, before it is classified.
@@ -155,20 +158,12 @@ class ErrorFacts:
     in_band: bool = False
 
 
-#: ``ErrorFacts(...)`` without the class call, which packs its keywords into a dict (one per failed try; see
-#: :mod:`turnout._fast`).
-new_error_facts = fast_new(ErrorFacts)
-
-
 def _low(s: str | None) -> str:
     return s.lower() if s else ""
 
 
 def _has(text: str, phrases: tuple[str, ...]) -> bool:
-    for phrase in phrases:  # noqa: SIM110 - a plain loop is cheaper than any() over a generator
-        if phrase in text:
-            return True
-    return False
+    return any(phrase in text for phrase in phrases)
 
 
 def _lowered(facts: ErrorFacts) -> tuple[str, str, str, str]:
@@ -197,7 +192,12 @@ MODERATION_HINTS = ("moderation", "flagged")
 
 
 def _timed_quota(facts: ErrorFacts) -> bool:
-    return any(("perminute" in q.lower() or "perday" in q.lower()) for q in facts.quota_ids)
+    # Gemini's ids say ``PerMinute`` / ``PerDay``; Vertex AI's metrics ``per_minute``, and its online-prediction
+    # quotas (``aiplatform.googleapis.com/online_prediction_requests_per_base_model``) are per minute too
+    return any(
+        "perminute" in q or "perday" in q or "per_minute" in q or "per_day" in q or "online_prediction" in q
+        for q in (q.lower() for q in facts.quota_ids)
+    )
 
 
 def classify(facts: ErrorFacts) -> ErrorClass:
@@ -207,52 +207,51 @@ def classify(facts: ErrorFacts) -> ErrorClass:
 
 
 def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) -> ErrorClass:
-    # The checks of the refusal, context-window and retry-hint rules are written out here, where they are asked
-    # (one failed try: three Python calls fewer); ``tests/test_classify_paths.py`` holds this to the rules as
-    # separate functions over generated facts.
+    # The refusal, context-window and retry-hint rules are asked in line, in the order SPEC section 5 gives them;
+    # ``tests/test_classify_paths.py`` holds this to the rules as separate functions over generated facts.
     status = facts.status
     # A refusal: its typed code or reason; then, for a 400 or an error without a status, its phrases. Too large for
     # the context window: its typed code; then, for a 4xx other than a 429 or an error without a status, its phrases.
     if code in REFUSAL_CODES or reason in REFUSAL_CODES:
-        return _REFUSAL
+        return ErrorClass.REFUSAL
     if status == 429:  # decided below, without the phrase scans only other statuses need
         if code == "context_length_exceeded":
-            return _CONTEXT_WINDOW
+            return ErrorClass.CONTEXT_WINDOW
     elif status is None or status == 400:
         if _has(text, REFUSAL_HINTS):
-            return _REFUSAL
+            return ErrorClass.REFUSAL
         if code == "context_length_exceeded" or _has(text, CONTEXT_WINDOW_HINTS):
-            return _CONTEXT_WINDOW
+            return ErrorClass.CONTEXT_WINDOW
     elif code == "context_length_exceeded" or (400 <= status < 500 and _has(text, CONTEXT_WINDOW_HINTS)):
-        return _CONTEXT_WINDOW
+        return ErrorClass.CONTEXT_WINDOW
     if status == 402:
-        return _RATE_LIMITED_NON_RETRYABLE
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
     if status == 429 or etype in RATE_LIMIT_TYPES or code in ("rate_limit_exceeded", "resource_exhausted"):
         if code in BUSINESS_ERROR_CODES or etype in ("insufficient_quota", "billing_error"):
-            return _RATE_LIMITED_NON_RETRYABLE
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
         if text.startswith("request too large"):
-            return _RATE_LIMITED_NON_RETRYABLE
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
         headers = facts.headers  # a retry hint, given in any form (whether it parses is the hint's own question)
         if "retry-after" in headers or "retry-after-ms" in headers or facts.retry_delay or _timed_quota(facts):
-            return _RATE_LIMITED
+            return ErrorClass.RATE_LIMITED
         if _has(text, BUSINESS_RATE_LIMIT_HINTS) or "quota" in text:
-            return _RATE_LIMITED_NON_RETRYABLE
-        return _RATE_LIMITED
+            return ErrorClass.RATE_LIMITED_NON_RETRYABLE
+        return ErrorClass.RATE_LIMITED
     if code in BUSINESS_ERROR_CODES or etype == "billing_error":
-        return _RATE_LIMITED_NON_RETRYABLE
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
     if status is not None:
         if status >= 500 or status in (408, 409):
-            return _RETRYABLE
+            return ErrorClass.RETRYABLE
         if 400 <= status < 500:
-            if _has(text, TOOL_SCHEMA_HINTS):
-                return _RETRYABLE
-            return _NON_RETRYABLE
-        return _RETRYABLE
+            if _has(text, TOOL_SCHEMA_HINTS) or etype in RETRYABLE_4XX_TYPES:
+                return ErrorClass.RETRYABLE
+            return ErrorClass.NON_RETRYABLE
+        return ErrorClass.RETRYABLE
     # No status: an in-band stream error, or something else without HTTP facts.
     if etype in RETRYABLE_TYPES or code in RETRYABLE_TYPES:
-        return _RETRYABLE
+        return ErrorClass.RETRYABLE
     if etype in NON_RETRYABLE_TYPES or code in NON_RETRYABLE_TYPES or code == "model_not_found":
-        return _NON_RETRYABLE
+        return ErrorClass.NON_RETRYABLE
     return _classify_lowered(text)
 
 
@@ -263,16 +262,16 @@ def classify_text(text: str) -> ErrorClass:
 
 def _classify_lowered(low: str) -> ErrorClass:
     if _has(low, CONTEXT_WINDOW_HINTS):
-        return _CONTEXT_WINDOW
+        return ErrorClass.CONTEXT_WINDOW
     if _has(low, BUSINESS_RATE_LIMIT_HINTS):
-        return _RATE_LIMITED_NON_RETRYABLE
+        return ErrorClass.RATE_LIMITED_NON_RETRYABLE
     if "rate limit" in low or "too many requests" in low:
-        return _RATE_LIMITED
+        return ErrorClass.RATE_LIMITED
     if _has(low, AUTH_HINTS):
-        return _NON_RETRYABLE
+        return ErrorClass.NON_RETRYABLE
     if "model" in low and _has(low, MODEL_NOT_FOUND_WORDS):
-        return _NON_RETRYABLE
-    return _RETRYABLE
+        return ErrorClass.NON_RETRYABLE
+    return ErrorClass.RETRYABLE
 
 
 # --- retry hints --------------------------------------------------------------------------------
@@ -386,18 +385,10 @@ def provider_error(
     fallback_message: str = "provider error",
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
-    # ``_lowered(facts)`` written out (one failed try: a call and a tuple fewer); the scrub's scan for key shapes
-    # reads the lowercased message too, rather than lowercasing it again.
-    code = facts.error_code.lower() if facts.error_code else ""
-    etype = facts.error_type.lower() if facts.error_type else ""
-    reason = facts.reason.lower() if facts.reason else ""
-    message = facts.message
-    if message:
-        text = message.lower()
-        message = scrub(message[:2000], tuple(secrets), text)
-    else:
-        text = ""
-        message = scrub(fallback_message[:2000], tuple(secrets))
+    code, etype, reason, text = _lowered(facts)
+    # the scrub's scan for key shapes reads the lowercased message too, rather than lowercasing it again
+    kept = tuple(secrets)
+    message = scrub(facts.message[:2000], kept, text) if facts.message else scrub(fallback_message[:2000], kept)
     error_class = _classify(facts, code, etype, reason, text)
     headers = facts.headers
     status = facts.status
@@ -412,7 +403,7 @@ def provider_error(
         auth_failure = not _has(text, MODERATION_HINTS)
     else:
         auth_failure = reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
-    if error_class is _REFUSAL:
+    if error_class is ErrorClass.REFUSAL:
         return RefusalError(
             message,
             error_class=error_class,
@@ -425,24 +416,18 @@ def provider_error(
             request_id=request_id,
             auth_failure=auth_failure,
         )
-    # What ``ProviderError(message, ...)`` makes, without its ``__init__``: the new error's attributes are given as
-    # one dict (an exception keeps them in a dict of its own; merging ten keys into an empty one costs about 3k
-    # instructions more, and the call with ten keywords more still: one error per failed try). ``BaseException``'s
-    # ``__new__`` sets ``args``. ``tests/test_classify.py`` holds it to the class call.
-    error = _new_exception(ProviderError, message)
-    error.__dict__ = {
-        "message": message,
-        "auth_failure": auth_failure,
-        "error_class": error_class,
-        "provider": provider,
-        "model": model,
-        "status": status,
-        "error_type": facts.error_type,
-        "error_code": facts.error_code,
-        "retry_after": retry_after,
-        "request_id": request_id,
-    }
-    return error
+    return ProviderError(
+        message,
+        error_class=error_class,
+        provider=provider,
+        model=model,
+        status=status,
+        error_type=facts.error_type,
+        error_code=facts.error_code,
+        retry_after=retry_after,
+        request_id=request_id,
+        auth_failure=auth_failure,
+    )
 
 
 def endpoint_missing(exc: ProviderError) -> bool:
@@ -463,9 +448,9 @@ def error_class_of(exc: BaseException) -> ErrorClass:
     if isinstance(exc, ProviderError):
         return exc.error_class
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return _TIMEOUT
+        return ErrorClass.TIMEOUT
     if isinstance(exc, ConnectionError | OSError):
-        return _RETRYABLE
+        return ErrorClass.RETRYABLE
     return classify_text(str(exc))
 
 

@@ -1,7 +1,7 @@
 """The ``turnout`` command line.
 
 Exit codes: 0 success (warnings included), 1 a configuration or run-time failure (the message names
-the key path where there is one), 2 a usage error.
+the key path where there is one), 2 a usage error (also an address a command cannot listen on: a busy port).
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from turnout.attribution import Attempt
@@ -33,8 +32,11 @@ from turnout.config import (
     load_config_file,
 )
 from turnout.errors import ConfigError, TurnoutError
-from turnout.terminal import shown
+from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 from turnout.types import Usage
+
+#: The id a profile sends for a model name: ``(profile, model) -> id``.
+WireIds = Callable[[str, str], str]
 
 app = typer.Typer(
     name="turnout",
@@ -42,11 +44,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # help is plain text: rich markup would read "[gateway] host" as a tag and drop it
+    rich_markup_mode=None,
 )
 
 ConfigOption = Annotated[
     str | None,
-    typer.Option("--config", "-c", help="Config file (default: $TURNOUT_CONFIG, then ./turnout.toml)."),
+    typer.Option("--config", "-c", metavar="PATH", help="Config file (default: $TURNOUT_CONFIG, then ./turnout.toml)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
@@ -65,12 +69,13 @@ def _err() -> Console:
 
 
 def _fail(exc: ConfigError, as_json: bool) -> typer.Exit:
+    """Print a configuration error; exit status 1, or 2 for an address a command cannot listen on (a usage error)."""
     if as_json:
         body = {"ok": False, "error": {"code": exc.code, "path": exc.path, "message": exc.message}}
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _err().print(f"error: {exc}", markup=False)
-    return typer.Exit(1)
+    return typer.Exit(2 if exc.code == "listen_failed" else 1)
 
 
 def load(config: str | None) -> Config:
@@ -91,7 +96,8 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:
-        sys.stdout.write(orjson.dumps(plan_json(plan, warnings), option=orjson.OPT_INDENT_2).decode() + "\n")
+        body = plan_json(plan, warnings, wire_ids(cfg))
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     out = _out()
     if warnings:
@@ -102,7 +108,7 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     else:
         out.print("No warnings.", markup=False)
         out.print()
-    for line in plan_lines(plan):
+    for line in plan_lines(plan, wire_ids(cfg)):
         out.print(line, markup=False)
 
 
@@ -130,11 +136,20 @@ def pool_lines(pools: Iterable[PoolSpec]) -> list[str]:
     return lines
 
 
-def plan_lines(plan: Plan) -> list[str]:
+def wire_ids(config: Config) -> WireIds:
+    """The id each profile sends for a configured model name (``turnout.model_ids``: one name on every cloud)."""
+    from turnout.providers import wire_id
+
+    profiles = config.profiles()
+    return lambda profile, model: wire_id(profile, profiles[profile], model)
+
+
+def plan_lines(plan: Plan, wire: WireIds | None = None) -> list[str]:
     """The pools, then the attempt order of the default target and every route, as printed by ``turnout check``.
 
     Entries of a pool's members are marked ``[pool <name>]``: each call tries them in the order its strategy
-    chooses, before what follows the pool.
+    chooses, before what follows the pool. With ``wire``, an entry whose profile sends another id for its model
+    (a Bedrock inference profile, a Vertex version) says which: ``sends us.anthropic.…``.
     """
     pools = {p.name: p for p in plan.pools}
     lines = pool_lines(plan.pools)
@@ -145,13 +160,17 @@ def plan_lines(plan: Plan) -> list[str]:
             kind = "pinned" if entry.pinned else "unpinned"
             tries = plan.tries_per_entry
             member = f"  [pool {entry.pool}]" if entry.pool is not None else ""
-            lines.append(f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}")
+            sent = wire(entry.profile, entry.model) if wire is not None and entry.model is not None else model
+            sends = f"  sends {sent}" if sent != model else ""
+            lines.append(
+                f"  {i}. {entry.profile}/{model}  {kind}  {tries} tr{'ies' if tries != 1 else 'y'}{member}{sends}"
+            )
         lines.append("")
     return lines[:-1]
 
 
-def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
-    """``turnout check --json`` output."""
+def plan_json(plan: Plan, warnings: list[ConfigWarning], wire: WireIds | None = None) -> dict[str, Any]:
+    """``turnout check --json`` output (``wire_model``: the id an entry sends for its model)."""
 
     def route(r: Route) -> dict[str, Any]:
         return {
@@ -163,6 +182,7 @@ def plan_json(plan: Plan, warnings: list[ConfigWarning]) -> dict[str, Any]:
                     "profile": e.profile,
                     "model": e.model,
                     "pinned": e.pinned,
+                    "wire_model": wire(e.profile, e.model) if wire is not None and e.model is not None else e.model,
                     "tries": plan.tries_per_entry,
                     "pool": e.pool,
                 }
@@ -203,11 +223,13 @@ def _since(value: str | None) -> float | None:
 
 @app.command()
 def chat(
-    prompt: Annotated[str, typer.Argument(help="The question.")],
+    prompt: Annotated[str, typer.Argument(metavar="PROMPT", help="The question.")],
     config: ConfigOption = None,
-    model: Annotated[str | None, typer.Option(help="hint:<name> or a plain model.")] = None,
-    provider: Annotated[str | None, typer.Option(help="Profile to make active (family.alias).")] = None,
-    system: Annotated[str | None, typer.Option(help="A system prompt.")] = None,
+    model: Annotated[str | None, typer.Option(metavar="MODEL", help="hint:<name> or a plain model.")] = None,
+    provider: Annotated[
+        str | None, typer.Option(metavar="PROFILE", help="Profile to make active (family.alias).")
+    ] = None,
+    system: Annotated[str | None, typer.Option(metavar="TEXT", help="A system prompt.")] = None,
     stream: Annotated[bool, typer.Option("--stream", help="Stream the answer.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -226,7 +248,6 @@ async def _chat(
     cfg: Config, messages: list[dict[str, str]], model: str | None, provider: str | None, stream: bool, as_json: bool
 ) -> int:
     from turnout.client import Client
-    from turnout.demo import _attempts_table
 
     out, err = _out(), _err()
     try:
@@ -262,9 +283,9 @@ async def _chat(
                     + "\n"
                 )
             else:
-                err.print(Text(f"error: {type(exc).__name__}: ") + shown(str(exc), limit=2000))
+                err.print(Text(f"error: {type(exc).__name__}: ") + shown_lines(str(exc), limit=2000))
                 if attempts:
-                    err.print(_attempts_table(attempts))
+                    err.print(attempts_table(attempts))
             return 1
     if as_json:
         body = {
@@ -284,11 +305,11 @@ async def _chat(
     if not stream:
         out.print(reply.text, markup=False)
     out.print()
-    cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
+    cost = usd(reply.cost_usd, "unknown")
     out.print(Text("served by ") + shown(f"{reply.served.provider}/{reply.served.model}") + Text(f"; cost {cost}"))
     if reply.notice:
         out.print(shown(reply.notice), style="yellow")
-    out.print(_attempts_table(reply.attempts))
+    out.print(attempts_table(reply.attempts))
     return 0
 
 
@@ -322,19 +343,33 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
 @app.command()
 def ledger(
     config: ConfigOption = None,
-    since: Annotated[str | None, typer.Option(help="Only since: a duration (30m, 6h, 7d) or an ISO date.")] = None,
-    path: Annotated[str | None, typer.Option(help="Ledger file (default: [ledger] path of the config).")] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="WHEN", help="Only since: a duration (30m, 6h, 7d) or an ISO date.")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option(metavar="PATH", help="Ledger file (default: [ledger] path of the config).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
     from turnout.ledger import summarize
+    from turnout.ledger_cache import cache_summary
+    from turnout.pricing import ProfileRates, profile_rates
 
+    rates = ProfileRates({})  # with only a ledger file: no profile is known, so no saving is priced
     if path is None:
         try:
-            path = load(config).ledger.path
+            cfg = load(config)
+        except ConfigError as exc:
+            raise _fail(exc, as_json) from None
+        path, rates = cfg.ledger.path, profile_rates(cfg)
+    elif config is not None:
+        try:
+            rates = profile_rates(load(config))
         except ConfigError as exc:
             raise _fail(exc, as_json) from None
     summary = summarize(path, since=_since(since))
+    caching = cache_summary(path, rates.rates, since=_since(since))
     if as_json:
         body = {
             "calls": summary.calls,
@@ -357,11 +392,23 @@ def ledger(
                 }
                 for r in summary.routes
             ],
+            "cache": [
+                {
+                    "provider": c.provider,
+                    "model": c.model,
+                    "input_tokens": c.input_tokens,
+                    "cached_input_tokens": c.cached_input_tokens,
+                    "cache_write_tokens": c.cache_write_tokens,
+                    "hit_rate": c.hit_rate,
+                    "saved_usd": c.saved_usd,
+                }
+                for c in caching
+            ],
         }
         sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     out = _out()
-    total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "unknown"
+    total = usd(summary.cost_usd, "unknown")
     out.print(
         f"{summary.calls} calls ({summary.failed_calls} failed, {summary.fallbacks} served by a fallback), "
         f"{summary.attempts} attempts, cost {total}",
@@ -371,9 +418,17 @@ def ledger(
         out.print(shown("failure classes: " + ", ".join(f"{k}={v}" for k, v in summary.failure_classes.items())))
     if summary.skips:
         out.print(shown("skipped without a call: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items()))))
-    table = Table(box=None, header_style="bold")
-    for col in ("profile", "model", "attempts", "outcomes", "tokens in/out", "cost", "avg ms"):
-        table.add_column(col)
+    table = FittedTable(
+        [
+            Column(name="profile", identifies=True),
+            Column(name="model", identifies=True),
+            Column(name="attempts", right=True),
+            Column(name="outcomes"),
+            Column(name="tokens in/out", right=True, label="tokens"),
+            Column(name="cost", right=True, identifies=True),
+            Column(name="avg ms", right=True),
+        ]
+    )
     for r in summary.routes:
         table.add_row(
             shown(r.provider),
@@ -381,16 +436,42 @@ def ledger(
             str(r.attempts),
             shown(", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))),
             f"{r.input_tokens}/{r.output_tokens}",
-            f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-",
+            usd(r.cost_usd),
             f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
         )
     out.print(table)
+    cached = [c for c in caching if c.cached_input_tokens or c.cache_write_tokens]
+    if cached:
+        out.print("prompt cache:", markup=False)
+        caches = FittedTable(
+            [
+                Column(name="profile", identifies=True),
+                Column(name="model", identifies=True),
+                Column(name="input tokens", right=True),
+                Column(name="cached", right=True),
+                Column(name="written", right=True),
+                Column(name="hit rate", right=True),
+                Column(name="saved", right=True),
+            ]
+        )
+        for c in cached:
+            caches.add_row(
+                shown(c.provider),
+                shown(c.model),
+                str(c.input_tokens),
+                str(c.cached_input_tokens),
+                str(c.cache_write_tokens),
+                f"{c.hit_rate:.0%}" if c.hit_rate is not None else "-",
+                usd(c.saved_usd),
+            )
+        out.print(caches)
 
 
 GatewayOption = Annotated[
     str | None,
     typer.Option(
         "--gateway",
+        metavar="URL",
         help="Read a running gateway's GET /status instead (e.g. http://127.0.0.1:8787; key: $TURNOUT_GATEWAY_KEY).",
     ),
 ]
@@ -413,15 +494,24 @@ def status(config: ConfigOption = None, as_json: JsonOption = False, gateway: Ga
     out = _out()
     out.print(f"state backend: {body['backend']}", markup=False)
     if body["backend"] == "memory":
-        out.print(
-            "cooldowns and breakers live in each process; ask a gateway: turnout status --gateway URL", markup=False
-        )
+        for line in MEMORY_STATUS_HINT:
+            out.print(line, markup=False)
     for key, secs in body["cooldowns"].items():
         out.print(Text("  cooling  ") + shown(key) + Text(f"  {secs:.1f}s left"))
     for dead in body["dead_keys"]:
         out.print(Text("  dead key ") + shown(_dead_key_line(dead)))
     for row in body["breakers"]:
         out.print(Text("  breaker  ") + shown(_breaker_line(row)))
+
+
+#: What ``turnout status`` says on the memory backend, where it has nothing to read: where the same view is.
+MEMORY_STATUS_HINT = (
+    "With the memory backend, cooldowns, dead keys and breakers live inside each process that runs a client;",
+    "this command cannot read them. The same view:",
+    "  in the application:  client.status()  (cooldowns, dead_keys, breakers, headroom, pools, hedging)",
+    "  from a gateway:      turnout status --gateway http://127.0.0.1:8787  (its GET /status)",
+    '  shared:              [state] backend = "redis" and url; then this command reads them from Redis',
+)
 
 
 def _gateway_status(url: str, as_json: bool) -> None:
@@ -517,10 +607,14 @@ async def _status(cfg: Config) -> dict[str, Any]:
 
 @app.command()
 def sim(
-    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Listen port (0: a free one).")] = 8900,
-    script: Annotated[str | None, typer.Option(help="A TOML/JSON script mapping models to behaviours.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed the draws of heavy-tailed delays (tail, tail_p).")] = None,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="Listen port (0: a free one).")] = 8900,
+    script: Annotated[
+        str | None, typer.Option(metavar="PATH", help="A TOML/JSON script mapping models to behaviours.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(metavar="N", help="Seed the draws of heavy-tailed delays (tail, tail_p).")
+    ] = None,
 ) -> None:
     """Run the fault-injecting provider simulator until Ctrl-C."""
     from turnout.sim.cli import run
@@ -534,9 +628,11 @@ def sim(
 @app.command()
 def serve(
     config: ConfigOption = None,
-    host: Annotated[str | None, typer.Option(help="Listen address (default: [gateway] host).")] = None,
-    port: Annotated[int | None, typer.Option(help="Listen port (default: [gateway] port).")] = None,
-    workers: Annotated[int, typer.Option(min=1, help="Worker processes sharing the port (SO_REUSEPORT).")] = 1,
+    host: Annotated[str | None, typer.Option(metavar="HOST", help="Listen address (default: [gateway] host).")] = None,
+    port: Annotated[int | None, typer.Option(metavar="PORT", help="Listen port (default: [gateway] port).")] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Worker processes sharing the port (SO_REUSEPORT).")
+    ] = 1,
 ) -> None:
     """Run the OpenAI- and Anthropic-compatible gateway."""
     from turnout.gateway.serve import run
@@ -549,8 +645,8 @@ def serve(
 
 @app.command()
 def init(
-    client: Annotated[str, typer.Option("--for", help="The client to set up: claude-code or codex.")],
-    path: Annotated[str, typer.Option(help="Where to write the config.")] = "turnout.toml",
+    client: Annotated[str, typer.Option("--for", metavar="CLIENT", help="The client to set up: claude-code or codex.")],
+    path: Annotated[str, typer.Option(metavar="PATH", help="Where to write the config.")] = "turnout.toml",
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a gateway config that works for a coding agent in one step, and say how to start both."""
@@ -578,7 +674,9 @@ def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Then serve a gateway over the demo on 127.0.0.1 until Ctrl-C.")
     ] = False,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="The --serve gateway's port (0: a free one).")] = 0,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, metavar="PORT", help="The --serve gateway's port (0: a free one).")
+    ] = 0,
 ) -> None:
     """A guided tour against the in-process simulator (writes nothing outside a temp dir)."""
     from turnout.demo import main as demo_main

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
     from turnout.tracing import Tracing
 
-_new_object = object.__new__
 #: How many sets of call options keep their resolved target and plan (options are few in practice; bound them anyway).
 _KEPT_PLANS = 256
 
@@ -263,13 +262,9 @@ class Client:
             response_format=response_format,
             native=native,
         )
-        # What ``_call`` does, written out: one frame fewer on every call.
-        found = self._plans.get((model, provider, sender, "chat"))
-        if found is None:
-            found = self._plan(model, provider, sender, False, None)
-        target, plan = found
-        call = _new_object(Call)
-        Call.__init__(call, plan, call_id, caller, request)
+        target, call = self._call(
+            model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
+        )
         try:
             served = await target.walk.run(request, target.model, temperature, call)
         except BaseException as exc:
@@ -297,10 +292,7 @@ class Client:
         if found is None:
             found = self._plan(model, provider, sender, stream, operation)
         target, plan = found
-        # ``Call(...)`` goes through the class's ``__call__``; calling ``__init__`` on a new instance does not.
-        call = _new_object(Call)
-        Call.__init__(call, plan, call_id, caller, request)
-        return target, call
+        return target, Call(plan, call_id, caller, request)
 
     def _plan(
         self, model: str | None, provider: str | None, sender: str | None, stream: bool, operation: Operation | None

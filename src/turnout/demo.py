@@ -26,17 +26,25 @@ from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
-from turnout.attribution import SKIPS, Attempt
+from turnout.attribution import Attempt
 from turnout.client import Client
-from turnout.errors import ConfigError, ContextWindowExceeded, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.demo_clouds import clouds_config, clouds_tour
+from turnout.errors import (
+    ContextWindowExceeded,
+    RefusalError,
+    StreamInterruptedAfterOutput,
+    TurnoutError,
+    cannot_listen,
+)
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.serve import can_listen
 from turnout.ledger import summarize
+from turnout.pricing import profile_rates
 from turnout.reply import Reply
 from turnout.sim import Simulator
-from turnout.terminal import shown
+from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 
 DEMO_CONFIG = """
 default_provider = "anthropic.main"
@@ -112,6 +120,11 @@ path = "{ledger}"
 """
 
 PROMPT = [{"role": "user", "content": "Summarise the release notes in one sentence."}]
+#: The system prompt of the prompt-cache step (long enough for the cached part to show).
+HOUSE_RULES = " ".join(
+    ["You write release summaries for a small open-source project: plain words, no marketing, one sentence."] * 20
+)
+FOLLOW_UP = [{"role": "user", "content": "Now say it in French."}]
 
 #: The primary of the outage tour, and the most calls the tour makes.
 PRIMARY = "claude-sonnet-4-5"
@@ -144,7 +157,9 @@ class Step:
     explain: str
     script: dict[str, Any]
     run: Callable[[Client], Awaitable[Reply]]
-    after: Callable[[Client], Table] | None = None
+    after: Callable[[Client], FittedTable] | None = None
+    #: The simulator caches prompt prefixes for this long during the step (None: no prompt caching).
+    cache_ttl: float | None = None
 
 
 @dataclass
@@ -179,8 +194,27 @@ def _steps() -> list[Step | Tour]:
             reply = await chat(c, model="hint:pool")
         return reply
 
+    turns: list[Reply] = []
+
+    async def conversation(c: Client) -> Reply:
+        turns.clear()
+        first = [{"role": "system", "content": HOUSE_RULES}, *PROMPT]
+        turns.append(await c.chat(first))
+        turns.append(await c.chat([*first, {"role": "assistant", "content": turns[0].text}, *FOLLOW_UP]))
+        return turns[-1]
+
     return [
         Step("A clean answer", "The primary profile answers on the first try.", {}, chat),
+        Step(
+            "A conversation's second turn reads the prompt cache",
+            "The simulator caches prompt prefixes per deployment for 5 minutes, as Anthropic does. Turn 1 writes "
+            "the system prompt and question to the cache; turn 2 repeats them, so they are cached input, priced at "
+            "the cache-read rate.",
+            {},
+            conversation,
+            lambda c: cache_table(c, turns),
+            cache_ttl=300,
+        ),
         Step(
             "A 429 with Retry-After, then recovery",
             "A single-entry profile gets 429 with Retry-After: 1; the walk waits the hinted second and retries.",
@@ -221,6 +255,15 @@ def _steps() -> list[Step | Tour]:
             "long; once the outage is over the next probe closes it and the primary serves again.",
             outage_script(TIMING),
             outage_tour,
+        ),
+        Tour(
+            "One Claude model on three clouds",
+            "hint:clouds walks anthropic.clouds → bedrock.clouds → vertex.clouds, each configured with the one name "
+            "claude-sonnet-4-5 (Bedrock is sent its inference profile, Vertex its versioned id). Three calls: "
+            "Anthropic answers; then Anthropic is overloaded and Bedrock answers; then Bedrock throttles too and "
+            "Vertex AI answers, with a token from a service-account key exchanged at the simulator.",
+            {},
+            clouds_tour,
         ),
         Step(
             "A truncated stream",
@@ -269,54 +312,52 @@ def _steps() -> list[Step | Tour]:
     ]
 
 
+def cache_table(client: Client, turns: list[Reply]) -> FittedTable:
+    """Each turn's input, the part read from and written to the prompt cache, its cost and what the cache saved."""
+    table = FittedTable(
+        [
+            Column(name="turn", right=True, identifies=True),
+            Column(name="input tokens", right=True),
+            Column(name="cached", right=True),
+            Column(name="written", right=True),
+            Column(name="cost", right=True),
+            Column(name="saved", right=True),
+        ],
+        title="prompt cache",
+    )
+    prices = profile_rates(client.config, client.factory.catalogue)
+    for n, reply in enumerate(turns, 1):
+        usage = reply.usage
+        rates = prices.rates(reply.served.provider, reply.served.model)
+        saved = usd(rates.cache_saving(usage)) if rates is not None and usage is not None else "-"
+        if usage is None:
+            table.add_row(str(n), "-", "-", "-", usd(reply.cost_usd), saved)
+            continue
+        cached, written = usage.cached_input_tokens, usage.cache_write_tokens
+        table.add_row(str(n), str(usage.input_tokens), str(cached), str(written), usd(reply.cost_usd), saved)
+    return table
+
+
 #: How many calls the pool step makes.
 POOL_CALLS = 12
 
 
-def pool_table(client: Client, name: str) -> Table:
+def pool_table(client: Client, name: str) -> FittedTable:
     """A pool's members with the calls each took and its moving time to first token."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=f"pool {name}")
-    for col, justify in [("member", "left"), ("calls", "right"), ("share", "right"), ("moving TTFT ms", "right")]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = FittedTable(
+        [
+            Column(name="member", identifies=True),
+            Column(name="calls", right=True),
+            Column(name="share", right=True),
+            Column(name="moving TTFT ms", right=True),
+        ],
+        title=f"pool {name}",
+    )
     pool = next(p for p in client.status()["pools"] if p["name"] == name)
     for m in pool["members"]:
         share = f"{m['share']:.0%}" if m["share"] is not None else "-"
         ttft = f"{m['ttft_ms']:.0f}" if m["ttft_ms"] is not None else "-"
-        table.add_row(m["profile"], str(m["calls"]), share, ttft)
-    return table
-
-
-def _attempts_table(attempts: tuple[Attempt, ...] | list[Attempt]) -> Table:
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name, justify in [
-        ("#", "right"),
-        ("profile", "left"),
-        ("model", "left"),
-        ("outcome", "left"),
-        ("status", "right"),
-        ("key", "left"),
-        ("in/out tokens", "right"),
-        ("cost", "right"),
-        ("ms", "right"),
-        ("retry hint", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    styles = {"ok": "green", "cooldown_skip": "yellow", "breaker_skip": "yellow", "stream_interrupted": "red"}
-    for i, a in enumerate(attempts, 1):
-        tokens = f"{a.usage.input_tokens}/{a.usage.output_tokens}" if a.usage else "-"
-        cost = f"${a.cost_usd:.6f}" if a.cost_usd is not None else "-"
-        table.add_row(
-            str(i),
-            shown(a.provider),
-            shown(a.model),
-            Text(a.outcome, style=styles.get(a.outcome, "magenta")),
-            str(a.status) if a.status is not None else "-",
-            a.key_id or "-",
-            tokens,
-            cost,
-            f"{a.duration_ms:.0f}" if a.outcome not in SKIPS else "-",
-            f"{a.retry_after:.1f}s" if a.retry_after is not None else "-",
-        )
+        table.add_row(shown(m["profile"]), str(m["calls"]), share, ttft)
     return table
 
 
@@ -331,17 +372,22 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
         console: Where the tour is printed (default: the terminal).
         serve: Then serve a gateway over the tour's client until SIGINT or SIGTERM (:func:`serve_demo`).
         port: The gateway's port on 127.0.0.1 (0: a free one).
+
+    Raises:
+        ConfigError: With ``serve``, the port cannot be bound (checked before the tour; code ``listen_failed``).
     """
     if console is None:
         console = Console(highlight=False)
         if not console.is_terminal:
             console = Console(highlight=False, width=max(console.width, 120))
+    if serve and port:
+        can_listen("127.0.0.1", port)  # a busy port fails now, not after the tour
     started = time.perf_counter()
     as_told = True
     with tempfile.TemporaryDirectory(prefix="turnout-demo-") as tmp:
         ledger_path = Path(tmp) / "ledger.sqlite3"
         async with Simulator() as sim:
-            config = demo_config(sim, ledger_path)
+            config = demo_config(sim, ledger_path) + clouds_config(sim, Path(tmp))
             async with Client.from_toml(config) as client:
                 console.print(
                     Panel.fit(
@@ -351,7 +397,10 @@ async def run_demo(console: Console | None = None, *, serve: bool = False, port:
                     )
                 )
                 for n, step in enumerate(_steps(), 1):
-                    sim.set_script({"models": step.script, "seed": step.seed if isinstance(step, Tour) else None})
+                    cache = {"cache": {"ttl": step.cache_ttl}} if isinstance(step, Step) and step.cache_ttl else {}
+                    sim.set_script(
+                        {"models": step.script, "seed": step.seed if isinstance(step, Tour) else None, **cache}
+                    )
                     if isinstance(step, Tour):
                         console.rule(f"[bold]{n}. {step.title}")
                         console.print(step.explain, style="dim")
@@ -388,15 +437,21 @@ def demo_config(sim: Simulator, ledger: Path, open_secs: float = TIMING.open_sec
 def _print_summary(console: Console, ledger_path: Path, started: float) -> None:
     """The ledger's totals of the tour."""
     summary = summarize(ledger_path)
-    table = Table(title="Ledger summary", box=None, header_style="bold")
-    for col in ("profile", "model", "attempts", "outcomes", "cost"):
-        table.add_column(col)
+    table = FittedTable(
+        [
+            Column(name="profile", identifies=True),
+            Column(name="model", identifies=True),
+            Column(name="attempts", right=True),
+            Column(name="outcomes"),
+            Column(name="cost", right=True, identifies=True),
+        ],
+        title="Ledger summary",
+    )
     for r in summary.routes:
         outcomes = ", ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
-        cost = f"${r.cost_usd:.6f}" if r.cost_usd is not None else "-"
-        table.add_row(r.provider, r.model, str(r.attempts), outcomes, cost)
+        table.add_row(shown(r.provider), shown(r.model), str(r.attempts), shown(outcomes), usd(r.cost_usd))
     console.print(table)
-    total = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "-"
+    total = usd(summary.cost_usd)
     skips = ", ".join(f"{k}={v}" for k, v in sorted(summary.skips.items())) or "none"
     console.print(
         f"{summary.calls} calls, {summary.fallbacks} fallbacks, {summary.attempts} attempts (skipped without a "
@@ -423,7 +478,7 @@ async def serve_demo(
     try:
         await server.start()
     except OSError as exc:
-        raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", code="listen_failed") from None
+        raise cannot_listen("127.0.0.1", port, exc) from None
     on_signals = stop is None
     stop = _stop_on_signals() if stop is None else stop
     try:
@@ -471,29 +526,28 @@ async def _run_step(console: Console, client: Client, n: int, step: Step) -> Non
     try:
         reply = await step.run(client)
     except StreamInterruptedAfterOutput as exc:
-        console.print(f"User saw: [cyan]{exc.partial_text}[/cyan][red]  [stream interrupted][/red]")
+        console.print(Text("User saw: ") + Text(exc.partial_text, style="cyan") + Text("  [stream interrupted]", "red"))
         console.print(f"StreamInterruptedAfterOutput: {len(exc.partial_text.split())} words kept, no replay.")
-        console.print(_attempts_table(exc.attempts))
+        console.print(attempts_table(exc.attempts))
         return
     except RefusalError as exc:
-        console.print(f"RefusalError: {exc.message}")
-        console.print(_attempts_table(exc.attempts))
+        console.print(Text("RefusalError: ") + shown_lines(exc.message, 2000))
+        console.print(attempts_table(exc.attempts))
         return
     except ContextWindowExceeded as exc:
-        console.print(f"ContextWindowExceeded: {exc}")
-        console.print(_attempts_table(exc.attempts))
+        console.print(Text("ContextWindowExceeded: ") + shown_lines(str(exc), 2000))
+        console.print(attempts_table(exc.attempts))
         return
     except TurnoutError as exc:
-        console.print(f"[red]{type(exc).__name__}[/red]: {exc}")
-        console.print(_attempts_table(getattr(exc, "attempts", ())))
+        console.print(Text(type(exc).__name__, style="red") + Text(": ") + shown_lines(str(exc), 2000))
+        console.print(attempts_table(getattr(exc, "attempts", ())))
         return
-    console.print(f"Answer: [cyan]{reply.text[:100]}[/cyan]")
-    served = f"{reply.served.provider}/{reply.served.model}"
-    cost = f"${reply.cost_usd:.6f}" if reply.cost_usd is not None else "unknown"
-    console.print(f"Served by [bold]{served}[/bold]; call cost {cost}")
+    console.print(Text("Answer: ") + Text(reply.text[:100], style="cyan"))
+    served = Text(f"{reply.served.provider}/{reply.served.model}", style="bold")
+    console.print(Text("Served by ") + served + Text(f"; call cost {usd(reply.cost_usd, 'unknown')}"))
     if reply.notice:
-        console.print(reply.notice, style="yellow")
-    console.print(_attempts_table(reply.attempts))
+        console.print(Text(reply.notice, style="yellow"))
+    console.print(attempts_table(reply.attempts))
     if step.after is not None:
         console.print(step.after(client))
 
@@ -526,9 +580,15 @@ async def outage_tour(
         clock: Seconds (the tour's own time line).
         sleep: The pause between calls.
     """
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("call", "at", "attempts (the last one served)", "ms", "the primary's breaker after the call"):
-        table.add_column(name)
+    table = FittedTable(
+        [
+            Column(name="call", identifies=True),
+            Column(name="at", right=True),
+            Column(name="attempts (the last one served)", label="attempts"),
+            Column(name="ms", right=True),
+            Column(name="the primary's breaker after the call", label="breaker", identifies=True),
+        ]
+    )
     start, seen = clock(), len(sim.log)
     calls: list[tuple[float, Reply]] = []
     while len(calls) < MAX_TOUR_CALLS:
@@ -617,9 +677,16 @@ async def hedge_tour(console: Console, client: Client, sim: Simulator, timing: H
         sim: The simulator, scripted with :func:`hedge_script` and seeded with ``timing.seed`` just before.
         timing: The tour's delays.
     """
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("call", "openai.quick drew", "first text ms", "attempts", "hedged", "answered by"):
-        table.add_column(name)
+    table = FittedTable(
+        [
+            Column(name="call", identifies=True),
+            Column(name="openai.quick drew", label="drew"),
+            Column(name="first text ms", right=True),
+            Column(name="attempts"),
+            Column(name="hedged", identifies=True),
+            Column(name="answered by", identifies=True),
+        ]
+    )
     calls: list[tuple[bool, Reply]] = []
     for n in range(1, timing.calls + 1):
         seen = len(sim.log)

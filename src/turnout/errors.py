@@ -29,6 +29,8 @@ Messages never contain API keys. Provider errors may carry the provider's own (s
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -68,6 +70,22 @@ class ConfigError(TurnoutError):
         self.code = code
         self.message = message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+def cannot_listen(host: str, port: int, exc: OSError, *, path: str | None = None) -> ConfigError:
+    """The error of a command that cannot listen on ``host:port``: one line, what happened and what to do.
+
+    Its code is ``listen_failed`` (the command line exits with status 2 for it).
+    """
+    if exc.errno == errno.EADDRINUSE:
+        why = "the port is already in use; stop what listens there, or choose another port with --port (0: a free one)"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (ports below 1024 need privileges); choose another port with --port"
+    elif exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        why = f"{host!r} is not an address of this host; choose another with --host (127.0.0.1: this host only)"
+    else:
+        why = exc.strerror or type(exc).__name__
+    return ConfigError(f"cannot listen on {host}:{port}: {why}", path=path, code="listen_failed")
 
 
 class InvalidRequest(TurnoutError):
@@ -131,25 +149,17 @@ class ProviderError(TurnoutError):
         request_id: str | None = None,
         auth_failure: bool = False,
     ) -> None:
-        # What ``super().__init__(message)`` does (``BaseException.__init__`` only sets ``args``), and the attributes
-        # as one dict merged at once: an exception keeps them in a dict of its own, and ten stores into it cost about
-        # twice as much (one error per failed try; ``tests/test_errors.py`` holds it to the plain form). Merged,
-        # not assigned: what a subclass set before calling this stays.
-        self.args = (message,)
-        self.__dict__.update(
-            {
-                "message": message,
-                "auth_failure": auth_failure,
-                "error_class": error_class if error_class is not None else self.default_class,
-                "provider": provider,
-                "model": model,
-                "status": status,
-                "error_type": error_type,
-                "error_code": error_code,
-                "retry_after": retry_after,
-                "request_id": request_id,
-            }
-        )
+        super().__init__(message)
+        self.message = message
+        self.auth_failure = auth_failure
+        self.error_class = error_class if error_class is not None else self.default_class
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.error_type = error_type
+        self.error_code = error_code
+        self.retry_after = retry_after
+        self.request_id = request_id
 
     def __str__(self) -> str:
         where = " ".join(x for x in (self.provider, self.model) if x)

@@ -92,13 +92,6 @@ class Action(NamedTuple):
     health: bool = False
 
 
-# The classes and steps as module globals: on CPython 3.11 reading a member off its enum class goes through the
-# metaclass's lookup (about 900 instructions), and a failed try reads several.
-_RETRYABLE, _EMPTY, _TIMEOUT = ErrorClass.RETRYABLE, ErrorClass.EMPTY, ErrorClass.TIMEOUT
-_RATE_LIMITED, _RATE_LIMITED_NON_RETRYABLE = ErrorClass.RATE_LIMITED, ErrorClass.RATE_LIMITED_NON_RETRYABLE
-_NON_RETRYABLE, _CONTEXT_WINDOW, _REFUSAL = ErrorClass.NON_RETRYABLE, ErrorClass.CONTEXT_WINDOW, ErrorClass.REFUSAL
-_RETRY_STEP, _NEXT_KEY_STEP, _NEXT_ENTRY_STEP = Step.RETRY, Step.NEXT_KEY, Step.NEXT_ENTRY
-
 # Every action the policy can take, made once.
 _RETRY_UNHEALTHY = Action(step=Step.RETRY, health=True)
 _MOVE_ON_UNHEALTHY = Action(step=Step.NEXT_ENTRY, health=True)
@@ -121,36 +114,34 @@ def decide(error_class: ErrorClass, at: Position, *, auth_failure: bool = False,
         auth_failure: The provider rejected the credential itself (a typed fact of the error).
         replay: Whether trying the same entry again may answer differently (False: a response over its bound).
     """
-    # One function, the usual class first: a failed try pays for one Python frame here, not two.
+    # The usual class first.
     cls = error_class
-    if cls is _RATE_LIMITED:
+    if cls is ErrorClass.RATE_LIMITED:
         if at.rotates:
             action = _SWITCH_KEY_COOLING_IT if at.other_key_usable else _MOVE_ON_COOLING_KEY_AND_PROFILE
         elif at.single_entry:
             action = _RETRY
         else:
             return _MOVE_ON_COOLING_PROFILE
-    elif cls is _RETRYABLE:
+    elif cls is ErrorClass.RETRYABLE:
         action = _RETRY_UNHEALTHY
-    elif cls is _EMPTY:
+    elif cls is ErrorClass.EMPTY:
         action = _RETRY
-    elif cls is _RATE_LIMITED_NON_RETRYABLE:
+    elif cls is ErrorClass.RATE_LIMITED_NON_RETRYABLE:
         return _NEXT_ENTRY
-    elif cls is _NON_RETRYABLE:
+    elif cls is ErrorClass.NON_RETRYABLE:
         if not auth_failure:
             return _NEXT_ENTRY
         action = _SWITCH_KEY_REPORTING_IT if at.rotates and at.other_key_live else _MOVE_ON_REPORTING_KEY
-    elif cls is _CONTEXT_WINDOW:
+    elif cls is ErrorClass.CONTEXT_WINDOW:
         return _NEXT_ENTRY if at.larger_entry_remains else _STOP
-    elif cls is _REFUSAL:
+    elif cls is ErrorClass.REFUSAL:
         return _NEXT_ENTRY if at.refusal_fallback else _STOP
-    elif cls is _TIMEOUT:
+    elif cls is ErrorClass.TIMEOUT:
         action = _RETRY_UNHEALTHY if at.last_entry else _MOVE_ON_UNHEALTHY
     else:  # pragma: no cover - ErrorClass is closed
         raise AssertionError(f"unhandled error class {cls!r}")
     # A retry or a key switch with no try left, or on a probe, becomes a move on (its state updates kept).
-    if (at.tries_left <= 0 or at.probing or not replay) and (
-        action.step is _RETRY_STEP or action.step is _NEXT_KEY_STEP
-    ):
-        return action._replace(step=_NEXT_ENTRY_STEP)
+    if (at.tries_left <= 0 or at.probing or not replay) and (action.step is Step.RETRY or action.step is Step.NEXT_KEY):
+        return action._replace(step=Step.NEXT_ENTRY)
     return action

@@ -35,7 +35,7 @@ from turnout.config.schema import PoolStrategy
 
 if TYPE_CHECKING:
     from turnout.config.graph import PoolSpec
-    from turnout.reliable import Entry
+    from turnout.entry import Entry
     from turnout.stats import EntryStats, Stats
 
 #: ``latency``: the share of calls that try a random other member first (``[pools.<name>] explore``).

@@ -8,11 +8,13 @@ multiplications.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from turnout.config.schema import Pricing
+from turnout.config.schema import Config, Pricing
+from turnout.model_ids import wire_model
 from turnout.types import Usage
 
 #: genai-prices provider ids per family (None: not in the catalogue).
@@ -28,8 +30,13 @@ FAMILY_CATALOGUE_IDS: dict[str, str | None] = {
     "together": "together",
     "openrouter": "openrouter",
     "azure": "azure",
+    "bedrock": "aws",
+    "vertex": "google",
     "ollama": None,
 }
+#: Families whose model names are priced through the model catalogue (``turnout.model_ids``): a canonical name
+#: is looked up as that cloud's own id, so ``claude-sonnet-4-5`` on Bedrock costs what Bedrock charges for it.
+_CLOUDS = {"anthropic": "anthropic", "bedrock": "bedrock", "vertex": "vertex", "gemini": "gemini", "google": "gemini"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,17 @@ class Rates:
             cost += written * write_rate
         return cost / 1_000_000
 
+    def cache_saving(self, usage: Usage) -> float:
+        """What ``usage``'s cached input saved: those tokens at the input rate minus at the cached rate (USD).
+
+        Zero without a cached rate (cached tokens then pay the input rate); cache writes are not a saving.
+        """
+        cached = usage.cached_input_tokens
+        if not cached or self.cached_input is None:
+            return 0.0
+        total_in = usage.input_tokens
+        return cached * (self.input.at(total_in) - self.cached_input.at(total_in)) / 1_000_000
+
 
 def rates_from_pricing(p: Pricing) -> Rates:
     """Rates from a profile's ``pricing`` table."""
@@ -99,6 +117,32 @@ def rates_from_pricing(p: Pricing) -> Rates:
         cached_input=_Rate(p.cached_input) if p.cached_input is not None else None,
         cache_write=_Rate(p.cache_write) if p.cache_write is not None else None,
     )
+
+
+class ProfileRates:
+    """The rates of each configured profile's models: its ``pricing`` table, else the catalogue's.
+
+    What the gateway's counters and ``turnout ledger`` price a recorded attempt with after the fact (the call
+    itself priced it the same way: :meth:`turnout.reliable.Reliable.cost`).
+
+    Args:
+        profiles: Each profile's ``pricing`` table (None: priced from the catalogue), by ``family.alias``.
+        catalogue: The catalogue (default: the process-wide one).
+    """
+
+    def __init__(self, profiles: Mapping[str, Pricing | None], catalogue: Catalogue | None = None) -> None:
+        self._own = {name: rates_from_pricing(p) for name, p in profiles.items() if p is not None}
+        self._known = frozenset(profiles)
+        self._catalogue = catalogue if catalogue is not None else default_catalogue()
+
+    def rates(self, profile: str, model: str) -> Rates | None:
+        """The rates ``profile`` pays for ``model``; None for an unknown profile or an unpriced model."""
+        own = self._own.get(profile)
+        if own is not None:
+            return own
+        if profile not in self._known:
+            return None
+        return self._catalogue.rates(profile.partition(".")[0], model)
 
 
 def _rate(value: Any) -> _Rate | None:
@@ -136,6 +180,9 @@ class Catalogue:
         provider_id = FAMILY_CATALOGUE_IDS.get(family, family)
         if provider_id is None:  # a local family: searching every provider would price it as some cloud model
             return None, None
+        cloud = _CLOUDS.get(family)
+        if cloud is not None:
+            model = wire_model(cloud, model)  # Bedrock: the foundation id, which genai-prices prices in-region
         snapshot = get_snapshot()
         info = None
         for pid in (provider_id, None) if provider_id else (None,):
@@ -178,3 +225,8 @@ _DEFAULT = Catalogue()
 def default_catalogue() -> Catalogue:
     """The process-wide catalogue."""
     return _DEFAULT
+
+
+def profile_rates(config: Config, catalogue: Catalogue | None = None) -> ProfileRates:
+    """The :class:`ProfileRates` of ``config``'s profiles."""
+    return ProfileRates({name: p.pricing for name, p in config.profiles().items()}, catalogue)

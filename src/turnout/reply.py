@@ -6,12 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnout._fast import fast_init, fast_new
 from turnout.attribution import Attempt, FallbackNotice, RouteRef, total_cost
 from turnout.types import ToolCall, Usage
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
     """An accepted answer with its attribution.
@@ -57,7 +55,3 @@ class Reply:
     def model(self) -> str:
         """The served model."""
         return self.served.model
-
-
-#: ``Reply(...)`` without the class call (one per call; see :mod:`turnout._fast`).
-new_reply = fast_new(Reply)

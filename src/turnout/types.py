@@ -8,13 +8,11 @@ wherever a message list is (see :func:`coerce_messages`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, cast
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import orjson
-
-from turnout._fast import fast_init, fast_new
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 _ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
@@ -87,7 +85,6 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One chat message.
@@ -155,7 +152,6 @@ class ToolSpec:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
@@ -224,7 +220,6 @@ class NativeRequest:
     only: tuple[str, ...] = ()
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
@@ -237,11 +232,6 @@ class ChatRequest:
         stop: Stop sequences.
         response_format: Structured output; entries that cannot honour it are skipped, never ignore it.
         native: The caller's own wire request, passed through to entries that speak its protocol.
-        openai_messages: ``messages`` as Chat Completions wire dicts, kept so that a retry or a fallback to
-            another entry of that protocol sends the list already built. Not a parameter and never compared:
-            :meth:`of` fills it for plain text messages, the Chat Completions adapter when it first converts
-            the messages, and ``dataclasses.replace`` gives a request without it. Nothing changes the list
-            once it is kept.
     """
 
     messages: tuple[Message, ...]
@@ -251,7 +241,6 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None
     native: NativeRequest | None = None
-    openai_messages: list[dict[str, Any]] | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -266,24 +255,15 @@ class ChatRequest:
         native: NativeRequest | None = None,
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
-        plain = _plain_messages(messages) if type(messages) is list else None
-        kept, wire = (coerce_messages(messages), None) if plain is None else plain
-        specs = coerce_tools(tools) if tools else ()
-        stops = tuple(stop) if stop else ()
-        if cls is ChatRequest:  # the wire messages are kept as the record is made (setting them after costs a call)
-            return _new_request(kept, specs, max_tokens, tool_choice, stops, response_format, native, wire)
-        request = cls(
-            messages=kept,
-            tools=specs,
+        return cls(
+            messages=coerce_messages(messages),
+            tools=coerce_tools(tools) if tools else (),
             max_tokens=max_tokens,
             tool_choice=tool_choice,
-            stop=stops,
+            stop=tuple(stop) if stop else (),
             response_format=response_format,
             native=native,
         )
-        if wire is not None:
-            object.__setattr__(request, "openai_messages", wire)
-        return request
 
     @property
     def last_is_assistant_prefill(self) -> bool:
@@ -291,7 +271,6 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResponse:
     """One provider's complete answer.
@@ -332,7 +311,6 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of answer text."""
@@ -341,17 +319,18 @@ class TextDelta:
     type: ClassVar[Literal["text"]] = "text"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     """A piece of reasoning/thinking text.
 
     ``signature`` is set on the last piece of an Anthropic thinking block: the block's signature, which a
-    same-protocol caller must send back unchanged with the block.
+    same-protocol caller must send back unchanged with the block, and only to ``signer``, the family that
+    issued it (see :mod:`turnout.providers.signatures`).
     """
 
     text: str
     signature: str | None = None
+    signer: str | None = None
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 
@@ -379,7 +358,6 @@ class ProviderToolEvent:
     type: ClassVar[Literal["provider_tool"]] = "provider_tool"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageEvent:
     """Token usage for the whole stream so far (cumulative; the last one wins)."""
@@ -388,7 +366,6 @@ class UsageEvent:
     type: ClassVar[Literal["usage"]] = "usage"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     """The stream completed: the protocol's completion signal was seen."""
@@ -511,54 +488,17 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> tu
     """
     if isinstance(messages, str):
         return (Message(role="user", content=messages),)
-    if type(messages) is tuple:  # a tuple of messages (what the gateway's surfaces pass) is the answer itself
-        for m in messages:
-            if m.__class__ is not Message:
-                break
-        else:
-            return messages
     if isinstance(messages, Mapping) or not isinstance(messages, Iterable):
         raise ArgumentError("messages", "must be a prompt string or a list of messages")
     out: list[Message] = []
-    add = out.append
-    for m in messages:  # each message adds one: its index is len(out), no enumerate needed
-        if type(m) is dict:  # an exact dict, no ABC check
-            add(_message_from_dict(m, len(out)))
-        elif isinstance(m, Message):
-            add(m)
+    for i, m in enumerate(messages):
+        if isinstance(m, Message):
+            out.append(m)
         elif isinstance(m, Mapping):
-            add(_message_from_dict(m, len(out)))
+            out.append(_message_from_dict(m, i))
         else:
-            raise ArgumentError(f"messages[{len(out)}]", f"must be a Message or a dict, not {type(m).__name__}")
+            raise ArgumentError(f"messages[{i}]", f"must be a Message or a dict, not {type(m).__name__}")
     return tuple(out)
-
-
-_SIMPLE_ROLES = frozenset(("system", "user", "assistant"))
-
-
-def _plain_messages(messages: list[Any]) -> tuple[tuple[Message, ...], list[dict[str, Any]]] | None:
-    """The messages and their Chat Completions wire dicts, when every one is ``{"role": ..., "content": "text"}``.
-
-    The commonest request, built without the general conversion: the wire dicts are what the Chat Completions
-    adapter would build from the messages (``tests/test_call_fast_paths.py`` holds the two to each other), and
-    they are copies, so a caller changing its dicts later changes neither. None: some message is not plain
-    (:func:`coerce_messages` takes the list, and rejects what is wrong).
-    """
-    out: list[Message] = []
-    wire: list[dict[str, Any]] = []
-    try:  # subscripts rather than ``get`` calls: a missing key or an unhashable role raises, and is not plain
-        for m in messages:
-            if m.__class__ is not dict or len(m) != 2:
-                return None
-            role = m["role"]
-            content = m["content"]
-            if content.__class__ is not str or role not in _SIMPLE_ROLES:
-                return None
-            out.append(_plain_message(role, content))
-            wire.append({"role": role, "content": content})
-    except (KeyError, TypeError):
-        return None
-    return tuple(out), wire
 
 
 def _optional_text(d: Mapping[str, Any], key: str, i: int) -> str | None:
@@ -684,32 +624,3 @@ def _check_tool(name: object, description: object, parameters: object, where: st
         raise ArgumentError(f"{where}.description", "must be a string")
     if not isinstance(parameters, Mapping):
         raise ArgumentError(schema_path, f"must be a JSON Schema object (a dict), not {type(parameters).__name__}")
-
-
-# Records every call builds, without the class call (see :mod:`turnout._fast`): the request and its messages
-# (``ChatRequest.of``), the answer and its usage (the adapters' parsers).
-new_message = fast_new(Message)
-#: A message of a role and its text, by position (no keywords to match; see ``_plain_messages``).
-_plain_message = cast(Callable[[Role, str], Message], new_message)
-new_chat_request = fast_new(ChatRequest)
-#: ``new_chat_request`` taking the wire messages to keep too (``openai_messages``, no parameter of the class).
-_new_request = cast(
-    Callable[
-        [
-            tuple[Message, ...],
-            tuple[ToolSpec, ...],
-            int | None,
-            str | None,
-            tuple[str, ...],
-            ResponseFormat | None,
-            NativeRequest | None,
-            list[dict[str, Any]] | None,
-        ],
-        ChatRequest,
-    ],
-    fast_new(ChatRequest, also=("openai_messages",)),
-)
-new_chat_response = fast_new(ChatResponse)
-new_usage = fast_new(Usage)
-#: ``TextDelta(text=...)`` without the class call, for the stream decoders (one per streamed token).
-new_text_delta = fast_new(TextDelta)

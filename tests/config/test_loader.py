@@ -214,3 +214,21 @@ def test_errors_never_echo_a_secret_bearing_value(tail: str, path: str) -> None:
 def test_errors_still_show_ordinary_values() -> None:
     """A wrongly typed ordinary value is still shown, so the message says what was wrong."""
     assert "(got 'many')" in str(err(BASE + '[reliability]\nprovider_retries = "many"\n'))
+
+
+@pytest.mark.parametrize(
+    ("line", "path"),
+    [
+        ("responses_ttl_secs = 0", "gateway.responses_ttl_secs"),
+        ("responses_max_items = 0", "gateway.responses_max_items"),
+        ('responses_max_bytes = "big"', "gateway.responses_max_bytes"),
+    ],
+)
+def test_a_bad_responses_bound_names_its_key_path(line: str, path: str) -> None:
+    """The kept-conversation bounds of [gateway] are validated, and an error names the key path."""
+    from turnout.config import load_config_toml
+
+    toml = f'default_provider = "openai.main"\n[gateway]\n{line}\n[providers.models.openai.main]\nmodel = "m"\n'
+    with pytest.raises(ConfigError) as err:
+        load_config_toml(toml)
+    assert err.value.path == path

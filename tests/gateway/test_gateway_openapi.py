@@ -238,3 +238,17 @@ async def test_a_failed_responses_stream_validates(sim: Simulator) -> None:
     for event in events:
         assert_valid("ResponseStreamEvent", event)
     assert events[-1]["type"] in {"response.failed", "error"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_continued_response_validates(sim: Simulator, stream: bool) -> None:
+    """A response continuing a kept one (store true, previous_response_id set) still validates as Response."""
+    async with gateway(one(sim, "openai", "sim-ok")) as server:
+        first = await post(server, "/v1/responses", {"model": "", "input": "Weather in Paris?"})
+        body = {"model": "", "input": "And Rome?", "previous_response_id": first.json()["id"], "stream": stream}
+        raw = await post(server, "/v1/responses", body)
+    assert raw.status == 200, raw.body[:500]
+    answer = data_events(raw)[-1]["response"] if stream else raw.json()
+    assert answer["store"] is True and answer["previous_response_id"] == first.json()["id"]
+    assert_valid("Response", first.json())
+    assert_valid("Response", answer)

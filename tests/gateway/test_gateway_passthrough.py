@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
 from typing import Any
 
 import openai
 from capture import CAPTURED_TEXT, capture_upstream
 from gateway_support import GATEWAY_KEY, config, gateway, post
 from test_gateway_anthropic_extras import DOCUMENT, anthropic_profile, openai_profile
-
-from turnout.providers.base import with_native
-from turnout.types import ChatResponse, ToolCall, Usage
 
 FILE_PART = {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}}
 CUSTOM_TOOL = {"type": "custom", "custom": {"name": "shell", "description": "run a command"}}
@@ -104,24 +100,3 @@ async def test_token_limit_goes_under_the_name_the_upstream_reads() -> None:
         sent = cap.last.body
     assert raw.status == 200
     assert sent["max_completion_tokens"] == 64 and "max_tokens" not in sent
-
-
-def test_with_native_is_replace_for_every_field() -> None:
-    """The pass-through answer given its native body keeps every other field, as dataclasses.replace does."""
-    values: dict[str, Any] = {
-        "text": "t",
-        "tool_calls": (ToolCall(id="c1", name="f", arguments="{}"),),
-        "usage": Usage(input_tokens=3, output_tokens=4),
-        "reasoning": "r",
-        "finish_reason": "stop",
-        "model": "m",
-        "request_id": "req-1",
-        "native": {"old": True},
-    }
-    assert set(values) == {f.name for f in fields(ChatResponse)}  # a new field must be added here and there
-    response = ChatResponse(**values)
-    body = {"id": "x"}
-    expected = replace(response, native=body)
-    made = with_native(response, body)
-    assert made == expected
-    assert type(made) is ChatResponse and made.native is body

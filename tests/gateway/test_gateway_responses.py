@@ -1,4 +1,4 @@
-"""POST /v1/responses: the Responses API over any upstream, stateless, whole and streamed, with the openai SDK."""
+"""POST /v1/responses: the Responses API over any upstream, whole and streamed, with the openai SDK."""
 
 from __future__ import annotations
 
@@ -118,16 +118,6 @@ async def test_reasoning_summaries_when_asked(sim: Simulator) -> None:
     assert [i.type for i in whole.output] == ["reasoning", "message"]
     assert [i.type for i in plain.output] == ["message"]
     assert "response.reasoning_summary_text.delta" in kinds
-
-
-async def test_previous_response_id_is_a_clear_400(sim: Simulator) -> None:
-    """The gateway is stateless: previous_response_id is refused with a message that says so."""
-    async with gateway(one(sim, "openai")) as server:
-        raw = await post(server, "/v1/responses", {"model": "", "input": "Hi", "previous_response_id": "resp_1"})
-    assert raw.status == 400
-    assert raw.json()["error"]["param"] == "previous_response_id"
-    assert "stateless" in raw.json()["error"]["message"]
-    assert len(sim.log) == 0
 
 
 async def drain(client: openai.AsyncOpenAI) -> None:

@@ -138,7 +138,9 @@ async def test_a_gateway_without_peers_counts_itself_only(tmp_path: Path) -> Non
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         await post(server, "/v1/chat/completions", CHAT)
         status = (await get(server, "/status")).json()
-    assert [(w["age_seconds"], w["in_flight"]) for w in status["workers"]] == [(0.0, 1)]  # its own /status request
+    (own,) = status["workers"]
+    assert own["in_flight"] == 1  # its own /status request
+    assert 0.0 <= own["age_seconds"] < 1.0  # published just now (a loaded machine may take a few milliseconds)
     assert status["recent_attempts"]["by_outcome"] == {"ok": 1}
 
 

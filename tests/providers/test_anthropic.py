@@ -25,6 +25,7 @@ from provider_kit import (
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import HttpClient
 from turnout.providers.anthropic import THINKING_KEY, AnthropicAdapter
+from turnout.providers.signatures import SIGNER_KEY
 from turnout.streams import acollect, collect
 from turnout.types import (
     ChatRequest,
@@ -810,7 +811,10 @@ def test_thinking_blocks_round_trip_in_front_of_tool_use() -> None:
     """Thinking (with its signature) before a tool call is kept on the call and sent back first next turn."""
     answer = collect(decode([AGREE_STREAM]))
     first, second = answer.tool_calls
-    assert first.extra == {THINKING_KEY: ({"type": "thinking", "thinking": "Paris, then Lima.", "signature": "c2ln"},)}
+    assert first.extra == {
+        THINKING_KEY: ({"type": "thinking", "thinking": "Paris, then Lima.", "signature": "c2ln"},),
+        SIGNER_KEY: "anthropic",
+    }
     assert second.extra is None
     history = (
         Message.user("Weather?"),

@@ -31,6 +31,7 @@ from turnout.errors import (
 )
 from turnout.providers import HttpClient
 from turnout.providers.gemini import GeminiAdapter
+from turnout.providers.signatures import SIGNER_KEY
 from turnout.streams import acollect, collect
 from turnout.types import (
     ChatRequest,
@@ -112,7 +113,7 @@ def check_call_stream(resp: ChatResponse) -> None:
     assert call.name == "weather"
     assert call.id.startswith("call_") and len(call.id) > 10
     assert call.parsed_arguments() == {"location": "San Francisco"}
-    assert call.extra == {"thought_signature": CALL_SIGNATURE}
+    assert call.extra == {"thought_signature": CALL_SIGNATURE, SIGNER_KEY: "gemini"}  # the signature stays with Gemini
     assert resp.usage == Usage(input_tokens=29, output_tokens=15 + 45)
     assert resp.finish_reason == "tool_calls"
     assert resp.model == "gemini-3-pro-preview"
@@ -873,3 +874,20 @@ def test_capabilities_and_tool_conversion() -> None:
     assert caps.native_tools and caps.vision and caps.streaming and caps.streaming_tool_events
     payload = ADAPTER.convert_tools([NOW])
     assert payload.function_declarations == ({"name": "now", "description": "Current time"},)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        ({"promptTokenCount": "12", "cachedContentTokenCount": True, "candidatesTokenCount": -3}, Usage()),
+        ({"promptTokenCount": 10, "cachedContentTokenCount": 40, "candidatesTokenCount": 2}, None),
+        ({"promptTokenCount": 1.5e300, "candidatesTokenCount": 2}, Usage(output_tokens=2)),
+    ],
+    ids=["garbage", "cached-beyond-prompt", "float"],
+)
+def test_malformed_usage_counts_are_bounded_where_parsed(meta: dict[str, Any], expected: Usage | None) -> None:
+    """Non-integer, negative or boolean counts are 0, and cached input never exceeds the prompt it is part of."""
+    resp = collect(decode([sse(chunk([{"text": "Hi."}], "STOP", meta))]))
+    if expected is None:
+        expected = Usage(input_tokens=10, cached_input_tokens=10, output_tokens=2)
+    assert resp.usage == expected

@@ -786,3 +786,29 @@ async def test_stream_and_non_stream_agree(server: RecordingServer, http: HttpCl
     assert whole.finish_reason == "tool_calls"
     assert whole.usage == Usage(input_tokens=30, output_tokens=9, cached_input_tokens=12)
     assert any(isinstance(e, ReasoningDelta) for e in decode([AGREE_STREAM]))
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            {"input_tokens": 2006, "input_tokens_details": {"cached_tokens": 1920}, "output_tokens": 3},
+            Usage(input_tokens=2006, cached_input_tokens=1920, output_tokens=3),
+        ),
+        (
+            {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 20, "cache_write_tokens": 60}},
+            Usage(input_tokens=100, cached_input_tokens=20, cache_write_tokens=60),
+        ),
+        (
+            {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 1},
+            Usage(input_tokens=45, cached_input_tokens=40, output_tokens=1),
+        ),
+        ({"input_tokens": -4, "input_tokens_details": {"cached_tokens": "9"}, "output_tokens": True}, Usage()),
+    ],
+    ids=["openai", "cache-write", "cached-apart", "garbage"],
+)
+def test_responses_usage_reads_cached_and_written_input(raw: dict[str, Any], expected: Usage) -> None:
+    """input_tokens_details' cached_tokens and cache_write_tokens are read, bounded, and counted inside input."""
+    from turnout.providers.openai_responses import normalise_usage
+
+    assert normalise_usage(raw) == expected

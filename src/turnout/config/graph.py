@@ -22,8 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnout.config.loader import default_profile, default_target, resolve_profile_ref, resolve_target_ref
-from turnout.config.schema import Config, PoolStrategy, Profile
+from turnout.config.loader import (
+    default_profile,
+    default_target,
+    did_you_mean,
+    profile_names,
+    resolve_profile_ref,
+    resolve_target_ref,
+)
+from turnout.config.schema import Breaker, Config, Hedge, PoolStrategy, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.providers.registry import family_for
@@ -180,13 +187,12 @@ def needs_credential(name: str, profile: Profile) -> bool:
 
 
 def _missing_credential_detail(profile: Profile) -> str:
+    """Why each configured key holds nothing: ``" ($A is not set; $B is set but empty)"``, or ``""``."""
     given = ([profile.api_key] if profile.api_key is not None else []) + list(profile.api_keys)
-    sources = [k.source for k in given if k.missing]
-    if profile.api_key_env:
-        sources.append(f"${profile.api_key_env}")
-    if sources:
-        return f" ({', '.join(sources)} {'is' if len(sources) == 1 else 'are'} not set)"
-    return ""
+    if profile.env_key is not None:
+        given.append(profile.env_key)
+    reasons = [why for k in given if (why := k.unresolved) is not None]
+    return f" ({'; '.join(reasons)})" if reasons else ""
 
 
 # --- warnings -------------------------------------------------------------------------------------
@@ -220,6 +226,7 @@ def collect_warnings(config: Config) -> list[ConfigWarning]:
                     )
     out += _unsupported(config.reliability, "reliability")
     out += _pool_warnings(config)
+    out += _switched_off(config)
     cycles: set[frozenset[str]] = set()
     for name in [*profiles, *config.pools]:
         _walk_warnings(config, name, 1, [name], out, cycles)
@@ -279,7 +286,7 @@ def _walk_warnings(
                     code="dangling_fallback_ref",
                     path=path,
                     message=f"fallback {raw!r} on {name} does not resolve to a configured providers.models entry "
-                    "or pool; this fallback link is skipped at runtime",
+                    "or pool; this fallback link is skipped at runtime" + did_you_mean(raw, profile_names(config)),
                 )
             )
             continue
@@ -362,6 +369,48 @@ def _pool_warnings(config: Config) -> list[ConfigWarning]:
             )
         )
     return out
+
+
+def _switched_off(config: Config) -> list[ConfigWarning]:
+    """Tables whose settings have no effect because what they tune is off.
+
+    A ``hedge`` or ``breaker`` table (``[reliability.*]`` or a profile's) that sets keys while the feature stays
+    off wherever the table applies, and ``[state] url`` under ``backend = "memory"``.
+    """
+    out: list[ConfigWarning] = []
+    profiles = config.profiles()
+    for feature, default, none, off in (
+        ("hedge", False, "no profile hedges", "does not hedge"),
+        ("breaker", True, "no entry has a breaker", "has no breaker"),
+    ):
+        base = getattr(config.reliability, feature)
+        base_on = default if base.enabled is None else base.enabled
+        tables = {name: t for name, p in profiles.items() if (t := getattr(p, feature)) is not None}
+        on_somewhere = base_on or any(t.enabled for t in tables.values())
+        if set(base.settings()) - {"enabled"} and not on_somewhere:
+            out.append(_off(f"reliability.{feature}", base, none))
+        for name, table in tables.items():
+            if set(table.settings()) - {"enabled"} and not (base_on if table.enabled is None else table.enabled):
+                out.append(_off(f"{_path(name)}.{feature}", table, f"{name} {off}"))
+    if config.state.backend == "memory" and config.state.url is not None:
+        out.append(
+            ConfigWarning(
+                code="setting_unused",
+                path="state.url",
+                message='url applies to backend = "redis"; with the memory backend it has no effect',
+            )
+        )
+    return out
+
+
+def _off(path: str, table: Breaker | Hedge, result: str) -> ConfigWarning:
+    keys = ", ".join(sorted(set(table.settings()) - {"enabled"}))
+    why = "enabled = false" if table.enabled is False else "enabled is not true here or above"
+    return ConfigWarning(
+        code="setting_unused",
+        path=path,
+        message=f"[{path}] sets {keys} but {why}: {result}, so they have no effect; set enabled = true to use them",
+    )
 
 
 def _route_credential_warnings(config: Config) -> list[ConfigWarning]:

@@ -7,21 +7,22 @@ not on the first request.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from turnout.config.schema import Config
+from turnout.config.schema import Config, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
-from turnout.providers.registry import family_for
+from turnout.providers.registry import Family, family_for
 
 #: A pool's name: no dot (so ``family.alias`` always names a profile), and safe in paths, logs and labels.
 _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -96,10 +97,12 @@ def load_config_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = No
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
-    err = exc.errors()[0]
-    # union and validator tags ("function-before[...]") are not keys
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "(" in p)))
-    msg = err["msg"]
+    errors = exc.errors()
+    err = errors[0]
+    loc = key_loc(err["loc"])
+    # a value no member of a union accepts fails once per member: one message says what each wanted
+    said = [e["msg"] for e in errors if key_loc(e["loc"]) == loc]
+    msg = " or ".join([said[0], *(m[:1].lower() + m[1:] for m in dict.fromkeys(said[1:]) if m != said[0])])
     shown = err.get("input")
     if (
         shown is not None
@@ -108,10 +111,39 @@ def _config_error(exc: ValidationError) -> ConfigError:
         and not holds_secret(loc)
     ):
         msg = f"{msg} (got {shown!r})"
-    more = len(exc.errors()) - 1
+    more = len(errors) - len(said)
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
     return ConfigError(msg, path=format_path(loc), code="invalid_value" if err["type"] != "missing" else "missing_key")
+
+
+def key_loc(loc: tuple[int | str, ...] | list[int | str]) -> tuple[int | str, ...]:
+    """The key path of a pydantic error location, without the tags pydantic adds that are not keys.
+
+    Those are the union member it tried (``float``, ``literal['auto']``) and validator tags
+    (``function-before[...]``).
+    """
+    annotation: Any = Config
+    out: list[int | str] = []
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or "(" in part):
+            continue
+        annotation = _unwrapped(annotation)
+        if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+            annotation = Any  # this part names the member of the union, not a key
+            continue
+        out.append(part)
+        origin = typing.get_origin(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            annotation = field.annotation if field is not None else Any
+        elif origin is dict:
+            annotation = typing.get_args(annotation)[1]
+        elif origin is list:
+            annotation = typing.get_args(annotation)[0]
+        else:
+            annotation = Any
+    return tuple(out)
 
 
 def holds_secret(loc: tuple[int | str, ...]) -> bool:
@@ -154,6 +186,27 @@ def _mentions_secret(annotation: Any) -> bool:
 # --- unknown keys, with a suggestion --------------------------------------------------------------
 
 
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``name``, or ``""`` when none is close.
+
+    The one suggestion of every config error and warning about a name: unknown keys, and references to profiles
+    and pools that name nothing configured.
+    """
+    near = difflib.get_close_matches(name.strip(), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def profile_names(config: Config, *, pools: bool = True) -> list[str]:
+    """What a reference may name, for :func:`did_you_mean`.
+
+    Every profile (``family.alias``, and an alias unique across families), and with ``pools`` every pool.
+    """
+    full = list(config.profiles())
+    aliases = [name.partition(".")[2] for name in full]
+    unique = [a for a in aliases if aliases.count(a) == 1]
+    return [*full, *unique, *(config.pools if pools else ())]
+
+
 def check_keys(raw: Any, model: type[BaseModel], loc: tuple[int | str, ...]) -> None:
     """Raise :class:`ConfigError` for the first key ``model`` does not know, suggesting the closest one."""
     if not isinstance(raw, Mapping):
@@ -161,8 +214,7 @@ def check_keys(raw: Any, model: type[BaseModel], loc: tuple[int | str, ...]) -> 
     fields = model.model_fields
     for key, value in raw.items():
         if key not in fields:
-            near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = did_you_mean(str(key), fields)
             raise ConfigError(f"unknown key {key!r}{hint}", path=format_path((*loc, key)), code="unknown_key")
         _check_value(value, fields[key].annotation, (*loc, key))
 
@@ -228,7 +280,8 @@ def default_target(config: Config) -> str:
         resolved = resolve_target_ref(config, config.default_provider)
         if resolved is None:
             raise ConfigError(
-                f"default_provider {config.default_provider!r} does not name a configured profile or pool",
+                f"default_provider {config.default_provider!r} does not name a configured profile or pool"
+                + did_you_mean(config.default_provider, profile_names(config)),
                 path="default_provider",
                 code="unknown_profile",
             )
@@ -249,7 +302,12 @@ def default_profile(config: Config) -> str:
             pool = config.default_provider.strip() in config.pools
             raise ConfigError(
                 f"default_provider {config.default_provider!r} "
-                + ("is a pool, not a profile" if pool else "does not name a configured profile"),
+                + (
+                    "is a pool, not a profile"
+                    if pool
+                    else "does not name a configured profile"
+                    + did_you_mean(config.default_provider, profile_names(config, pools=False))
+                ),
                 path="default_provider",
                 code="default_is_pool" if pool else "unknown_profile",
             )
@@ -262,6 +320,58 @@ def default_profile(config: Config) -> str:
         path="default_provider",
         code="missing_default",
     )
+
+
+def _installed(family: Family) -> bool:
+    """Whether the client library of ``family``'s extra is installed (looked up, not imported)."""
+    try:
+        return family.extra_module is None or importlib.util.find_spec(family.extra_module) is not None
+    except (ImportError, ValueError):  # the parent package is missing, or a module stub stands in for it
+        return False
+
+
+def _check_vertex(profile: Profile, path: str) -> None:
+    """A Vertex AI profile names its project, and a ``credentials_file`` that exists."""
+    if not profile.project:
+        raise ConfigError(
+            "a vertex profile needs project (the Google Cloud project id)", path=f"{path}.project", code="missing_key"
+        )
+    if not profile.publisher and not profile.model:
+        raise ConfigError(
+            'an unpinned vertex profile needs publisher ("anthropic" for Claude, "google" for Gemini)',
+            path=f"{path}.publisher",
+            code="missing_key",
+        )
+    if profile.region is not None and not _VERTEX_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not a Google Cloud location (e.g. global, us-east5)",
+            path=f"{path}.region",
+            code="invalid_value",
+        )
+    if profile.credentials_file and not Path(profile.credentials_file).is_file():
+        raise ConfigError("credentials file not found", path=f"{path}.credentials_file", code="file_not_found")
+
+
+#: A Google Cloud location: it becomes part of the endpoint's host and of the URL path.
+_VERTEX_REGION = re.compile(r"[a-z][a-z0-9-]{1,39}")
+
+
+#: An AWS region name (``us-east-1``, ``eu-central-2``, ``us-gov-west-1``): it becomes part of the endpoint's host.
+_AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+){1,2}-[0-9]{1,2}")
+
+
+def _check_bedrock(profile: Profile, path: str) -> None:
+    """A Bedrock profile needs a region, and the ``aws`` extra (botocore) to sign and decode."""
+    if not profile.region:
+        raise ConfigError('a bedrock profile needs region (e.g. region = "us-east-1")', path=f"{path}.region")
+    if not _AWS_REGION.fullmatch(profile.region):
+        raise ConfigError(
+            f"{profile.region[:40]!r} is not an AWS region name", path=f"{path}.region", code="invalid_value"
+        )
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(
+            "a bedrock profile needs the aws extra: pip install 'turnout[aws]'", path=path, code="missing_extra"
+        )
 
 
 def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
@@ -283,12 +393,22 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
                     path=f"{path}.uri",
                     code="missing_uri",
                 )
+        elif family.protocol == "bedrock":
+            _check_bedrock(profile, path)
         elif not profile.uri and not family.base_url:
             raise ConfigError(
                 f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"
             )
         if profile.uri and not profile.uri.startswith(("http://", "https://")):
             raise ConfigError("uri must start with http:// or https://", path=f"{path}.uri", code="invalid_value")
+        if family.extra is not None and not _installed(family):
+            raise ConfigError(
+                f"the {fam} family needs the {family.extra} extra: pip install 'turnout[{family.extra}]'",
+                path=path,
+                code="missing_extra",
+            )
+        if family.protocol == "vertex":
+            _check_vertex(profile, path)
         if profile.api_keys and (profile.api_key is not None or profile.api_key_env):
             raise ConfigError(
                 "set either api_keys (a rotation pool) or api_key/api_key_env, not both",
@@ -317,15 +437,17 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
     for sid, sender in config.senders.items():
         if sender.provider is not None and resolve_target_ref(config, sender.provider) is None:
             raise ConfigError(
-                f"provider {sender.provider!r} does not name a configured profile or pool",
+                f"provider {sender.provider!r} does not name a configured profile or pool"
+                + did_you_mean(sender.provider, profile_names(config)),
                 path=f"senders.{sid}.provider",
                 code="unknown_profile",
             )
     if config.state.backend == "redis" and not config.state.url:
         raise ConfigError('backend = "redis" needs url = "redis://host:port/db"', path="state.url", code="missing_key")
-    if config.gateway.api_keys_env and config.gateway.api_keys_env not in env:
+    keys_env = config.gateway.api_keys_env
+    if keys_env and not env.get(keys_env, "").strip():
         raise ConfigError(
-            f"environment variable {config.gateway.api_keys_env} is not set",
+            f"environment variable {keys_env} is {'set but empty' if keys_env in env else 'not set'}",
             path="gateway.api_keys_env",
             code="missing_env",
         )
@@ -358,13 +480,15 @@ def _check_routes(config: Config) -> None:
             fam, dot, alias = target.partition(".")
             if not dot or not fam or not alias:
                 raise ConfigError(
-                    f"model_provider {target!r} must be written <family>.<alias>, or name a pool",
+                    f"model_provider {target!r} must be written <family>.<alias>, or name a pool"
+                    + did_you_mean(target, [*config.profiles(), *config.pools]),
                     path=f"{path}.model_provider",
                     code="invalid_route",
                 )
             if resolve_profile_ref(config, target) is None:
                 raise ConfigError(
-                    f"model_provider {target!r} does not name a configured profile",
+                    f"model_provider {target!r} does not name a configured profile"
+                    + did_you_mean(target, profile_names(config)),
                     path=f"{path}.model_provider",
                     code="unknown_route_target",
                 )
@@ -390,6 +514,7 @@ def _check_pools(config: Config) -> None:
         if not pool.members:
             raise ConfigError("a pool needs at least one member", path=f"{path}.members", code="empty_pool")
         seen: dict[str, int] = {}
+        listed = {ref for m in pool.members for ref in (m.strip(), resolve_profile_ref(config, m))}
         for i, raw in enumerate(pool.members):
             where = f"{path}.members[{i}]"
             ref = raw.strip()
@@ -401,7 +526,10 @@ def _check_pools(config: Config) -> None:
             member = resolve_profile_ref(config, ref)
             if member is None:
                 raise ConfigError(
-                    f"member {raw!r} does not name a configured profile", path=where, code="unknown_pool_member"
+                    f"member {raw!r} does not name a configured profile"
+                    + did_you_mean(raw, [n for n in profile_names(config, pools=False) if n not in listed]),
+                    path=where,
+                    code="unknown_pool_member",
                 )
             if member in seen:
                 raise ConfigError(
@@ -413,7 +541,11 @@ def _check_pools(config: Config) -> None:
             where = f"{path}.weights." + (f'"{key}"' if "." in key else key)
             member = resolve_profile_ref(config, key)
             if member is None or member not in seen:
-                raise ConfigError(f"{key!r} is not a member of pool {name}", path=where, code="unknown_pool_weight")
+                raise ConfigError(
+                    f"{key!r} is not a member of pool {name}" + did_you_mean(key, pool.members),
+                    path=where,
+                    code="unknown_pool_weight",
+                )
             if member in weighted:
                 raise ConfigError(
                     f"{member} already has a weight (as {weighted[member]!r})", path=where, code="duplicate_pool_weight"

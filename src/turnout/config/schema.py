@@ -4,6 +4,9 @@ Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``
 ``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
 ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
 ``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.
+
+Every section validates strictly: a value of the wrong type (a string where a number or a boolean belongs)
+is an error naming its key path, never converted.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # strict: a value of the wrong type is an error, never coerced (``provider_retries = "1"``, ``enabled = 1``),
+    # for every key of every section, also those added later. TOML integers still fill float keys.
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True)
 
     #: Keys accepted for ZeroClaw compatibility that Turnout ignores (loaded with a warning).
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset()
@@ -109,6 +114,13 @@ class Profile(_Section):
     resource: str | None = None
     deployment: str | None = None
     api_version: str | None = None
+    # Google Vertex AI (``region`` defaults to ``global``; ``publisher`` to the model's: Claude → anthropic)
+    project: str | None = Field(default=None, min_length=1, max_length=128)
+    credentials_file: str | None = None
+    publisher: Literal["anthropic", "google"] | None = None
+    # AWS Bedrock and Google Vertex AI
+    region: str | None = None
+    aws_profile: str | None = None
     # Ollama
     think: bool | None = None
     num_ctx: int | None = Field(default=None, gt=0)
@@ -293,6 +305,12 @@ class Gateway(_Section):
     max_connections: int = Field(default=1024, ge=2)
     drain_secs: float = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
+    #: How long a Responses conversation stays nameable by ``previous_response_id`` (at most 30 days).
+    responses_ttl_secs: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    #: The most input and output items a kept Responses conversation holds.
+    responses_max_items: int = Field(default=1000, gt=0, le=100_000)
+    #: The most bytes (as JSON) a kept Responses conversation holds.
+    responses_max_bytes: int = Field(default=4 * 1024 * 1024, gt=0, le=64 * 1024 * 1024)
     allowed_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("allowed_hosts")
@@ -383,3 +401,8 @@ class Config(_Section):
     def profiles(self) -> dict[str, Profile]:
         """Every profile by its ``family.alias`` name, in file order."""
         return {f"{fam}.{alias}": p for fam, aliases in self.providers.models.items() for alias, p in aliases.items()}
+
+
+# Profile names Breaker and Hedge before they are defined; resolving them now makes its ``model_fields`` show the
+# classes, which the key paths of config errors are read from (``turnout.config.loader.key_loc``).
+Profile.model_rebuild(force=True)

@@ -47,6 +47,19 @@ class Secret:
         """The value of environment variable ``name`` (missing when unset)."""
         return cls(env.get(name), source=f"${name}")
 
+    @property
+    def unresolved(self) -> str | None:
+        """Why a secret read from the environment holds no value, for an error; None when it has one.
+
+        ``"$NAME is not set"`` or ``"$NAME is set but empty"`` (blank counts as empty); a literal that is
+        empty gives ``"the value is empty"``.
+        """
+        if self:
+            return None
+        if self.missing:
+            return f"{self.source} is not set"
+        return f"{self.source} is set but empty" if self.source.startswith("$") else "the value is empty"
+
     def reveal(self) -> str:
         """The secret value itself. Do not log it."""
         return self._value

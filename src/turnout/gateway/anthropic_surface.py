@@ -19,6 +19,7 @@ from turnout.gateway.counting import estimate_tokens
 from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
 from turnout.gateway.surface import ChatCall
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
+from turnout.providers.signatures import signer_of, stamp, stamped_content
 from turnout.reply import Reply
 from turnout.types import (
     ContentPart,
@@ -302,7 +303,10 @@ class AnthropicSurface:
         enabled thinking (the thinking blocks' signatures must go back unchanged next turn).
         """
         if reply.native is not None and call.native is not None and (call.native.only or call.thinking):
-            return orjson.dumps({**reply.native, "id": f"msg_{reply.call_id}", "model": reply.served.model})
+            # signatures go out stamped with their signer, so a replay after a failover reaches only that family
+            signed = stamped_content(reply.native.get("content"), signer_of(reply.served.provider))
+            body = {**reply.native, "id": f"msg_{reply.call_id}", "model": reply.served.model, "content": signed}
+            return orjson.dumps(body)
         content: list[dict[str, Any]] = []
         if call.thinking and reply.reasoning:
             content.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})
@@ -423,7 +427,7 @@ class AnthropicStreamEncoder:
                 self._open({"type": "thinking", "thinking": "", "signature": ""}) if self._block != "thinking" else b""
             )
             if event.signature:
-                self._signature = event.signature
+                self._signature = stamp(event.signer, event.signature) if event.signer else event.signature
             return head + self._delta({"type": "thinking_delta", "thinking": event.text})
         if isinstance(event, ToolCallEvent):
             c = event.call

@@ -33,16 +33,25 @@ from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, log
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import JSON, serve_chat
+from turnout.gateway.conversations import Conversations
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges
+from turnout.gateway.exchange import Exchange
 from turnout.gateway.metrics import CONTENT_TYPE, Metrics
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
-from turnout.gateway.policy import ANONYMOUS, Caller, Policy, not_available
+from turnout.gateway.policy import (
+    ANONYMOUS,
+    Policy,
+    anthropic_model,
+    model_object,
+    not_available,
+    openai_model,
+)
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.session import Revocations, Sessions
 from turnout.gateway.spend import SpendBook
-from turnout.gateway.status import RecentAttempts, anthropic_model, model_object, openai_model, status_payload
+from turnout.gateway.status import RecentAttempts, status_payload
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
     CLIENT_CLOSED,
@@ -58,6 +67,7 @@ from turnout.gateway.wire import (
 )
 from turnout.gateway.workers import Peers, Totals, merge
 from turnout.pools import pool_loads
+from turnout.pricing import profile_rates
 from turnout.reply import Reply
 
 if TYPE_CHECKING:
@@ -73,50 +83,6 @@ _ENDED = attrgetter("ended")
 _HEALTH_DRAINING = b'{"status":"draining"}'
 #: How long the requests a drain cuts get to write their last event and end.
 CUT_TIMEOUT_S = 1.0
-
-
-class Exchange:
-    """What one request did, for its metrics and access-log line."""
-
-    __slots__ = (
-        "attempts",
-        "call_id",
-        "caller",
-        "closed_by",
-        "ended",
-        "fallback",
-        "interrupted",
-        "model",
-        "provider",
-        "request_id",
-        "route",
-        "seconds",
-        "stamped",
-        "status",
-        "stream",
-        "surface",
-    )
-    #: Set when the request ends: its time in the gateway, and the wall-clock time it ended.
-    seconds: float
-    ended: float
-
-    def __init__(self, surface: str, request_id: str) -> None:
-        self.surface = surface
-        self.request_id = request_id
-        self.route: str | None = None
-        self.status = 200
-        self.stream = False
-        self.caller: Caller | None = None
-        self.provider: str | None = None
-        self.model: str | None = None
-        self.attempts: Sequence[Attempt] | None = None
-        self.fallback: tuple[str, str] | None = None
-        self.call_id: str | None = None
-        self.interrupted = False
-        #: Who ended the request early: ``client`` (it went away) or ``server`` (the drain's deadline cut it).
-        self.closed_by: str | None = None
-        #: The answer already carries the request id and CORS headers (see ``Edges.stamped``).
-        self.stamped = False
 
 
 Handler = Callable[[web.Request, Exchange, Surface], Awaitable[web.StreamResponse]]
@@ -174,7 +140,10 @@ class Gateway:
             )
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
         self.metrics = Metrics(
-            labelled=self.policy.served_models(), breakers=client.factory.breakers, clock=client.factory.clock
+            labelled=self.policy.served_models(),
+            breakers=client.factory.breakers,
+            clock=client.factory.clock,
+            rates=profile_rates(config, client.factory.catalogue).rates,
         )
         self.recent = RecentAttempts()
         self.peers = peers
@@ -192,6 +161,12 @@ class Gateway:
         self.openai = OpenAISurface()
         self.anthropic = AnthropicSurface()
         self.responses = ResponsesSurface()
+        self.conversations = Conversations(
+            client.factory.store,
+            ttl=config.gateway.responses_ttl_secs,
+            max_items=config.gateway.responses_max_items,
+            max_bytes=config.gateway.responses_max_bytes,
+        )
         self.edges = Edges(
             config.gateway.cors_origins,
             self._edge_error,

@@ -35,15 +35,15 @@ def gateway_keys(config: Config, env: Mapping[str, str] | None = None) -> list[s
     keys: list[str] = []
     for i, secret in enumerate(config.gateway.api_keys):
         if not secret:
-            why = f"environment variable {secret.source[1:]} is not set" if secret.missing else "the key is empty"
-            raise ConfigError(why, path=f"gateway.api_keys[{i}]", code="missing_credential")
+            raise ConfigError(str(secret.unresolved), path=f"gateway.api_keys[{i}]", code="missing_credential")
         keys.append(secret.reveal().strip())
     name = config.gateway.api_keys_env
     if name:
         listed = [k.strip() for k in env.get(name, "").split(",") if k.strip()]
         if not listed:
+            why = "is set but empty" if not env.get(name, "").strip() else "holds no key"
             raise ConfigError(
-                f"environment variable {name} holds no key", path="gateway.api_keys_env", code="missing_credential"
+                f"environment variable {name} {why}", path="gateway.api_keys_env", code="missing_credential"
             )
         keys.extend(listed)
     return keys
@@ -59,8 +59,7 @@ def named_keys(config: Config) -> dict[str, str]:
     for name, entry in config.gateway.keys.items():
         secret = entry.key
         if not secret:
-            why = f"environment variable {secret.source[1:]} is not set" if secret.missing else "the key is empty"
-            raise ConfigError(why, path=f"gateway.keys.{name}.key", code="missing_credential")
+            raise ConfigError(str(secret.unresolved), path=f"gateway.keys.{name}.key", code="missing_credential")
         out[name] = secret.reveal().strip()
     return out
 

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from turnout.errors import RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.policy import Admitted
+from turnout.gateway.responses_stream import ResponsesStreamEncoder
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
 from turnout.gateway.wire import (
     CLIENT_CLOSED,
@@ -32,10 +35,7 @@ from turnout.gateway.wire import (
     interrupted,
     read_body,
 )
-
-if TYPE_CHECKING:
-    from turnout.gateway.app import Exchange, Gateway
-    from turnout.reply import Reply
+from turnout.reply import Reply
 
 log = logging.getLogger("turnout.gateway")
 
@@ -43,47 +43,37 @@ JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def serve_chat(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """Answer one chat request of ``surface``."""
     assert ex.caller is not None  # the guard authenticated the request
     try:
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
+        if call.kept is not None and call.kept.previous_id is not None:
+            call = await gw.conversations.resume(call, ex.caller.name)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
     ex.route = call.model
+    options = _options(admitted, call, ex)
     if call.stream:
-        return await _stream(gw, surface, request, call, _options(admitted, call, ex), ex)
-    # the call is awaited here rather than in a coroutine of its own: one frame fewer on every request; and its
-    # options, what ``_options`` holds, are passed as keywords (a dict unpacked into them costs about 6k
-    # instructions more; tests/gateway/test_gateway_policy.py holds the two to each other)
+        return await _stream(gw, surface, request, call, options, ex)
     try:
-        reply = await gw.client.chat(
-            call.messages,
-            model=admitted.model,
-            provider=admitted.provider,
-            sender=admitted.sender,
-            tools=call.tools,
-            temperature=call.temperature,
-            max_tokens=call.max_tokens,
-            tool_choice=call.tool_choice,
-            response_format=call.response_format,
-            native=call.native,
-            call_id=ex.request_id,
-            caller=ex.caller.name,
-        )
+        reply = await gw.client.chat(call.messages, **options)
     except RefusalError as exc:
         if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
             return gw.failure_response(surface, exc, ex)
         return _refusal(gw, surface, call, exc, ex)
     except TurnoutError as exc:
         return gw.failure_response(surface, exc, ex)
+    if call.kept is not None and call.kept.store:
+        return await _complete_kept(gw, surface, request, call, reply, ex)
     return _complete(gw, surface, request, call, reply, ex)
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:
+    """The client options of one admitted call, whole or streamed alike."""
     assert ex.caller is not None
     return {
         "model": admitted.model,
@@ -101,7 +91,7 @@ def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]
 
 
 def _complete(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
 ) -> web.Response:
     gw.observe_reply(reply, ex)
     served = reply.served
@@ -118,7 +108,19 @@ def _complete(
     return web.Response(body=surface.reply_body(reply, call), headers=gw.edges.stamped(request, headers, ex.request_id))
 
 
-def _refusal(gw: Gateway, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
+async def _complete_kept(
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, reply: Reply, ex: Exchange
+) -> web.Response:
+    """:func:`_complete` for a Responses answer that is kept: kept before it is sent (the next turn may name it)."""
+    assert ex.caller is not None
+    response = _complete(gw, surface, request, call, reply, ex)
+    body = response.body
+    output = orjson.loads(body).get("output") if isinstance(body, bytes) else None
+    await gw.conversations.keep(call, ex.caller.name, reply.call_id, output if isinstance(output, list) else [])
+    return response
+
+
+def _refusal(gw: Host, surface: Surface, call: ChatCall, exc: RefusalError, ex: Exchange) -> web.Response:
     provider, model = _refused_by(exc, call)
     gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
     headers = attribution_headers(provider, model, len(exc.attempts), None, None)
@@ -134,8 +136,9 @@ def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
 
 
 async def _stream(
-    gw: Gateway, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
 ) -> web.StreamResponse:
+    assert ex.caller is not None
     try:
         stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **options)
     except TurnoutError as exc:  # routing: an unknown profile, a missing model
@@ -181,7 +184,11 @@ async def _stream(
             if ending is None:
                 reply = stream.response
                 gw.observe_reply(reply, ex)
-                await response.write(encoder.finish(reply.usage))
+                finish = encoder.finish(reply.usage)
+                if call.kept is not None and isinstance(encoder, ResponsesStreamEncoder):
+                    # kept before the completion is sent: the client's next turn may name it at once
+                    await gw.conversations.keep(call, ex.caller.name, stream.call_id, encoder.output)
+                await response.write(finish)
             else:
                 gw.observe_attempts(getattr(ending, "attempts", ()), ex, provider=served.provider, model=served.model)
                 if isinstance(ending, RefusalError):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
 from turnout.errors import ConfigError, InvalidRequest, ProviderError
+from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
     RequestRejected,
@@ -27,9 +27,6 @@ from turnout.gateway.wire import (
 )
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.types import ChatRequest, Message, ToolSpec
-
-if TYPE_CHECKING:
-    from turnout.gateway.app import Exchange, Gateway
 
 log = logging.getLogger("turnout.gateway")
 
@@ -50,7 +47,7 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ())
     return max(1, -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages))
 
 
-async def serve_count_tokens(gw: Gateway, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
 
     The body is a Messages request without ``max_tokens``. When the entry that would serve it is an

@@ -39,6 +39,7 @@ from turnout.gateway.workers import Totals
 from turnout.health import Breakers
 from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad
+from turnout.pricing import Rates
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -116,7 +117,7 @@ class _Counter:
         self.name, self.doc, self.labels = name, doc, labels
         self.totals: dict[Labels, float] = {}
 
-    def add(self, key: Labels, n: int) -> None:
+    def add(self, key: Labels, n: float) -> None:
         """Count ``n`` more under ``key``."""
         totals = self.totals
         totals[key] = totals.get(key, 0.0) + n
@@ -167,6 +168,10 @@ class Metrics:
     ``turnout_upstream_ttft_seconds{provider,model}``, ``turnout_gateway_overhead_seconds{surface}``,
     ``turnout_headroom_requests{profile,key_id}`` / ``turnout_headroom_tokens{profile,key_id}`` (what each
     configured profile and key last announced it has left; labelled with configuration only),
+    ``turnout_input_tokens_total{provider,model}``, ``turnout_cached_input_tokens_total{provider,model}``,
+    ``turnout_cache_write_tokens_total{provider,model}`` and ``turnout_cache_saved_usd_total{provider,model}``
+    (input tokens of answered attempts, the part read from and written to the provider's prompt cache, and
+    what the cached part saved: its tokens at the input price minus at the cached price),
     ``turnout_breaker_state{entry}`` and ``turnout_breaker_transitions_total{entry,transition}``, and per pool
     member (read when scraped) ``turnout_pool_member_in_flight{pool,member}``,
     ``turnout_pool_member_calls_total{pool,member}`` and ``turnout_pool_member_ttft_seconds{pool,member}`` (the
@@ -183,6 +188,7 @@ class Metrics:
         registry: The registry (default: a new one).
         breakers: The client's circuit breakers (None: no breaker metrics).
         clock: Wall clock in seconds (whether an open breaker's interval is over).
+        rates: The rates of a profile's model (prices what cached input saved; None: nothing counts as saved).
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class Metrics:
         *,
         breakers: Breakers | None = None,
         clock: Callable[[], float] = time.time,
+        rates: Callable[[str, str], Rates | None] | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.requests = _Counter(
@@ -232,6 +239,20 @@ class Metrics:
             ("surface",),
             _OVERHEAD_BUCKETS,
         )
+        pm = ("provider", "model")
+        self.input_tokens = _Counter("turnout_input_tokens", "Input tokens of answered attempts.", pm)
+        self.cached_tokens = _Counter(
+            "turnout_cached_input_tokens", "Input tokens of answered attempts read from the prompt cache.", pm
+        )
+        self.cache_writes = _Counter(
+            "turnout_cache_write_tokens", "Input tokens of answered attempts written to the prompt cache.", pm
+        )
+        self.cache_saved = _Counter(
+            "turnout_cache_saved_usd",
+            "USD the prompt cache saved: cached tokens at the input price minus at theirs.",
+            pm,
+        )
+        self._rates = rates
         self.logins = _Counter(
             "turnout_gateway_logins",
             "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
@@ -246,7 +267,18 @@ class Metrics:
         self._breakers = breakers
         self._clock = clock
         self._statuses: dict[int, str] = {}
-        self.counters = (self.requests, self.attempts, self.fallbacks, self.retries, self.logins, self.refusals)
+        self.counters = (
+            self.requests,
+            self.attempts,
+            self.fallbacks,
+            self.retries,
+            self.logins,
+            self.refusals,
+            self.input_tokens,
+            self.cached_tokens,
+            self.cache_writes,
+            self.cache_saved,
+        )
         self.histograms = (self.duration, self.latency, self.ttft, self.overhead)
         self._view = Totals(worker="", at=0.0)  # what the next scrape formats: set by render
         self.registry.register(_Collector(self))
@@ -306,6 +338,7 @@ class Metrics:
             self.attempts.add((provider, label, outcome), n)
             if try_number > 1 and outcome not in SKIPS:
                 self.retries.add((provider, label), n)
+        self._count_tokens(live)
         pairs = list(map(_PROVIDER_MODEL, live))
         labels = {pair: (pair[0], pair[1] if pair in labelled else "other") for pair in set(pairs)}
         keys = list(map(labels.__getitem__, pairs))
@@ -316,6 +349,23 @@ class Metrics:
             ttfts = list(map(truediv, compress(map(_TTFT, live), timed), repeat(1000.0)))
             for key, values in _grouped(list(compress(keys, timed)), ttfts):
                 self.ttft.observe(key, values)
+
+    def _count_tokens(self, live: list[Attempt]) -> None:
+        """Count the input, cached and cache-write tokens of answered attempts, and what the cache saved."""
+        labelled = self._labelled
+        for a in live:
+            usage = a.usage
+            if usage is None or a.outcome != "ok" or not usage.input_tokens:
+                continue
+            key = (a.provider, a.model if (a.provider, a.model) in labelled else "other")
+            self.input_tokens.add(key, usage.input_tokens)
+            if usage.cached_input_tokens:
+                self.cached_tokens.add(key, usage.cached_input_tokens)
+                rates = self._rates(a.provider, a.model) if self._rates is not None else None
+                if rates is not None:
+                    self.cache_saved.add(key, rates.cache_saving(usage))
+            if usage.cache_write_tokens:
+                self.cache_writes.add(key, usage.cache_write_tokens)
 
     def export(self) -> tuple[dict[str, dict[Labels, float]], dict[str, dict[Labels, list[float]]]]:
         """Copies of the counters' and histograms' totals, by metric name (what a worker's totals carry)."""
@@ -406,7 +456,15 @@ class _Collector:
         yield GaugeMetricFamily(
             "turnout_gateway_in_flight_requests", "Requests being served now.", value=view.in_flight
         )
-        for counter in (m.attempts, m.fallbacks, m.retries):
+        for counter in (
+            m.attempts,
+            m.fallbacks,
+            m.retries,
+            m.input_tokens,
+            m.cached_tokens,
+            m.cache_writes,
+            m.cache_saved,
+        ):
             yield counter.family(counters.get(counter.name, {}))
         yield GaugeMetricFamily(
             "turnout_cooldowns_active", "Profiles and keys cooling down now.", value=len(view.cooldowns)
@@ -465,3 +523,26 @@ def _hedge_families(tally: HedgeTally | None) -> Iterator[Metric]:
     yield sent
     yield wins
     yield budget
+
+
+def cache_by_profile(counters: Mapping[str, Mapping[Labels, float]]) -> dict[str, dict[str, float | None]]:
+    """Prompt-cache totals per profile from the counters: input and cached tokens, hit rate and USD saved.
+
+    The hit rate is cached input tokens over input tokens (None before any input was counted).
+    """
+    sums: dict[str, list[float]] = {}
+    for column, name in enumerate(
+        ("turnout_input_tokens", "turnout_cached_input_tokens", "turnout_cache_write_tokens", "turnout_cache_saved_usd")
+    ):
+        for labels, value in counters.get(name, {}).items():
+            sums.setdefault(labels[0], [0.0, 0.0, 0.0, 0.0])[column] += value
+    return {
+        profile: {
+            "input_tokens": int(tin),
+            "cached_input_tokens": int(cached),
+            "cache_write_tokens": int(written),
+            "hit_rate": round(cached / tin, 4) if tin else None,
+            "saved_usd": round(saved, 6),
+        }
+        for profile, (tin, cached, written, saved) in sorted(sums.items())
+    }

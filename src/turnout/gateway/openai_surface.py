@@ -1,8 +1,7 @@
 """The OpenAI Chat Completions surface: ``POST /v1/chat/completions`` in OpenAI's own wire format.
 
-Requests are decoded with orjson; a plain one (text messages and the common scalar options) is read
-directly, any other validated with pydantic and translated. Answers, chunks and errors are encoded with
-orjson, with every constant piece pre-encoded once.
+Requests are decoded with orjson, validated with pydantic and translated. Answers, chunks and errors are
+encoded with orjson; a stream's constant chunk pieces are encoded once per stream.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from turnout._fast import fast_new
 from turnout.errors import ErrorClass, RefusalError
-from turnout.gateway.passthrough import OPENAI_ONLY_FIELDS, native, split_openai_chat
+from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
@@ -25,10 +23,8 @@ from turnout.types import (
     Final,
     ImagePart,
     Message,
-    NativeRequest,
     ReasoningDelta,
     ResponseFormat,
-    Role,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -196,7 +192,7 @@ def _response_format(fmt: _ResponseFormat | None) -> ResponseFormat | None:
     )
 
 
-def _general_call(raw: dict[str, Any]) -> ChatCall:
+def _chat_call(raw: dict[str, Any]) -> ChatCall:
     """The :class:`ChatCall` of any request body (validated with pydantic; see :meth:`OpenAISurface.parse`)."""
     modelled, only = split_openai_chat(raw)
     try:
@@ -230,114 +226,9 @@ def _general_call(raw: dict[str, Any]) -> ChatCall:
     )
 
 
-# --- the plain request, without the general machinery -------------------------------------------
-
-#: Every top-level field the general path reads (the model's fields, and what passes through only). Any other
-#: field is ignored by both paths; one of these beyond what :func:`_plain_call` reads takes the general path.
-_READ_FIELDS = frozenset(
-    (*(f.alias or name for name, f in ChatCompletionRequest.model_fields.items()), *OPENAI_ONLY_FIELDS)
-)
-_PLAIN_FIELDS = frozenset(("model", "messages", "stream", "temperature", "max_tokens", "max_completion_tokens", "user"))
-_SPECIAL_FIELDS = _READ_FIELDS - _PLAIN_FIELDS
-#: The plain fields beyond ``model`` and ``messages`` (a request without any is read without looking for each).
-_OPTION_FIELDS = _PLAIN_FIELDS - {"model", "messages"}
-#: Message fields the general path reads beyond ``role``, ``content`` and ``name``.
-_SPECIAL_MESSAGE_FIELDS = frozenset(_Message.model_fields) - {"role", "content", "name"}
-#: The records a plain request builds, without the class call (see :mod:`turnout._fast`).
-_new_message = fast_new(Message)
-_new_call = fast_new(ChatCall)
-_new_native = fast_new(NativeRequest)
-_PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
-    """The :class:`ChatCall` of a plain request (text messages, no tools), else None for the general path.
-
-    Most requests are a model and a few text messages; for them this is what validating with pydantic,
-    splitting off what passes through and translating each message add up to, at a third of the cost. It
-    answers only what it is sure of: anything the general path could reject, or translates beyond text, is
-    left to it (``tests/gateway/test_gateway_openai_paths.py`` holds the two to the same results).
-    """
-    if not _SPECIAL_FIELDS.isdisjoint(raw):
-        return None
-    model = raw.get("model")
-    messages = raw.get("messages")
-    if type(model) is not str or len(model) > MAX_MODEL_CHARS or type(messages) is not list or not messages:
-        return None
-    options = None if _OPTION_FIELDS.isdisjoint(raw) else _plain_options(raw)  # most requests set none
-    if options is False:
-        return None
-    out: list[Message] = []
-    for m in messages:
-        if type(m) is not dict:
-            return None
-        if len(m) == 2:  # the usual message, {"role", "content"}: two lookups (another pair of keys raises one)
-            try:
-                plain = _PLAIN_ROLES[m["role"]]
-                text = m["content"]
-            except (KeyError, TypeError):  # a key missing, or a role that is no string (unhashable)
-                return None
-            if type(text) is not str:
-                return None
-            out.append(_new_message(role=plain, content=text))
-            continue
-        if not _SPECIAL_MESSAGE_FIELDS.isdisjoint(m):
-            return None
-        kind = m.get("role")
-        role = _PLAIN_ROLES.get(kind) if type(kind) is str else None
-        content = m.get("content")
-        name = m.get("name")
-        if role is None or type(content) is not str or (name is not None and type(name) is not str):
-            return None
-        out.append(_new_message(role=role, content=content, name=name if role == "user" else None))
-    native = _new_native(protocol="openai-chat", body=raw, headers={}, only=())
-    if options is None:
-        return _new_call(model=model, messages=tuple(out), native=native)
-    temperature, max_tokens, stream, user = options
-    return _new_call(
-        model=model,
-        messages=tuple(out),
-        temperature=temperature,
-        max_tokens=max_tokens,
-        stream=stream,
-        sender=user,
-        native=native,
-    )
-
-
-def _plain_options(raw: dict[str, Any]) -> tuple[float | None, int | None, bool, str | None] | Literal[False]:
-    """``(temperature, max_tokens, stream, user)`` of a plain request, or False when one is not plain."""
-    stream = raw.get("stream")
-    if stream is not None and type(stream) is not bool:
-        return False
-    temperature = raw.get("temperature")
-    if temperature is not None:
-        if type(temperature) is int:
-            temperature = float(temperature)
-        if type(temperature) is not float or not 0 <= temperature <= 2:
-            return False
-    max_tokens = raw.get("max_tokens")
-    most = raw.get("max_completion_tokens")
-    for limit in (max_tokens, most):
-        if limit is not None and (type(limit) is not int or limit <= 0):
-            return False
-    user = raw.get("user")
-    if user is not None and (type(user) is not str or len(user) > MAX_FIELD_CHARS):
-        return False
-    return temperature, most or max_tokens, bool(stream), user
-
-
 # --- responses ----------------------------------------------------------------------------------
 
 _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "content_filter": "content_filter"}
-_FINISH_JSON = {reason: orjson.dumps(finish) for reason, finish in _FINISH.items()}
-_STOP_JSON = _FINISH_JSON["stop"]
-_dumps = orjson.dumps
-#: A ``chat.completion`` of plain text, encoded but for its values (what ``reply_body``'s dict encodes to).
-_PLAIN_COMPLETION = (
-    b'{"id":%s,"object":"chat.completion","created":%d,"model":%s,"choices":[{"index":0,"message":'
-    b'{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":%s}],"usage":%s}'
-)
 
 
 def _usage(u: Usage | None) -> dict[str, Any] | None:
@@ -420,24 +311,13 @@ class OpenAISurface:
         for an OpenAI Chat upstream (see :mod:`turnout.gateway.passthrough`).
         """
         raw = parse_json(body)
-        return _plain_call(raw) or _general_call(raw)
+        return _chat_call(raw)
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
         """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""
         native = call.native
         if native is not None and native.only and reply.native is not None:
             return orjson.dumps({**reply.native, "id": f"chatcmpl-{reply.call_id}", "model": reply.served.model})
-        usage = reply.usage
-        if usage is not None and not (reply.tool_calls or reply.reasoning):
-            # plain text: its values put in the encoded rest (same bytes as completion_object's)
-            return _PLAIN_COMPLETION % (
-                _dumps(f"chatcmpl-{reply.call_id}"),
-                int(time.time()),
-                _dumps(reply.served.model),
-                _dumps(reply.text or None),
-                _FINISH_JSON.get(reply.finish_reason or "stop", _STOP_JSON),
-                _dumps(_usage(usage)),
-            )
         return orjson.dumps(completion_object(reply))
 
     def refusal_body(self, exc: RefusalError, model: str, call: ChatCall, call_id: str) -> bytes:

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from turnout.client import Client
 from turnout.gateway.auth import Authenticator
+from turnout.gateway.metrics import cache_by_profile
 from turnout.gateway.page_data import LedgerDay, PageData, newest_first, route_views
 from turnout.gateway.page_html import render_login, render_page
 from turnout.gateway.policy import Caller
@@ -185,6 +186,7 @@ class StatusPage:
             day=await self._day.read() if self._day is not None else None,
             pools=tuple(pools_status(self.client.factory.pool_specs.values(), totals.pools)),
             hedging=hedging_status(totals.hedging) if totals.hedging is not None else None,
+            cache=cache_by_profile(totals.counters),
             signed_in=signed_in,
         )
 

@@ -109,6 +109,7 @@ class PageData:
         day: Today's totals (UTC); None with the ledger off, or when it could not be read in time.
         pools: The pool rows of the client's status (empty when the configuration has none).
         hedging: What hedging did, as ``/status`` shows it (None: no profile hedges).
+        cache: Each profile's prompt caching, as ``/status`` shows it (only profiles that answered with input).
         signed_in: Whether the page was opened with a session cookie (it offers to sign out).
     """
 
@@ -124,6 +125,7 @@ class PageData:
     day: DaySummary | None = None
     pools: tuple[Mapping[str, Any], ...] = ()
     hedging: Mapping[str, Any] | None = None
+    cache: Mapping[str, Mapping[str, float | None]] | None = None
     signed_in: bool = False
 
 

@@ -109,6 +109,7 @@ def render_page(data: PageData) -> str:
         f"{''.join(_route(r, data.now) for r in data.routes)}</div></section>"
         f"{_pools(data.pools)}"
         f"{_hedging(data.hedging)}"
+        f"{_cache(data.cache)}"
         f'<section id="attempts"><h2>Last attempts</h2><div class="card">{_attempts(data.last, data.recent)}</div>'
         "</section>"
         f'<section id="today"><h2>Today (UTC)</h2><div class="card">{_today(data)}</div></section>'
@@ -236,6 +237,26 @@ def _hedging(hedging: Mapping[str, Any] | None) -> str:
 
 
 # --- attempts ------------------------------------------------------------------------------------------
+
+
+def _cache(cache: Mapping[str, Mapping[str, float | None]] | None) -> str:
+    """Each profile's prompt caching: cached share of its input tokens and the money saved (once one answered)."""
+    if not cache:
+        return ""
+    rows = []
+    for profile, c in cache.items():
+        rate = c.get("hit_rate")
+        share = f"{rate:.0%}" if isinstance(rate, float) else "–"
+        rows.append(
+            f"<tr><td>{esc(profile)}</td><td class='n'>{esc(c.get('input_tokens'))}</td>"
+            f"<td class='n'>{esc(c.get('cached_input_tokens'))}</td><td class='n'>{share}</td>"
+            f"<td class='n'>{_cost(c.get('saved_usd'))}</td></tr>"
+        )
+    return (
+        '<section id="cache"><h2>Prompt cache</h2><div class="card"><div class="scroll"><table><thead><tr>'
+        '<th>profile</th><th class="n">input tokens</th><th class="n">cached</th><th class="n">hit rate</th>'
+        f'<th class="n">saved</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div></div></section>'
+    )
 
 
 def _kind(outcome: str) -> str:

@@ -26,14 +26,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
-from turnout._fast import fast_init
+import orjson
+
 from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
+from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
 from turnout.gateway.spend import SpendBook, seconds_to_midnight
-from turnout.gateway.status import anthropic_models, openai_models
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
 from turnout.providers import model_problem
 from turnout.router import HINT_PREFIX
@@ -97,7 +98,6 @@ class Caller:
         object.__setattr__(self, "admitted", admitted)
 
 
-@fast_init  # one per request
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """What a request may do: ``client.chat(model=..., provider=..., sender=...)`` arguments."""
@@ -185,7 +185,12 @@ class Policy:
         if target.startswith(HINT_PREFIX):
             hint = known.get(target)
             if hint is None or hint.kind != "hint":
-                raise ConfigError(f"{target!r} is not a configured route hint", path=path, code="unknown_route_target")
+                hints = [n for n, named in known.items() if named.kind == "hint"]
+                raise ConfigError(
+                    f"{target!r} is not a configured route hint" + did_you_mean(target, hints),
+                    path=path,
+                    code="unknown_route_target",
+                )
             return PublicName(id=alias, kind="alias", choice=hint.choice, provider=hint.provider, model=hint.model)
         if target in self.config.pools:
             return PublicName(id=alias, kind="alias", choice=RouteChoice(None, target), provider=target, model=None)
@@ -260,7 +265,8 @@ class Policy:
                         opened.add(raw)
                     continue
                 raise ConfigError(
-                    f"{raw!r} is not a hint, alias, profile or model of the default profile",
+                    f"{raw!r} is not a hint, alias, profile or model of the default profile"
+                    + did_you_mean(raw, self.universe),
                     path=f"{path}.models[{i}]",
                     code="unknown_model",
                 )
@@ -268,7 +274,11 @@ class Policy:
             default_route = self._reaches_default(chosen)
         sender = entry.sender if entry is not None else None
         if sender is not None and sender not in self.config.senders:
-            raise ConfigError(f"{sender!r} is not a [senders.<id>] table", path=f"{path}.sender", code="unknown_sender")
+            raise ConfigError(
+                f"{sender!r} is not a [senders.<id>] table" + did_you_mean(sender, self.config.senders),
+                path=f"{path}.sender",
+                code="unknown_sender",
+            )
         limit = entry.daily_limit_usd if entry is not None else None
         if limit is not None and not self.config.ledger.enabled:
             raise ConfigError(
@@ -433,4 +443,54 @@ def daily_limit(caller: Caller, spent: float) -> Failure:
         ),
         code="daily_limit_exceeded",
         retry_after=max(1, math.ceil(seconds_to_midnight())),
+    )
+
+
+# --- the ``GET /v1/models`` lists: the public names, in each protocol's shape ---------------------------
+
+
+def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
+    """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
+    if anthropic:
+        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": "model", "provider": provider, "model": model},
+    }
+
+
+def openai_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in OpenAI's shape (it also says what it routes to, under ``turnout``)."""
+    return {
+        "id": n.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnout",
+        "turnout": {"kind": n.kind, "provider": n.provider, "model": n.model},
+    }
+
+
+def anthropic_model(n: PublicName) -> dict[str, Any]:
+    """One ``GET /v1/models`` item in Anthropic's shape."""
+    return {"type": "model", "id": n.id, "display_name": n.id, "created_at": "1970-01-01T00:00:00Z"}
+
+
+def openai_models(names: Iterable[PublicName]) -> bytes:
+    """``GET /v1/models`` in OpenAI's shape."""
+    return orjson.dumps({"object": "list", "data": [openai_model(n) for n in names]})
+
+
+def anthropic_models(names: Iterable[PublicName]) -> bytes:
+    """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
+    data = [anthropic_model(n) for n in names]
+    return orjson.dumps(
+        {
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
     )

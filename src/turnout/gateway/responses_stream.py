@@ -125,9 +125,9 @@ def response_object(
         "model": model,
         "output": output,
         "parallel_tool_calls": True,
-        "previous_response_id": None,
+        "previous_response_id": call.kept.previous_id if call.kept is not None else None,
         "reasoning": {"effort": None, "summary": "auto" if call.thinking else None},
-        "store": False,
+        "store": call.kept is not None and call.kept.store,
         "temperature": call.temperature,
         "text": {"format": text_format},
         "tool_choice": choice,
@@ -175,6 +175,11 @@ class ResponsesStreamEncoder:
         return response_object(
             self._call, self._id, self._model, status, list(self._output), usage, created=self._created, **kw
         )
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        """The finished output items so far (after :meth:`finish`: the whole answer's)."""
+        return list(self._output)
 
     @property
     def _index(self) -> int:

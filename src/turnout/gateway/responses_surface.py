@@ -1,8 +1,9 @@
-"""The OpenAI Responses surface: ``POST /v1/responses`` in the Responses API's own wire format, stateless.
+"""The OpenAI Responses surface: ``POST /v1/responses`` in the Responses API's own wire format.
 
-The gateway keeps no conversation: it behaves as the API does with ``store: false``. The whole conversation
-comes in ``input`` every time (message items, ``function_call`` and ``function_call_output`` items, reasoning
-items), and ``previous_response_id``, ``conversation`` and ``item_reference`` items are a 400 that says so.
+The conversation comes in ``input`` (message items, ``function_call`` and ``function_call_output`` items,
+reasoning items), after the one ``previous_response_id`` names: unless the request says ``store: false``, the
+gateway keeps each answered conversation for a while (:mod:`turnout.gateway.conversations`) and a later request
+of the same client key continues it. ``conversation`` and ``item_reference`` items are a 400 that says so.
 ``instructions`` becomes the system prompt, function tools become tools, ``text.format`` structured output,
 ``reasoning.summary`` asks for reasoning summaries (returned as ``reasoning`` items where the upstream gives
 reasoning). Any upstream serves it through the walk; an OpenAI Responses upstream gets the client's own body
@@ -11,6 +12,7 @@ reasoning). Any upstream serves it through the walk; an OpenAI Responses upstrea
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -23,7 +25,7 @@ from turnout.errors import RefusalError
 from turnout.gateway.openai_surface import error_json
 from turnout.gateway.passthrough import native
 from turnout.gateway.responses_stream import ResponsesStreamEncoder, output_items, response_object
-from turnout.gateway.surface import ChatCall, refusal_text
+from turnout.gateway.surface import ChatCall, Kept, refusal_text
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 from turnout.types import ContentPart, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolSpec
@@ -31,7 +33,9 @@ from turnout.types import ContentPart, ImagePart, Message, ResponseFormat, TextP
 #: Input item types Turnout translates (a message may come without ``type``).
 _ITEMS = frozenset(("message", "function_call", "function_call_output", "reasoning"))
 #: Request fields that need state the gateway does not keep.
-_STATEFUL = ("previous_response_id", "conversation")
+_STATEFUL = ("conversation",)
+#: What a ``previous_response_id`` may look like (the gateway's ids are ``resp_`` and hex digits).
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class _In(BaseModel):
@@ -111,8 +115,8 @@ def _split(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             kind = item.get("type", "message") if isinstance(item, dict) else None
             if kind == "item_reference":
                 raise invalid(
-                    f"input[{i}]: item_reference needs stored items; this gateway is stateless (store: false), "
-                    "send the item itself",
+                    f"input[{i}]: item_reference is not supported: this gateway keeps whole conversations by "
+                    "previous_response_id, not items; send the item itself",
                     param=f"input[{i}]",
                 )
             if kind not in _ITEMS:
@@ -215,63 +219,115 @@ def _format(text: _Text | None) -> ResponseFormat | None:
     )
 
 
+def _kept(raw: dict[str, Any]) -> Kept | None:
+    """The conversation state of a request: None for a ``store: false`` one that continues nothing."""
+    previous = raw.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not _RESPONSE_ID.fullmatch(previous)):
+        raise invalid("previous_response_id must be the id of an earlier response", param="previous_response_id")
+    store = raw.get("store", True)
+    if not isinstance(store, bool):
+        raise invalid("store must be a boolean", param="store")
+    if previous is None and not store:
+        return None
+    items = raw.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    elif not isinstance(items, list):
+        items = []  # the model check below names the field
+    return Kept(previous_id=previous, store=store, items=tuple(items), body=raw)
+
+
+def resumed(call: ChatCall, prior: list[dict[str, Any]]) -> ChatCall:
+    """``call`` continuing the conversation ``prior`` (the input items of a kept response, then its output).
+
+    The request is translated again with ``prior`` in front of its own input; its body passed through to a
+    Responses upstream carries the whole conversation and no ``previous_response_id`` (the upstream never saw it).
+    """
+    kept = call.kept
+    assert kept is not None
+    items = (*prior, *kept.items)
+    body = {k: v for k, v in kept.body.items() if k != "previous_response_id"}
+    body["input"] = list(items)
+    return _call(body, Kept(previous_id=kept.previous_id, store=kept.store, items=items, body=kept.body))
+
+
+def _call(raw: dict[str, Any], kept: Kept | None) -> ChatCall:
+    """The :class:`ChatCall` of a request body."""
+    modelled, only = _split(raw)
+    try:
+        req = ResponsesRequest.model_validate(modelled)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise invalid(message, param=param) from None
+    if req.background:
+        raise invalid(
+            "background responses are not supported: this gateway answers while it is asked", param="background"
+        )
+    messages = _messages(req, only)
+    choice = req.tool_choice
+    summaries = req.reasoning is not None and req.reasoning.summary is not None
+    return ChatCall(
+        model=req.model,
+        messages=messages,
+        tools=tuple(
+            ToolSpec(
+                name=t.name,
+                description=t.description or "",
+                parameters=t.parameters or {"type": "object", "properties": {}},
+            )
+            for t in req.tools or ()
+        ),
+        tool_choice=choice.name if isinstance(choice, _NamedChoice) else choice,
+        temperature=req.temperature,
+        max_tokens=req.max_output_tokens,
+        stream=bool(req.stream),
+        thinking=summaries,
+        show_reasoning=summaries,
+        sender=req.safety_identifier or req.user,
+        response_format=_format(req.text),
+        native=native("openai-responses", raw, only),
+        kept=kept,
+    )
+
+
 class ResponsesSurface:
     """Responses requests and answers (see :class:`turnout.gateway.surface.Surface`)."""
 
     name = "responses"
 
     def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
-        """Validate the body and translate it into a :class:`ChatCall` (stateless: no stored items)."""
+        """Validate the body and translate it into a :class:`ChatCall`.
+
+        A request naming ``previous_response_id`` is translated without the conversation it continues:
+        :func:`resumed` puts that in front once it is found.
+        """
         raw = parse_json(body)
         for name in _STATEFUL:
             if raw.get(name):
                 raise invalid(
-                    f"{name} is not supported: this gateway is stateless (store: false); send the whole "
-                    "conversation in input",
+                    f"{name} is not supported: this gateway keeps conversations only by previous_response_id; "
+                    "send the conversation in input",
                     param=name,
                     code="unsupported_parameter",
                 )
-        modelled, only = _split(raw)
-        try:
-            req = ResponsesRequest.model_validate(modelled)
-        except ValidationError as exc:
-            message, param = validation_message(exc)
-            raise invalid(message, param=param) from None
-        if req.background:
-            raise invalid("background responses need stored state; this gateway is stateless", param="background")
-        messages = _messages(req, only)
-        choice = req.tool_choice
-        summaries = req.reasoning is not None and req.reasoning.summary is not None
-        return ChatCall(
-            model=req.model,
-            messages=messages,
-            tools=tuple(
-                ToolSpec(
-                    name=t.name,
-                    description=t.description or "",
-                    parameters=t.parameters or {"type": "object", "properties": {}},
-                )
-                for t in req.tools or ()
-            ),
-            tool_choice=choice.name if isinstance(choice, _NamedChoice) else choice,
-            temperature=req.temperature,
-            max_tokens=req.max_output_tokens,
-            stream=bool(req.stream),
-            thinking=summaries,
-            show_reasoning=summaries,
-            sender=req.safety_identifier or req.user,
-            response_format=_format(req.text),
-            native=native("openai-responses", raw, only),
-        )
+        return _call(raw, _kept(raw))
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
         """A ``response`` object (``status: "incomplete"`` for an answer cut by the token limit).
 
         When the request held what only the Responses API carries (other tool kinds, file inputs), the
-        Responses upstream's own response is relayed (its id and model replaced, ``store: false``).
+        Responses upstream's own response is relayed (its id, model, ``store`` and ``previous_response_id``
+        replaced by the gateway's).
         """
         if reply.native is not None and call.native is not None and call.native.only:
-            relayed = {**reply.native, "id": f"resp_{reply.call_id}", "model": reply.served.model, "store": False}
+            kept = call.kept
+            relayed = {
+                **reply.native,
+                "id": f"resp_{reply.call_id}",
+                "model": reply.served.model,
+                "store": kept is not None and kept.store,
+                "previous_response_id": kept.previous_id if kept is not None else None,
+            }
             return orjson.dumps(relayed)
         output = output_items(
             reply.call_id,

@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from aiohttp import web
 
 from turnout.client import Client
 from turnout.config import Config, find_config_path, load_config_file
-from turnout.errors import ConfigError
+from turnout.errors import ConfigError, cannot_listen
 from turnout.gateway.accesslog import use_batched_lines
 from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys
@@ -183,7 +184,27 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
         return
     if port == 0:
         raise ConfigError("several workers cannot share port 0; choose a port", path="gateway.port")
+    can_listen(host, port)
     _supervise(path, host, port, workers)
+
+
+def can_listen(host: str, port: int) -> None:
+    """Bind ``host:port`` as the workers will, and let go: a busy port fails here, once, not in every worker.
+
+    ``turnout demo --serve`` asks too, before its tour, rather than after it.
+
+    Raises:
+        ConfigError: The address cannot be bound (code ``listen_failed``).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's servers do
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise cannot_listen(host, port, exc, path="gateway.port") from None
 
 
 #: Descriptors kept for everything but client connections: upstream connections, the ledger, Redis, logs.
@@ -259,9 +280,7 @@ async def _serve(
     try:
         await server.start()
     except OSError as exc:
-        raise ConfigError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", path="gateway.port", code="listen_failed"
-        ) from None
+        raise cannot_listen(host, port, exc, path="gateway.port") from None
     gc.freeze()  # what exists now lives as long as the server: keep it out of every later collection
     # Requests allocate many short-lived containers, nearly all freed by reference counting; at the default
     # threshold (700) a young collection runs every few requests only to walk what requests in flight still

@@ -1,6 +1,7 @@
 """``GET /status`` and the shape of ``GET /v1/models``: what the gateway serves and how its upstreams are doing.
 
-``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, dead keys by
+``/status`` shows the profiles and routes, current cooldowns with their remaining seconds, each
+profile's prompt caching (input and cached input tokens, the hit rate and the money the cache saved), dead keys by
 id, the rate-limit headroom each profile and key last announced, the circuit breakers that are not closed (open
 until a time, or half-open), attempt counts per outcome over a recent window, each pool's members with their
 load (calls in flight, moving time to first token, share of the pool's calls), what hedging did (whether it is on,
@@ -18,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -26,20 +27,26 @@ from turnout.attribution import Attempt
 from turnout.config import Config, default_target
 from turnout.config.graph import pool_specs
 from turnout.errors import ConfigError
+from turnout.gateway.metrics import cache_by_profile
 from turnout.gateway.workers import LAST_ATTEMPTS, Totals
 from turnout.health import describe_breakers
 from turnout.hedge import hedging_status
 from turnout.pools import pools_status
 from turnout.state.dead_keys import describe_dead_keys
 
-if TYPE_CHECKING:
-    from turnout.gateway.policy import PublicName
-
 #: How far back ``/status`` counts attempts, and the width of one counting bucket.
 RECENT_WINDOW_S = 900
 BUCKET_S = 60
 
 _PROVIDER_OUTCOME = attrgetter("provider", "outcome")
+#: A profile's prompt-cache totals before it answered anything.
+_NO_CACHE: dict[str, float | None] = {
+    "input_tokens": 0,
+    "cached_input_tokens": 0,
+    "cache_write_tokens": 0,
+    "hit_rate": None,
+    "saved_usd": 0.0,
+}
 
 
 class RecentAttempts:
@@ -137,6 +144,7 @@ def status_payload(
             {"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": round(until - now, 3)}
         )
     cooling = {c["profile"] for c in cooldowns if c["key_id"] is None}
+    cache = cache_by_profile(totals.counters)
     profiles = [
         {
             "name": name,
@@ -144,6 +152,7 @@ def status_payload(
             "fallback_models": list(p.fallback_models),
             "fallback": list(p.fallback),
             "cooling_down": name in cooling,
+            "cache": cache.get(name, _NO_CACHE),
         }
         for name, p in config.profiles().items()
     ]
@@ -178,50 +187,3 @@ def _default(config: Config) -> str | None:
         return default_target(config)
     except ConfigError:
         return None
-
-
-def model_object(name: str, provider: str, model: str, *, anthropic: bool) -> dict[str, Any]:
-    """The model object for a name chat accepts without it being listed (routed to ``provider`` / ``model``)."""
-    if anthropic:
-        return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
-    return {
-        "id": name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "turnout",
-        "turnout": {"kind": "model", "provider": provider, "model": model},
-    }
-
-
-def openai_model(n: PublicName) -> dict[str, Any]:
-    """One ``GET /v1/models`` item in OpenAI's shape (it also says what it routes to, under ``turnout``)."""
-    return {
-        "id": n.id,
-        "object": "model",
-        "created": 0,
-        "owned_by": "turnout",
-        "turnout": {"kind": n.kind, "provider": n.provider, "model": n.model},
-    }
-
-
-def anthropic_model(n: PublicName) -> dict[str, Any]:
-    """One ``GET /v1/models`` item in Anthropic's shape."""
-    return {"type": "model", "id": n.id, "display_name": n.id, "created_at": "1970-01-01T00:00:00Z"}
-
-
-def openai_models(names: Iterable[PublicName]) -> bytes:
-    """``GET /v1/models`` in OpenAI's shape."""
-    return orjson.dumps({"object": "list", "data": [openai_model(n) for n in names]})
-
-
-def anthropic_models(names: Iterable[PublicName]) -> bytes:
-    """``GET /v1/models`` in Anthropic's shape (asked for with an ``anthropic-version`` header)."""
-    data = [anthropic_model(n) for n in names]
-    return orjson.dumps(
-        {
-            "data": data,
-            "has_more": False,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        }
-    )

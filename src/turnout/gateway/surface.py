@@ -9,16 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from turnout._fast import fast_init
 from turnout.errors import RefusalError
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
 from turnout.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 
 
-@fast_init  # one per request
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kept:
+    """A Responses request's conversation state (:mod:`turnout.gateway.conversations` keeps and resumes it).
+
+    Attributes:
+        previous_id: The ``previous_response_id`` it continues, if any.
+        store: Whether its answer is kept for a later request to name (``store``, true unless the client said
+            false).
+        items: Its conversation as input items: once resumed, the kept conversation's items, then its own input.
+        body: The request body (what a resumed request is parsed from again).
+    """
+
+    previous_id: str | None
+    store: bool
+    items: tuple[Mapping[str, Any], ...]
+    body: Mapping[str, Any]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatCall:
     """A parsed chat request, in Turnout's terms.
@@ -38,6 +54,7 @@ class ChatCall:
             visible output for the replay boundary).
         response_format: Structured output asked for.
         native: The body in the surface's own protocol, passed through to entries that speak it.
+        kept: A Responses request's conversation state (None: nothing to resume and nothing to keep).
     """
 
     model: str
@@ -53,6 +70,7 @@ class ChatCall:
     show_reasoning: bool = True
     response_format: ResponseFormat | None = None
     native: NativeRequest | None = None
+    kept: Kept | None = None
 
 
 class StreamEncoder(Protocol):

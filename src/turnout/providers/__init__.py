@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from turnout.config.schema import Profile
+from turnout.model_ids import cloud_of, vertex_publisher, wire_model
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
 from turnout.providers.registry import Family, family_for
@@ -29,17 +30,27 @@ def adapter_class(protocol: str) -> type[HTTPAdapter]:
         from turnout.providers.gemini import GeminiAdapter
 
         return GeminiAdapter
+    if protocol in ("vertex-anthropic", "vertex-google"):
+        from turnout.providers.vertex import VertexAnthropicAdapter, VertexGeminiAdapter
+
+        return VertexAnthropicAdapter if protocol == "vertex-anthropic" else VertexGeminiAdapter
     if protocol == "ollama":
         from turnout.providers.ollama import OllamaAdapter
 
         return OllamaAdapter
+    if protocol == "bedrock":
+        from turnout.providers.bedrock import BedrockAdapter
+
+        return BedrockAdapter
     raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def _protocol(family: Family, profile: Profile) -> str:
-    """``wire_api = "responses"`` on an OpenAI-protocol profile selects the Responses protocol."""
+    """``wire_api = "responses"`` selects the Responses protocol; a Vertex profile's publisher its wire."""
     if family.protocol == "openai-chat" and profile.wire_api == "responses":
         return "openai-responses"
+    if family.protocol == "vertex":
+        return f"vertex-{profile.publisher or vertex_publisher(profile.model or '')}"
     return family.protocol
 
 
@@ -55,4 +66,10 @@ def model_problem(name: str, profile: Profile, model: str) -> str | None:
     return adapter_class(_protocol(family, profile)).model_problem(model)
 
 
-__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter", "model_problem"]
+def wire_id(name: str, profile: Profile, model: str) -> str:
+    """The id profile ``name`` sends for ``model`` (the configured name stays its identity; see ``model_ids``)."""
+    family = family_for(name.partition(".")[0], profile.kind)
+    return wire_model(cloud_of(family.name, family.protocol), model, profile.region)
+
+
+__all__ = ["AdapterSettings", "HTTPAdapter", "HttpClient", "adapter_class", "build_adapter", "model_problem", "wire_id"]

@@ -16,9 +16,11 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.model_ids import cloud_of, wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
 from turnout.providers.http import HttpClient
+from turnout.providers.signatures import SIGNER_KEY, mine, replayable_thinking, signer_of
 from turnout.tools import anthropic_tools, prompt_guided_tools
 from turnout.types import (
     Capabilities,
@@ -38,7 +40,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 API_VERSION = "2023-06-01"
@@ -77,7 +78,7 @@ def finish_reason(stop_reason: str | None, has_calls: bool) -> str:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
@@ -126,6 +127,8 @@ class AnthropicAdapter(HTTPAdapter):
         super().__init__(settings, http, api_key)
         base = self.settings.base_url
         self._url = f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
+        self._cloud = cloud_of(settings.family.name, self.protocol)
+        self._signer = signer_of(settings.profile)
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -148,7 +151,9 @@ class AnthropicAdapter(HTTPAdapter):
         """The Messages request body (a pass-through Messages request keeps the client's own body)."""
         native = request.native
         if native is not None and self.passes_through(request):
-            return self.with_merged_extras(native_body(native.body, model, self.temperature(temperature), stream))
+            wire = wire_model(self._cloud, model)
+            own = native_body(native.body, wire, self.temperature(temperature), stream, signer=self._signer)
+            return self.with_merged_extras(own)
         system: list[str] = []
         messages: list[dict[str, Any]] = []
         for m in request.messages:
@@ -157,7 +162,7 @@ class AnthropicAdapter(HTTPAdapter):
                     system.append(m.text)
                 continue
             role = "assistant" if m.role == "assistant" else "user"
-            blocks = _assistant_blocks(m) if role == "assistant" else _user_blocks(m)
+            blocks = _assistant_blocks(m, self._signer) if role == "assistant" else _user_blocks(m)
             if not blocks:
                 continue
             if messages and messages[-1]["role"] == role:
@@ -171,7 +176,10 @@ class AnthropicAdapter(HTTPAdapter):
             content = msg["content"]
             if len(content) == 1 and content[0]["type"] == "text":
                 msg["content"] = content[0]["text"]
-        body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens(request, DEFAULT_MAX_TOKENS)}
+        body: dict[str, Any] = {
+            "model": wire_model(self._cloud, model),
+            "max_tokens": self.max_tokens(request, DEFAULT_MAX_TOKENS),
+        }
         if system:
             body["system"] = "\n\n".join(system)
         body["messages"] = messages
@@ -216,9 +224,8 @@ class AnthropicAdapter(HTTPAdapter):
                 thinking.append({"type": "redacted_thinking", "data": block.get("data")})
             elif kind == _CLIENT_TOOL:
                 args = _json_text(block.get("input") or {})
-                calls.append(
-                    ToolCall(id=_str(block["id"]), name=_str(block["name"]), arguments=args, extra=_extra(thinking))
-                )
+                extra = _extra(thinking, self._signer)
+                calls.append(ToolCall(id=_str(block["id"]), name=_str(block["name"]), arguments=args, extra=extra))
                 thinking = []
         usage = data.get("usage")
         return ChatResponse(
@@ -283,8 +290,13 @@ class AnthropicAdapter(HTTPAdapter):
 _COUNTED = frozenset(("model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"))
 
 
-def native_body(body: Mapping[str, Any], model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
+def native_body(
+    body: Mapping[str, Any], model: str, temperature: float | None, stream: bool, *, signer: str = "anthropic"
+) -> dict[str, Any]:
     """A client's own Messages body, for this upstream: its model and stream flag, system messages folded.
+
+    Thinking blocks the gateway stamped as issued by another family than ``signer`` are left out (see
+    :func:`turnout.providers.signatures.replayable_thinking`); those of ``signer`` go back as issued.
 
     Everything else passes through unchanged (document blocks, Anthropic-defined and server tools,
     ``mcp_servers``, ``cache_control``, signed thinking blocks; unsigned ones, which only another protocol's
@@ -305,6 +317,9 @@ def native_body(body: Mapping[str, Any], model: str, temperature: float | None, 
         # a thinking block with an empty signature came from another protocol's answer: Anthropic would refuse
         # it, so it is left out (as a translated request leaves out every thinking block)
         out["messages"] = messages = [_without_unsigned_thinking(m) for m in messages]
+    replayable = replayable_thinking(messages, signer) if isinstance(messages, list) else None
+    if replayable is not None:
+        out["messages"] = messages = replayable
     if isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
         system = _system_blocks(out.get("system"))
         turns: list[dict[str, Any]] = []
@@ -352,8 +367,8 @@ def _thinking_block(text: str, signature: Any) -> dict[str, Any]:
     return {"type": "thinking", "thinking": text, "signature": signature if isinstance(signature, str) else ""}
 
 
-def _extra(thinking: list[dict[str, Any]]) -> Mapping[str, Any] | None:
-    return {THINKING_KEY: tuple(thinking)} if thinking else None
+def _extra(thinking: list[dict[str, Any]], signer: str) -> Mapping[str, Any] | None:
+    return {THINKING_KEY: tuple(thinking), SIGNER_KEY: signer} if thinking else None
 
 
 def _error_facts(data: Any) -> ErrorFacts:
@@ -390,9 +405,12 @@ def _user_blocks(m: Message) -> list[dict[str, Any]]:
     return [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": content}]
 
 
-def _assistant_blocks(m: Message) -> list[dict[str, Any]]:
-    # Thinking blocks kept from the turn that made these calls go first, as Anthropic requires.
-    blocks: list[dict[str, Any]] = [dict(b) for c in m.tool_calls if c.extra for b in c.extra.get(THINKING_KEY, ())]
+def _assistant_blocks(m: Message, signer: str) -> list[dict[str, Any]]:
+    # Thinking blocks kept from the turn that made these calls go first, as Anthropic requires; only to the
+    # family that signed them (another one refuses the signature, and every later turn with it)
+    blocks: list[dict[str, Any]] = [
+        dict(b) for c in m.tool_calls if c.extra and mine(c.extra, signer) for b in c.extra.get(THINKING_KEY, ())
+    ]
     if m.text:
         blocks.append({"type": "text", "text": m.text})
     for call in m.tool_calls:
@@ -465,6 +483,7 @@ class AnthropicDecoder(SSEEventDecoder):
         self._stop: str | None = None
         self._calls = 0
         self._thinking: list[dict[str, Any]] = []  # finished thinking blocks not yet attached to a call
+        self._signer = signer_of(adapter.profile)
         self.done = False
 
     def _protocol_error(self, what: str) -> ProtocolError:
@@ -563,7 +582,7 @@ class AnthropicDecoder(SSEEventDecoder):
         if dtype == "text_delta":
             text = _str(delta["text"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif dtype == "input_json_delta":
             block = self._blocks.get(obj.get("index"))
             if block is not None:
@@ -589,13 +608,15 @@ class AnthropicDecoder(SSEEventDecoder):
             return
         if block.kind == _CLIENT_TOOL:
             args = block.arguments()
-            call = ToolCall(id=_str(block.id), name=_str(block.name), arguments=args, extra=_extra(self._thinking))
+            extra = _extra(self._thinking, self._signer)
+            call = ToolCall(id=_str(block.id), name=_str(block.name), arguments=args, extra=extra)
             self._thinking = []
             self._calls += 1
             out.append(ToolCallEvent(call=call))
         elif block.kind == "thinking":
             if block.held:  # the block's last piece carries its signature
-                out.append(ReasoningDelta(text=block.held, signature=block.signature or None))
+                signature = block.signature or None
+                out.append(ReasoningDelta(text=block.held, signature=signature, signer=signature and self._signer))
             self._thinking.append(_thinking_block("".join(block.parts), block.signature))
         elif block.kind == "redacted_thinking":
             self._thinking.append({"type": "redacted_thinking", "data": block.block.get("data")})

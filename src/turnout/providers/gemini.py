@@ -20,10 +20,12 @@ import orjson
 
 from turnout.classify import ErrorFacts
 from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.model_ids import wire_model
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
+from turnout.providers.signatures import SIGNER_KEY, mine, signer_of
 from turnout.streams import collect
 from turnout.tools import gemini_tools
 from turnout.types import (
@@ -38,13 +40,13 @@ from turnout.types import (
     Message,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     ToolCall,
     ToolCallEvent,
     ToolsPayload,
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 #: Finish reasons that mean the output was blocked: a refusal, never an answer.
@@ -127,6 +129,11 @@ def error_facts_of(error: Any, *, status: int | None, headers: Mapping[str, str]
     )
 
 
+def _count(value: Any) -> int:
+    """A token count of ``usageMetadata``: a non-negative int (0 for a missing, negative or non-integer value)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _unwrap(data: Any) -> Any:
     """Vertex wraps some bodies in a one-element list."""
     if isinstance(data, list) and len(data) == 1:
@@ -167,11 +174,13 @@ class _Assembler:
         else:
             self._candidate(candidates[0], out)
         meta = data.get("usageMetadata")
-        if meta:
+        if meta and isinstance(meta, Mapping):
+            prompt = _count(meta.get("promptTokenCount"))
             usage = Usage(
-                input_tokens=int(meta.get("promptTokenCount") or 0),
-                cached_input_tokens=int(meta.get("cachedContentTokenCount") or 0),
-                output_tokens=int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0),
+                input_tokens=prompt,
+                # the cached part is inside promptTokenCount: never more than it
+                cached_input_tokens=min(_count(meta.get("cachedContentTokenCount")), prompt),
+                output_tokens=_count(meta.get("candidatesTokenCount")) + _count(meta.get("thoughtsTokenCount")),
             )
             if usage != self._usage:
                 self._usage = usage
@@ -196,7 +205,7 @@ class _Assembler:
                 continue
             text = part.get("text")
             if text:
-                out.append(ReasoningDelta(text=text) if part.get("thought") else new_text_delta(text=text))
+                out.append(ReasoningDelta(text=text) if part.get("thought") else TextDelta(text=text))
         if finish:
             self.finish = str(finish)
 
@@ -212,6 +221,7 @@ class _Assembler:
         extra: dict[str, Any] = {}
         if signature:
             extra["thought_signature"] = signature
+            extra[SIGNER_KEY] = signer_of(self._adapter.profile)
         provider_id = call.get("id")
         if provider_id:
             extra["function_call_id"] = str(provider_id)
@@ -325,6 +335,7 @@ class GeminiAdapter(HTTPAdapter):
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
         super().__init__(settings, http, api_key)
         self._paths: dict[str, str] = {}
+        self._signer = signer_of(settings.profile)
 
     @classmethod
     def model_problem(cls, model: str) -> str | None:
@@ -356,7 +367,8 @@ class GeminiAdapter(HTTPAdapter):
                     model=model,
                     error_type="invalid_model",
                 )
-            path = f"{self.settings.base_url}/models/{quote(model.removeprefix('models/'), safe='')}"
+            wire = wire_model("gemini", model.removeprefix("models/"))
+            path = f"{self.settings.base_url}/models/{quote(wire, safe='')}"
             if len(self._paths) >= 64:  # an unpinned profile sees many names; keep only a few
                 self._paths.clear()
             self._paths[model] = path
@@ -376,7 +388,7 @@ class GeminiAdapter(HTTPAdapter):
                 if msg.text:
                     system.append(msg.text)
                 continue
-            role, parts = self._turn(msg, calls)
+            role, parts = self._turn(msg, calls, self._signer)
             if not parts:
                 continue
             if turns and turns[-1]["role"] == role:
@@ -417,8 +429,11 @@ class GeminiAdapter(HTTPAdapter):
         return self.with_merged_extras(body)
 
     @staticmethod
-    def _turn(msg: Message, calls: dict[str, ToolCall]) -> tuple[str, list[dict[str, Any]]]:
-        """One message as a (role, parts) turn; ``calls`` maps earlier call ids to their calls."""
+    def _turn(msg: Message, calls: dict[str, ToolCall], signer: str) -> tuple[str, list[dict[str, Any]]]:
+        """One message as a (role, parts) turn; ``calls`` maps earlier call ids to their calls.
+
+        A call's ``thoughtSignature`` goes back only to the family that issued it (``signer``).
+        """
         if msg.role == "tool":
             call = calls.get(msg.tool_call_id or "")
             name = msg.name or (call.name if call else None) or msg.tool_call_id or "tool"
@@ -438,7 +453,7 @@ class GeminiAdapter(HTTPAdapter):
                 if extra.get("function_call_id"):
                     fn["id"] = extra["function_call_id"]
                 part: dict[str, Any] = {"functionCall": fn}
-                if extra.get("thought_signature"):
+                if extra.get("thought_signature") and mine(extra, signer):
                     part["thoughtSignature"] = extra["thought_signature"]
                 parts.append(part)
             return "model", parts

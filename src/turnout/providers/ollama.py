@@ -41,7 +41,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 
@@ -117,7 +116,7 @@ class _Assembler:
                 out.append(ReasoningDelta(text=str(thinking)))
             content = message.get("content")
             if content:
-                out.append(new_text_delta(text=str(content)))
+                out.append(TextDelta(text=str(content)))
             for call in message.get("tool_calls") or ():
                 out.append(ToolCallEvent(call=self._call(call["function"])))
         else:  # /api/generate

@@ -31,8 +31,6 @@ from turnout.providers.openai_compat import (
 )
 from turnout.tools import openai_tools
 from turnout.types import (
-    FINISH_LENGTH,
-    FINISH_STOP,
     ChatRequest,
     ChatResponse,
     Final,
@@ -44,16 +42,12 @@ from turnout.types import (
     ToolCall,
     ToolCallEvent,
     UsageEvent,
-    new_chat_response,
-    new_text_delta,
 )
 
 #: What a stream is missing when it ends too early.
 MISSING_SIGNAL = "[DONE] or finish_reason"
 _DONE = b"[DONE]"
 _TOOL_CHOICES = frozenset(("auto", "none", "required"))
-#: The finish reasons of a plain answer, and what they unify to (any other goes the general way).
-_PLAIN_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
 #: Perplexity's closing summary chunk, whose delta repeats the answer.
 _SUMMARY = "chat.completion.done"
 #: Vendors whose API rejects ``stream_options`` (Mistral answers 422 "Extra inputs are not permitted";
@@ -100,8 +94,6 @@ class OpenAIChatAdapter(HTTPAdapter):
         self._stream_options = vendor not in _NO_STREAM_OPTIONS
         self._url = self._endpoint()
         self._extras = bool(s.provider_extra) or s.chat_template_kwargs is not None
-        #: Whether a request's kept wire messages are sent as they are (merged system text changes them).
-        self._keeps_messages = not s.merge_system_into_user
 
     def _endpoint(self) -> str:
         base, _, query = self.settings.base_url.partition("?")
@@ -129,10 +121,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         native = request.native
         if native is not None and self.passes_through(request):
             return self._native_body(native.body, model, temperature, stream)
-        # The messages the request keeps, read here rather than through ``_wire_messages`` (one frame fewer a call).
-        messages = request.openai_messages if self._keeps_messages else None
-        if messages is None:
-            messages = self._wire_messages(request)
+        messages = self._messages(request.messages)
         s = self.settings
         body: dict[str, Any]
         if not self._azure:
@@ -191,20 +180,6 @@ class OpenAIChatAdapter(HTTPAdapter):
             body.pop("stream_options", None)
         return self.with_merged_extras(body) if self._extras else body
 
-    def _wire_messages(self, request: ChatRequest) -> list[dict[str, Any]]:
-        """:meth:`_messages`, kept by the request (``openai_messages``) unless system text is merged.
-
-        A retry, or a fallback to another entry of this protocol, sends the same list: nothing changes a body's
-        messages once built.
-        """
-        if self.settings.merge_system_into_user:
-            return self._messages(request.messages)
-        out = request.openai_messages
-        if out is None:
-            out = self._messages(request.messages)
-            object.__setattr__(request, "openai_messages", out)  # a cache: the field is never compared
-        return out
-
     def _messages(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         merge = self.settings.merge_system_into_user
         system: list[str] = []
@@ -244,38 +219,8 @@ class OpenAIChatAdapter(HTTPAdapter):
     def parse_response(self, data: Any, model: str) -> ChatResponse:
         """A ``chat.completion`` object → the answer; raises ``RefusalError`` for refusals and filters.
 
-        The common answer (one choice of plain text, finished by ``stop`` or ``length``, no refusal, tool
-        calls or reasoning) is read by indexing, which fails at once on any other shape; everything else goes
-        through :meth:`parse_general`, which gives the same answer for the common one too.
+        Any shape: several choices (the one of index 0 answers), content parts, tool calls, reasoning, refusals.
         """
-        try:
-            (choice,) = data["choices"]
-            message = choice["message"]
-            text = message["content"]
-            finish = _PLAIN_FINISH[choice["finish_reason"]]
-        except (KeyError, TypeError, ValueError):
-            return self.parse_general(data, model)
-        if (
-            type(text) is not str
-            or message.get("refusal")
-            or message.get("tool_calls")
-            or message.get("reasoning_content")
-            or message.get("reasoning")
-        ):
-            return self.parse_general(data, model)
-        usage = data.get("usage")
-        reported = data.get("model")
-        request_id = data.get("id")
-        return new_chat_response(
-            text=text,
-            usage=usage_from(usage) if isinstance(usage, dict) else None,
-            finish_reason=finish,
-            model=reported if isinstance(reported, str) and reported else model,
-            request_id=request_id if isinstance(request_id, str) and request_id else None,
-        )
-
-    def parse_general(self, data: Any, model: str) -> ChatResponse:
-        """:meth:`parse_response` for every shape: several choices, content parts, tool calls, refusals."""
         if type(data) is not dict:
             raise TypeError("response is not a JSON object")
         choices = data.get("choices")
@@ -312,7 +257,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         usage = data.get("usage")
         reported = data.get("model")
         request_id = data.get("id")
-        return new_chat_response(
+        return ChatResponse(
             text=text,
             tool_calls=calls,
             usage=usage_from(usage) if isinstance(usage, dict) else None,
@@ -323,7 +268,7 @@ class OpenAIChatAdapter(HTTPAdapter):
         )
 
     #: OpenAI, OpenRouter, Azure, Mistral and DeepSeek error bodies, or an excerpt of an HTML page: the vendors'
-    #: reader itself, not a method calling it (one Python frame fewer per failed try).
+    #: shared reader (:func:`turnout.providers.openai_compat.error_facts`).
     error_facts = staticmethod(error_facts)
 
     def decoder(self, model: str) -> StreamDecoder:
@@ -505,7 +450,7 @@ class ChatStreamDecoder(StreamDecoder):
             content = delta.get("content")
             if type(content) is str:
                 if content:
-                    out.append(new_text_delta(text=content))
+                    out.append(TextDelta(text=content))
                 return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
@@ -513,7 +458,7 @@ class ChatStreamDecoder(StreamDecoder):
         content = delta.get("content")
         if content:
             if isinstance(content, str):
-                out.append(new_text_delta(text=content))
+                out.append(TextDelta(text=content))
             elif isinstance(content, list):
                 for is_reasoning, piece in content_parts(content):
                     out.append(ReasoningDelta(text=piece) if is_reasoning else TextDelta(text=piece))

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts, new_error_facts
+from turnout.classify import ErrorFacts
 from turnout.providers.base import body_excerpt
-from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage, new_usage
+from turnout.types import FINISH_LENGTH, FINISH_STOP, FINISH_TOOL_CALLS, Usage
 
 #: Longest provider text kept from a nested or wrapped error message.
 _MAX_NESTED = 500
@@ -60,7 +60,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     out_details = raw.get("completion_tokens_details")
     if details is None and out_details is None and "prompt_cache_hit_tokens" not in raw:
         # No cache or reasoning counts (many compatible servers): nothing below would change the two counts.
-        return new_usage(input_tokens=prompt, output_tokens=completion)
+        return Usage(input_tokens=prompt, output_tokens=completion)
     cached = cache_write = 0
     if details is not None and isinstance(details, dict):
         cached = _int(details.get("cached_tokens"))
@@ -73,7 +73,7 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     total = raw.get("total_tokens")
     if reasoning and isinstance(total, int) and total == prompt + completion + reasoning:
         completion += reasoning
-    return new_usage(
+    return Usage(
         input_tokens=prompt if cached <= prompt else prompt + cached,
         output_tokens=completion,
         cached_input_tokens=cached,
@@ -229,7 +229,7 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
     if status is None and error_code and error_code.isdigit() and 400 <= int(error_code) < 600:
         # OpenRouter in-band errors may carry the upstream HTTP status as an integer code.
         status = int(error_code)
-    return new_error_facts(
+    return ErrorFacts(
         status=status,
         headers=headers,
         error_type=error_type,

@@ -39,6 +39,7 @@ from turnout.types import (
     ProviderToolEvent,
     ReasoningDelta,
     StreamEvent,
+    TextDelta,
     TextPart,
     ToolCall,
     ToolCallEvent,
@@ -46,7 +47,6 @@ from turnout.types import (
     ToolSpec,
     Usage,
     UsageEvent,
-    new_text_delta,
 )
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
@@ -67,17 +67,25 @@ _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
-    """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part)."""
+    """Responses ``usage`` → :class:`Usage` (``input_tokens`` already includes the cached part).
+
+    ``input_tokens_details`` carries ``cached_tokens`` and, from some compatible servers, ``cache_write_tokens``;
+    a server reporting more cached than input tokens counted them apart, so they are added.
+    """
     details = raw.get("input_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    cached = written = 0
+    if isinstance(details, Mapping):
+        cached, written = _int(details.get("cached_tokens")), _int(details.get("cache_write_tokens"))
+    prompt = _int(raw.get("input_tokens"))
     return Usage(
-        input_tokens=_int(raw.get("input_tokens")),
+        input_tokens=prompt if cached + written <= prompt else prompt + cached + written,
         output_tokens=_int(raw.get("output_tokens")),
         cached_input_tokens=cached,
+        cache_write_tokens=written,
     )
 
 
@@ -426,7 +434,7 @@ class ResponsesDecoder(SSEEventDecoder):
         if kind == "response.output_text.delta":
             text = _str(obj["delta"])
             if text:
-                out.append(new_text_delta(text=text))
+                out.append(TextDelta(text=text))
         elif kind == "response.function_call_arguments.delta":
             call = self._call(obj)
             if call is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Wire protocols Turnout speaks.
-PROTOCOLS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama")
+PROTOCOLS = ("openai-chat", "openai-responses", "anthropic", "gemini", "ollama", "bedrock", "vertex")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,9 +19,12 @@ class Family:
         name: The family name as written in ``[providers.models.<family>.<alias>]``.
         protocol: One of :data:`PROTOCOLS`.
         base_url: The default endpoint (the adapter appends its own path).
-        auth: ``"bearer"``, ``"x-api-key"``, ``"x-goog-api-key"``, ``"api-key"`` (Azure) or ``"none"``.
+        auth: ``"bearer"``, ``"x-api-key"``, ``"x-goog-api-key"``, ``"api-key"`` (Azure), ``"sigv4"`` (AWS: SigV4
+            from the AWS credential chain, or a Bedrock API key as a bearer token) or ``"none"``.
         needs_key: Whether a profile of this family must have a credential.
         vendor: The OpenAI-compatible vendor whose quirks apply, if any.
+        extra: The ``turnout[...]`` extra the family's client library comes from, if any.
+        extra_module: The module that extra installs (looked up, never imported, when the config loads).
     """
 
     name: str
@@ -30,6 +33,8 @@ class Family:
     auth: str = "bearer"
     needs_key: bool = True
     vendor: str | None = None
+    extra: str | None = None
+    extra_module: str | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -62,6 +67,19 @@ FAMILIES: dict[str, Family] = {
         Family(name="xai", protocol="openai-chat", base_url="https://api.x.ai/v1", vendor="xai"),
         Family(name="together", protocol="openai-chat", base_url="https://api.together.xyz/v1", vendor="together"),
         Family(name="azure", protocol="openai-chat", base_url="", auth="api-key", vendor="azure"),
+        # the endpoint follows the profile's region (bedrock-runtime.<region>.amazonaws.com); credentials come
+        # from the AWS chain when no Bedrock API key is given
+        Family(name="bedrock", protocol="bedrock", base_url="", auth="sigv4", needs_key=False),
+        # Google Vertex AI: the endpoint comes from the region, the credential from Application Default Credentials
+        Family(
+            name="vertex",
+            protocol="vertex",
+            base_url="https://aiplatform.googleapis.com",
+            auth="google",
+            needs_key=False,
+            extra="gcp",
+            extra_module="google.auth",
+        ),
     )
 }
 
@@ -75,6 +93,7 @@ KINDS: dict[str, str] = {
     "gemini": "gemini",
     "ollama": "ollama",
     "azure": "openai-chat",
+    "bedrock": "bedrock",
 }
 
 
@@ -101,7 +120,8 @@ def family_for(name: str, kind: str | None) -> Family:
             needs_key=known.needs_key,
             vendor="azure" if kind == "azure" else known.vendor,
         )
-    defaults = {f.protocol: f for f in FAMILIES.values() if f.name in ("openai", "anthropic", "gemini", "ollama")}
+    own = ("openai", "anthropic", "gemini", "ollama", "bedrock")
+    defaults = {f.protocol: f for f in FAMILIES.values() if f.name in own}
     base = defaults.get(protocol, FAMILIES["openai"])
     return Family(
         name=name,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from turnout.arguments import messages_of
 from turnout.errors import StreamInterruptedAfterOutput, TurnCancelled
@@ -17,11 +17,46 @@ from turnout.reply import Reply
 from turnout.runtime.turn import Sink, call_sink
 from turnout.types import Message, ToolSpec
 
-if TYPE_CHECKING:
-    from turnout.client import Client
-
 INTERRUPTED = "[stream interrupted]"
 CANCELLED = "[interrupted by user]"
+
+_Tools = Iterable[ToolSpec | Mapping[str, Any]] | None
+
+
+class Conversing(Protocol):
+    """What a session needs of its client (:class:`turnout.client.Client` is one): routing, a call and a turn."""
+
+    def route(self, *, model: str | None = None, provider: str | None = None) -> object:
+        """Resolve the options to a target, raising ``ConfigError`` when they name nothing configured."""
+        ...
+
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        tools: _Tools = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        """One complete answer to ``messages``."""
+        ...
+
+    async def turn(
+        self,
+        messages: list[Message],
+        *,
+        draft: Sink | None = None,
+        events: Sink | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        tools: _Tools = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        """One streamed turn through ``draft`` and ``events``, returning the accepted reply."""
+        ...
 
 
 class Session:
@@ -35,7 +70,7 @@ class Session:
     """
 
     def __init__(
-        self, client: Client, *, provider: str | None = None, model: str | None = None, system: str | None = None
+        self, client: Conversing, *, provider: str | None = None, model: str | None = None, system: str | None = None
     ) -> None:
         self.client = client
         self.provider = provider
@@ -65,7 +100,7 @@ class Session:
         stream: bool = False,
         draft: Sink | None = None,
         events: Sink | None = None,
-        tools: Iterable[ToolSpec | Mapping[str, Any]] | None = None,
+        tools: _Tools = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> Reply:

@@ -200,12 +200,6 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
-                parts = self.builder.text_parts  # ``parts.append`` is specialised; a bound method in a local is not
-                on = _HANDLERS
-                text_delta = TextDelta  # a local: read once per event
-                # text events need nothing but a yield (the commonest case): no cancel event, no draft
-                plain = self.cancel is None and self.draft is None and self.events_visible
-                inline = plain  # plain, and no think tag open or starting (kept in step with self._thinking)
                 try:
                     chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
@@ -213,16 +207,10 @@ class Turn:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
-                                if inline and event.__class__ is text_delta and "<" not in (text := event.text):
-                                    if text:
-                                        parts.append(text)  # shown: it makes the output visible
-                                        yield event
-                                    continue
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
-                                for shown in await on[event.type](self, event):
+                                for shown in await _HANDLERS[event.type](self, event):
                                     yield shown
-                                inline = plain and not self._thinking
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 
+from turnout.errors import cannot_listen
 from turnout.sim.simulator import Simulator
 
 
@@ -15,7 +16,7 @@ def run(host: str, port: int, script: str | None, seed: int | None = None) -> No
     ``seed`` seeds the draws of heavy-tailed delays (a script's own ``seed`` wins).
 
     Raises:
-        ConfigError: The script is invalid.
+        ConfigError: The script is invalid, or ``host:port`` cannot be bound (code ``listen_failed``).
     """
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(host, port, script, seed))
@@ -27,12 +28,18 @@ async def _serve(host: str, port: int, script: str | None, seed: int | None) -> 
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with Simulator(script, host=host, port=port, seed=seed) as sim:
+    sim = Simulator(script, host=host, port=port, seed=seed)
+    try:
+        await sim.start()
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from None
+    async with sim:
         print(f"turnout sim listening on {sim.url}" + (f" (script: {script})" if script else ""))
         print(f"  openai / openai-compatible  {sim.base_url('openai')}")
         print(f"  anthropic                   {sim.base_url('anthropic')}")
         print(f"  gemini                      {sim.base_url('gemini')}")
         print(f"  ollama                      {sim.base_url('ollama')}")
         print(f"  azure                       {sim.base_url('azure', deployment='<deployment>')}")
+        print(f"  bedrock                     {sim.base_url('bedrock')}  (SigV4 with the simulator's keys, or Bearer)")
         print(f"  log: GET {sim.url}/_sim/log   reset: POST {sim.url}/_sim/reset   Ctrl-C to stop", flush=True)
         await stop.wait()

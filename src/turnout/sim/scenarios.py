@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from turnout.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, ErrorKind, ErrorSpec, Kind
+from turnout.sim.caching import PromptCache
 from turnout.sim.grammar import PREFIX
 from turnout.sim.headroom import Limits, RateWindows
 from turnout.sim.script import DEFAULT_PLAN, Plan, Script, parse_model_name
@@ -34,6 +35,8 @@ class Scenarios:
         self.epoch = clock()
         #: The rate-limit windows of scripted models with budgets (counted like attempts).
         self.windows = RateWindows(clock)
+        #: The prompt prefixes each deployment answered (with the script's ``[cache] ttl``).
+        self.prompts = PromptCache(clock)
 
     @property
     def script(self) -> Script:
@@ -44,6 +47,7 @@ class Scenarios:
         """Zero the attempt counters, refill every budget, restart timed scenarios and seed the delay draws again."""
         self._counts.clear()
         self.windows.clear()
+        self.prompts.clear()
         self._draws.seed(self._seed_now())
         self.epoch = self._clock()
 

@@ -5,6 +5,9 @@ A script maps model names to a sequence of per-attempt steps::
     attempts_per = "model"             # or "model_key": count attempts per (model, API key)
     seed = 7                           # optional: seeds the draws of heavy-tailed delays (tail, tail_p)
 
+    [cache]                            # optional: prompt caching per deployment (turnout.sim.caching)
+    ttl = 300                          # seconds a prompt prefix stays cached
+
     [models."flaky"]
     steps = [{ do = "status", status = 429, retry_after = 2 }, { do = "ok", text = "hi" }]
     after_last = "repeat"              # or "cycle"
@@ -66,11 +69,13 @@ class Script:
         models: The plan for each scripted model name.
         attempts_per: ``"model"`` or ``"model_key"``: what an attempt counter counts.
         seed: Seeds the draws of heavy-tailed delays (None: the simulator's seed).
+        cache_ttl: Seconds a prompt prefix stays cached per deployment (None: no prompt caching).
     """
 
     models: Mapping[str, Plan] = field(default_factory=dict)
     attempts_per: str = "model"
     seed: int | None = None
+    cache_ttl: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Script:
@@ -94,6 +99,7 @@ class Script:
             },
             attempts_per=model.attempts_per,
             seed=model.seed,
+            cache_ttl=model.cache.ttl if model.cache is not None else None,
         )
 
     @classmethod

@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -24,19 +25,33 @@ from aiohttp import web
 
 from turnout.config.secrets import key_id
 from turnout.errors import ConfigError
+from turnout.sim.aws import verify
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
+from turnout.sim.caching import blocks
+from turnout.sim.google import GoogleTokens
 from turnout.sim.headroom import Limits
 from turnout.sim.log import CLIENT_DISCONNECTED, PENDING, SERVER_CLOSED, Record, SimLog
 from turnout.sim.scenarios import Scenarios
 from turnout.sim.schema import structured
 from turnout.sim.script import Script
-from turnout.sim.wire import AnthropicMessages, AzureChat, Codec, Gemini, Ollama, OpenAIChat, OpenAIResponses
+from turnout.sim.wire import (
+    AnthropicMessages,
+    AzureChat,
+    BedrockConverse,
+    Codec,
+    Gemini,
+    Ollama,
+    OpenAIChat,
+    OpenAIResponses,
+)
 from turnout.sim.wire.base import JSON, Parsed
+from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
 Sleep = Callable[[float], Awaitable[Any]]
 
 MAX_BODY = 64 * 1024 * 1024
 _KEY_HEADERS = ("x-api-key", "x-goog-api-key", "api-key")
+_SIGV4 = "AWS4-HMAC-SHA256 Credential="
 _MAX_KEY_IDS = 1024
 _REASONS = {529: "Site Overloaded"}
 _LINGER_RESET = struct.pack("ii", 1, 0)
@@ -84,6 +99,11 @@ class SimServer:
         self._gemini = Gemini()
         self._ollama = Ollama()
         self._azure = AzureChat()
+        self._bedrock = BedrockConverse()
+        self._vertex_anthropic = VertexAnthropic()
+        self._vertex_gemini = VertexGemini()
+        #: The bearer tokens of the Google token endpoint, which the Vertex AI routes check.
+        self.google = GoogleTokens(clock)
 
     def app(self) -> web.Application:
         """A new aiohttp application with every route."""
@@ -96,6 +116,13 @@ class SimServer:
         add_post("/v1beta/models/{target}", self._on_gemini)
         add_post("/api/chat", self._on_ollama)
         add_post("/openai/deployments/{deployment}/chat/completions", self._on_azure)
+        add_post("/model/{model}/converse", self._on_bedrock)
+        add_post("/model/{model}/converse-stream", self._on_bedrock_stream)
+        vertex = "/v1/projects/{project}/locations/{location}/publishers"
+        add_post(vertex + "/anthropic/models/{target}", self._on_vertex_anthropic)
+        add_post(vertex + "/google/models/{target}", self._on_vertex_gemini)
+        add_post("/_sim/google/token", self._on_google_token)
+        add_post("/_sim/google/expire", self._on_google_expire)
         add_get("/_sim/log", self._on_log)
         add_post("/_sim/reset", self._on_reset)
         add_post("/_sim/script", self._on_script)
@@ -157,6 +184,28 @@ class SimServer:
     async def _on_azure(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self._azure, path_model=request.match_info["deployment"])
 
+    async def _on_bedrock(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_bedrock(request, stream=False)
+
+    async def _on_bedrock_stream(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_bedrock(request, stream=True)
+
+    async def _serve_bedrock(self, request: web.Request, *, stream: bool) -> web.StreamResponse:
+        """Converse: the signature (or Bedrock API key) is checked first, as Bedrock does, then served."""
+        body = await request.read()
+        path, _, query = request.raw_path.partition("?")
+        refusal = verify(request.method, path, query, request.headers, body, time.time())
+        if refusal is not None:  # logged as an attempt on no model's steps: the upstream refused it at the door
+            req = Parsed(model=request.match_info["model"], stream=stream)
+            rec = self._record(request, self._bedrock, req, 0, Kind.INVALID, self._key_id(request))
+            reply = self._bedrock.refused(refusal.error_type, refusal.message)
+            rec.outcome, rec.duration = f"status:{reply.status}", 0.0
+            self.log.changed()
+            return web.Response(
+                status=reply.status, body=reply.body, content_type=reply.content_type, headers=reply.headers
+            )
+        return await self._serve(request, self._bedrock, path_model=request.match_info["model"], stream=stream)
+
     async def _on_gemini(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
         if method == "generateContent":
@@ -165,13 +214,54 @@ class SimServer:
             return await self._serve(request, self._gemini, path_model=model, stream=True)
         raise web.HTTPNotFound()
 
+    async def _on_vertex_anthropic(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in ("rawPredict", "streamRawPredict"):
+            raise web.HTTPNotFound()
+        return await self._vertex(request, self._vertex_anthropic, model, method == "streamRawPredict")
+
+    async def _on_vertex_gemini(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent"):
+            raise web.HTTPNotFound()
+        return await self._vertex(request, self._vertex_gemini, model, method == "streamGenerateContent")
+
+    async def _vertex(self, request: web.Request, codec: Codec, model: str, stream: bool) -> web.StreamResponse:
+        """A Vertex AI route: a token the Google endpoint issued, not expired, or a 401 before anything else."""
+        if not self.google.valid(request.headers.get("Authorization")):
+            return self._refused(request, codec, model, ErrorSpec(kind=ErrorKind.AUTH))
+        return await self._serve(request, codec, path_model=model, stream=stream)
+
+    async def _on_google_token(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        grant, assertion = form.get("grant_type"), form.get("assertion")
+        status, body = self.google.grant(
+            grant if isinstance(grant, str) else None, assertion if isinstance(assertion, str) else None
+        )
+        return _json(body, status=status)
+
+    async def _on_google_expire(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok", "expired": self.google.expire()})
+
+    def _refused(self, request: web.Request, codec: Codec, model: str, spec: ErrorSpec) -> web.Response:
+        """An error answered before the script is consulted: logged, not counted as an attempt on the model."""
+        req = Parsed(model=model, stream=False)
+        rec = self._record(request, codec, req, 0, Kind.INVALID, self._key_id(request))
+        refused = self._error(codec, req, spec, rec)
+        rec.duration = 0.0
+        self.log.changed()
+        return refused
+
     # --- the driver --------------------------------------------------------------------------------
 
     def _key_id(self, request: web.Request) -> str | None:
         headers = request.headers
         key = headers.get("Authorization")
         if key is not None:
-            key = key[7:] if key[:7].lower() == "bearer " else key
+            if key[:7].lower() == "bearer ":
+                key = key[7:]
+            elif key.startswith(_SIGV4):  # a SigV4 signature: the access key id names the credential
+                key = key[len(_SIGV4) :].partition("/")[0]
         else:
             for name in _KEY_HEADERS:
                 key = headers.get(name)
@@ -210,9 +300,16 @@ class SimServer:
             rec.duration = 0.0
             self.log.changed()
             return invalid
+        reason = codec.refuse(payload)
+        if reason is not None:
+            return self._refused(
+                request, codec, path_model or "", ErrorSpec(kind=ErrorKind.BAD_REQUEST, message=reason)
+            )
         req = codec.parse(payload, path_model)
         if stream is not None:
             req.stream = stream
+        if self.scenarios.script.cache_ttl is not None:
+            req.prompt = blocks(payload)
         attempt, behaviour = self.scenarios.select(req.model, kid)
         limits = self.scenarios.limits(req.model)
         if limits is not None:
@@ -300,6 +397,11 @@ class SimServer:
         content = structured(b.content, req.schema) if b.content is not None else None
         assert content is not None
         usage = content.usage(req.input_words)
+        ttl = self.scenarios.script.cache_ttl
+        if req.prompt is not None and ttl is not None and not (content.usage_cached or content.usage_cache_write):
+            cached, written = self.scenarios.prompts.observe((req.model, rec.key_id), req.prompt, ttl)
+            cached = min(cached, usage.input)
+            usage = replace(usage, cached_input=cached, cache_write=min(written, usage.input - cached))
         announce = self._announcing.get(id(request))
         if announce is not None:
             announce.tokens = usage.input + usage.output

@@ -18,13 +18,14 @@ from typing import Literal, Self
 
 from aiohttp import web
 
+from turnout.sim.google import GoogleTokens
 from turnout.sim.log import DEFAULT_MAX_ENTRIES, SimLog, SimLogEntry
 from turnout.sim.scenarios import Scenarios
 from turnout.sim.script import Script, ScriptSource, load_script
 from turnout.sim.server import SimServer, Sleep
 
-Protocol = Literal["openai", "responses", "anthropic", "gemini", "ollama", "azure"]
-PROTOCOLS: tuple[Protocol, ...] = ("openai", "responses", "anthropic", "gemini", "ollama", "azure")
+Protocol = Literal["openai", "responses", "anthropic", "gemini", "ollama", "azure", "bedrock", "vertex"]
+PROTOCOLS: tuple[Protocol, ...] = ("openai", "responses", "anthropic", "gemini", "ollama", "azure", "bedrock", "vertex")
 
 # Held requests (silence, stall) end at once on close; this only bounds a handler stuck elsewhere.
 _SHUTDOWN_TIMEOUT = 2.0
@@ -128,22 +129,33 @@ class Simulator:
     def base_url(self, protocol: Protocol, *, deployment: str = "sim-ok") -> str:
         """The base URL a client of ``protocol`` is configured with.
 
-        ``openai`` and ``responses``: ``…/v1``; ``anthropic`` and ``ollama``: the root (clients append
-        ``/v1/messages`` and ``/api/chat``); ``gemini``: ``…/v1beta``; ``azure``:
-        ``…/openai/deployments/<deployment>`` (the deployment is the model).
+        ``openai`` and ``responses``: ``…/v1``; ``anthropic``, ``ollama`` and ``bedrock``: the root (clients
+        append ``/v1/messages``, ``/api/chat`` and ``/model/{id}/converse``); ``gemini``: ``…/v1beta``; ``azure``:
+        ``…/openai/deployments/<deployment>`` (the deployment is the model); ``vertex``: the root (a Vertex
+        profile's ``uri``: clients append ``/v1/projects/…``).
 
         Raises:
             ValueError: Unknown protocol.
         """
         if protocol in ("openai", "responses"):
             return f"{self.url}/v1"
-        if protocol in ("anthropic", "ollama"):
+        if protocol in ("anthropic", "ollama", "bedrock", "vertex"):
             return self.url
         if protocol == "gemini":
             return f"{self.url}/v1beta"
         if protocol == "azure":
             return f"{self.url}/openai/deployments/{deployment}"
         raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+
+    @property
+    def google_token_uri(self) -> str:
+        """The token endpoint a service-account file's ``token_uri`` names to get Vertex tokens from here."""
+        return f"{self.url}/_sim/google/token"
+
+    @property
+    def google(self) -> GoogleTokens:
+        """The Google access tokens issued here (their lifetime, how many, expiring them all)."""
+        return self._server.google
 
     @property
     def log(self) -> list[SimLogEntry]:

@@ -254,11 +254,18 @@ class ModelScript(_Strict):
         return _expand_short_steps(value)
 
 
+class CacheSpec(_Strict):
+    """``[cache]``: prompt caching per deployment (:mod:`turnout.sim.caching`)."""
+
+    ttl: float = Field(gt=0, le=86_400)
+
+
 class ScriptModel(_Strict):
     """The whole script file."""
 
     attempts_per: Literal["model", "model_key"] = "model"
     seed: int | None = None
+    cache: CacheSpec | None = None
     models: dict[str, ModelScript] = Field(default_factory=dict)
 
 

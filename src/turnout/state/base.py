@@ -11,7 +11,7 @@ from turnout.state.pins import Pin
 
 
 class StateStore(ABC):
-    """Cooldowns, rejected credentials, open circuit breakers and conversations' pins.
+    """Cooldowns, rejected credentials, open breakers, conversations' pins and values kept a while (:meth:`keep`).
 
     Cooldowns are keyed ``family.alias`` or ``family.alias#<key id>``, rejected credentials by key id, breakers
     by entry (``family.alias/model``). Deadlines are wall-clock Unix seconds so several processes can share them.
@@ -95,6 +95,18 @@ class StateStore(ABC):
     @abstractmethod
     def limit_pins(self, limit: int) -> None:
         """Keep at most ``limit`` conversations' pins (the least recently used go first)."""
+
+    @abstractmethod
+    async def keep(self, key: str, value: bytes, ttl: float) -> None:
+        """Keep ``value`` under ``key`` for ``ttl`` seconds, where every process sharing the store finds it.
+
+        For the gateway's Responses conversations; never raises (a shared store that cannot reach its backend
+        keeps it in this process).
+        """
+
+    @abstractmethod
+    async def kept(self, key: str) -> bytes | None:
+        """The value kept under ``key`` (None: none, or expired)."""
 
     def calm(self) -> bool:
         """True only when no cooldown and no open breaker is recorded (read on every walk, so no I/O).

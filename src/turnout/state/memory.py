@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, rejected
 from turnout.state.pins import Pin, PinTable
+from turnout.state.shelf import Shelf
 
 
 class MemoryStore(StateStore):
-    """Cooldowns, rejected keys, open breakers and pins in dictionaries; expired ones are pruned when read."""
+    """Cooldowns, rejected keys, open breakers and pins in dictionaries; expired ones are pruned when read.
 
-    def __init__(self) -> None:
+    Kept values are on a bounded :class:`~turnout.state.shelf.Shelf`.
+
+    Args:
+        clock: Wall-clock seconds (when kept values expire).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._shelf = Shelf(clock)
         self._cooldowns: dict[str, float] = {}
         self._since: dict[str, float] = {}
         self._keys: dict[str, KeyHealth] = {}
@@ -122,3 +133,11 @@ class MemoryStore(StateStore):
     def limit_pins(self, limit: int) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._pins.limit = limit
+
+    async def keep(self, key: str, value: bytes, ttl: float) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._shelf.put(key, value, ttl)
+
+    async def kept(self, key: str) -> bytes | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._shelf.get(key)

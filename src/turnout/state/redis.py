@@ -49,6 +49,7 @@ from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger, supersedes
 from turnout.state.pins import Pin, PinTable
+from turnout.state.shelf import Shelf
 
 log = logging.getLogger("turnout.state")
 
@@ -113,6 +114,7 @@ class RedisStore(StateStore):
         self._breakers: dict[str, BreakerRecord] = {}
         self._probes: dict[str, float] = {}  # probes taken while Redis is unreachable
         self._pins = PinTable()
+        self._shelf = Shelf(clock)  # kept values, for while Redis is unreachable
         self._announcing: set[asyncio.Task[None]] = set()
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -283,6 +285,25 @@ class RedisStore(StateStore):
     def limit_pins(self, limit: int) -> None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._pins.limit = limit
+
+    async def keep(self, key: str, value: bytes, ttl: float) -> None:
+        """See :class:`~turnout.state.base.StateStore`: in Redis, and in this process for when it is unreachable."""
+        self._ensure_started()
+        self._shelf.put(key, value, ttl)
+        await self._guard(self._client().set(f"{self.prefix}kept:{key}", value, px=max(int(ttl * 1000), 1)))
+
+    async def kept(self, key: str) -> bytes | None:
+        """See :class:`~turnout.state.base.StateStore`: Redis's value, else (unreachable) this process's copy."""
+        self._ensure_started()
+        if self.connected and not self._closing:
+            try:
+                value = await self._client().get(f"{self.prefix}kept:{key}")
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+            else:
+                if value is not None:
+                    return bytes(value)
+        return self._shelf.get(key)  # also what was kept here while Redis was unreachable
 
     async def aclose(self) -> None:
         """Stop the background task and close the connections, each step bounded by :data:`CLOSE_STEP_S`.

@@ -3,14 +3,17 @@
 from turnout.sim.wire.anthropic import AnthropicMessages
 from turnout.sim.wire.azure import AzureChat
 from turnout.sim.wire.base import Codec, ErrorReply, Parsed, StreamEncoder
+from turnout.sim.wire.bedrock import BedrockConverse
 from turnout.sim.wire.gemini import Gemini
 from turnout.sim.wire.ollama import Ollama
 from turnout.sim.wire.openai_chat import OpenAIChat
 from turnout.sim.wire.openai_responses import OpenAIResponses
+from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
 __all__ = [
     "AnthropicMessages",
     "AzureChat",
+    "BedrockConverse",
     "Codec",
     "ErrorReply",
     "Gemini",
@@ -19,4 +22,6 @@ __all__ = [
     "OpenAIResponses",
     "Parsed",
     "StreamEncoder",
+    "VertexAnthropic",
+    "VertexGemini",
 ]

@@ -16,6 +16,8 @@ from turnout.sim.schema import anthropic_schema
 from turnout.sim.wire.base import Codec, Parsed, StreamEncoder, Unit, broken, dumps, new_id, part_words, sse
 
 SIGNATURE = "c2ltLXNpZ25hdHVyZQ=="  # opaque, as real thinking signatures are
+#: The signature the simulator's Vertex AI Claude signs with: a signature is valid only where it was issued.
+VERTEX_SIGNATURE = "c2ltLXZlcnRleC1zaWduYXR1cmU="
 DEFAULT_CONTEXT_LIMIT = 200_000
 
 _ERRORS: dict[ErrorKind, tuple[str, str]] = {
@@ -95,6 +97,9 @@ class AnthropicMessages(Codec):
     protocol = "anthropic"
     request_id_header = "request-id"
     inband_kind = ErrorKind.OVERLOADED
+    #: The signature of this cloud's thinking blocks, and those of the simulator's other clouds it refuses.
+    signature = SIGNATURE
+    foreign_signatures: frozenset[str] = frozenset({VERTEX_SIGNATURE})
 
     def default_status(self, kind: ErrorKind) -> int:
         """Billing errors are 400 and overload is 529 on Anthropic."""
@@ -126,7 +131,7 @@ class AnthropicMessages(Codec):
         """A ``message`` object."""
         blocks: list[dict[str, Any]] = []
         if content.reasoning:
-            blocks.append({"type": "thinking", "thinking": content.reasoning_text, "signature": SIGNATURE})
+            blocks.append({"type": "thinking", "thinking": content.reasoning_text, "signature": self.signature})
         if content.text:
             blocks.append({"type": "text", "text": content.full_text})
         blocks.extend(
@@ -147,7 +152,21 @@ class AnthropicMessages(Codec):
 
     def encoder(self, req: Parsed, content: Content, usage: SimUsage) -> StreamEncoder:
         """A Messages event stream."""
-        return AnthropicStream(req, content, usage)
+        return AnthropicStream(req, content, usage, self.signature)
+
+    def refuse(self, payload: dict[str, Any]) -> str | None:
+        """A thinking block signed by another of the simulator's clouds is refused, as a real cloud refuses it."""
+        for m in payload.get("messages") or ():
+            content = m.get("content") if isinstance(m, dict) else None
+            for block in content if isinstance(content, list) else ():
+                signed = isinstance(block, dict) and block.get("type") == "thinking"
+                if signed and self.forged(block.get("signature")):
+                    return "messages: Invalid `signature` in `thinking` block"
+        return None
+
+    def forged(self, signature: object) -> bool:
+        """A signature this cloud did not issue: another sim cloud's, or one with ``!`` (outside base64)."""
+        return isinstance(signature, str) and (signature in self.foreign_signatures or "!" in signature)
 
     def error_body(self, req: Parsed, spec: ErrorSpec, status: int, request_id: str) -> bytes:
         """``{"type": "error", "error": {...}, "request_id": ...}``."""
@@ -157,8 +176,9 @@ class AnthropicMessages(Codec):
 class AnthropicStream(StreamEncoder):
     """Named events; ``message_stop`` is the terminator."""
 
-    def __init__(self, req: Parsed, content: Content, usage: SimUsage) -> None:
+    def __init__(self, req: Parsed, content: Content, usage: SimUsage, signature: str = SIGNATURE) -> None:
         super().__init__(req, content, usage)
+        self.signature = signature
         self.blocks: dict[str, int] = {}
         for u in self.units:
             key = f"tool{u.value.index}" if u.kind == "tool" else u.kind
@@ -215,7 +235,7 @@ class AnthropicStream(StreamEncoder):
         if u.last:
             if thinking:
                 out += self._ev(
-                    "content_block_delta", index=index, delta={"type": "signature_delta", "signature": SIGNATURE}
+                    "content_block_delta", index=index, delta={"type": "signature_delta", "signature": self.signature}
                 )
             out += self._ev("content_block_stop", index=index)
         return out

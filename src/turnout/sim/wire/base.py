@@ -96,6 +96,7 @@ class Parsed:
         input_words: Whitespace-separated words in the system prompt and every message.
         prefill: Whether the last message is the assistant's.
         schema: The JSON Schema of a structured-output request (see :mod:`turnout.sim.schema`), else None.
+        prompt: The prompt's prefixes (:func:`turnout.sim.caching.blocks`) when the script caches prompts.
     """
 
     model: str
@@ -104,6 +105,7 @@ class Parsed:
     input_words: int = 0
     prefill: bool = False
     schema: Any = None
+    prompt: list[tuple[bytes, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,10 @@ class Codec(ABC):
     @abstractmethod
     def parse(self, payload: dict[str, Any], path_model: str | None) -> Parsed:
         """Read the request body (``path_model``: the model named by the URL, if any)."""
+
+    def refuse(self, payload: dict[str, Any]) -> str | None:
+        """Why this protocol refuses a body with a 400 whatever the script says (None: it does not)."""
+        return None
 
     @abstractmethod
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:
