@@ -16,6 +16,7 @@ from turnout.types import TextDelta
 PROFILES = """
 [reliability]
 provider_retries = 0
+affinity = { enabled = false }
 [providers.models.openai.a]
 api_key = "sk-a"
 model = "gpt-4.1"

@@ -129,6 +129,7 @@ model = "gpt-4o"
 [reliability]
 provider_retries = 1
 provider_backoff_ms = 100
+affinity = {{ enabled = false }}
 
 [ledger]
 path = "{ledger}"

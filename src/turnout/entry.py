@@ -8,7 +8,7 @@ its key pool and the profile's overrides. :class:`Served` is a complete answer a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -25,6 +25,10 @@ class PoolOrder(Protocol):
     """A pool of interchangeable profiles: the order its members are tried in, for one call."""
 
     name: str
+
+    @property
+    def weights(self) -> Mapping[str, float]:
+        """Each member's weight (1 when not given): its share of the conversations (:mod:`turnout.affinity`)."""
 
     def arrange(self, members: Sequence[str], stats: Stats | None) -> Sequence[str]:
         """``members`` (profiles, in configured order) in the order this call tries them."""

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from turnout.affinity import Affinity
 from turnout.breaker import BreakerSettings
 from turnout.config.graph import EntrySpec, Plan, Route, build_plan, pool_specs, profile_credentials
 from turnout.config.schema import Config, Profile
@@ -74,6 +75,13 @@ class Factory:
         self.chance = chance
         self.hedging = hedging_of(config)
         self.pool_specs = pool_specs(config)
+        pinning = config.reliability.affinity
+        #: Conversations' pins to pool members, shared by every walk (only with pools).
+        self.affinity = (
+            Affinity(self.store, ttl=pinning.ttl_secs, max_conversations=pinning.max_conversations, clock=clock)
+            if self.pool_specs and pinning.enabled
+            else None
+        )
         #: Calls in flight and times to first token per entry, kept (by every walk) only when something needs
         #: them: pools, or hedging (after "auto").
         self.stats: Stats | None = Stats() if self.pool_specs or self.hedging.enabled else None
@@ -205,6 +213,7 @@ class Factory:
                 breakers=self.breakers if self.breakers.active else None,
                 stats=self.stats,
                 hedging=self.hedging,
+                affinity=self.affinity,
             )
             self._walks[cache_key] = walk
         return walk

@@ -113,11 +113,12 @@ class KeyPool:
             return False
         return not (self.rotates and self.store.cooldown_until(self._cooldown_keys[kid], now) is not None)
 
-    def pick(self, now: float) -> KeyChoice | None:
+    def pick(self, now: float, prefer: int | None = None) -> KeyChoice | None:
         """The next usable key in rotation order; None when every key is dead or cooling down.
 
         A key short of headroom is passed over while another usable key is not; when every usable key is
-        short, rotation goes on among them.
+        short, rotation goes on among them. ``prefer``: the key that served the call's conversation last
+        (:mod:`turnout.affinity`), taken first while it is usable and not short of headroom.
         """
         only = self._only
         if only is not None:  # one key or none (the usual pool: asked once per try)
@@ -129,6 +130,11 @@ class KeyPool:
             return None
         n = len(self.ids)
         low = self._low
+        if prefer is not None and 0 <= prefer < n and self.usable(prefer, now):
+            kid = self.ids[prefer]
+            short = kid in low and self.book is not None and self.book.is_low(kid, now)
+            if not short and self._claim(prefer, now):
+                return self._choices[prefer]
         passed = -1  # the first usable key passed over for want of headroom
         for step in range(n):
             i = (self._next + step) % n

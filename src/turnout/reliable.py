@@ -19,11 +19,13 @@ Every attempt is recorded in the call's :class:`~turnout.attribution.DispatchSco
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from turnout.affinity import Affinity
 from turnout.attribution import Attempt, DispatchScope, Outcome, current_scope, new_attempt
 from turnout.classify import is_dead_key_error
 from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, new_served, pool_blocks
@@ -45,6 +47,7 @@ from turnout.provider import Provider, flatten
 from turnout.reliable_stream import ReliableStream
 from turnout.report import aggregate_message, error_detail, failure_reason
 from turnout.state import MemoryStore, StateStore
+from turnout.state.pins import Pin
 from turnout.stats import Stats
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage, can_serve, unservable_reason
 from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, asks_capabilities, refuse_empty
@@ -85,6 +88,8 @@ class ReliableProvider(Provider):
             walk, so an entry's health is learned whichever route reaches it).
         stats: Calls in flight and times to first token per entry, for pools and hedging (None: not kept).
         hedging: Hedged requests (None: no hedging; see :mod:`turnout.hedge`).
+        affinity: Conversations' pins to pool members (None: pools order every call by their strategy alone; see
+            :mod:`turnout.affinity`).
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class ReliableProvider(Provider):
         breakers: Breakers | None = None,
         stats: Stats | None = None,
         hedging: Hedging | None = None,
+        affinity: Affinity | None = None,
     ) -> None:
         if not entries:
             raise ValueError("a reliable provider needs at least one entry")
@@ -125,6 +131,8 @@ class ReliableProvider(Provider):
         self.entry_order = tuple(range(len(self.entries)))
         self._blocks = pool_blocks(self.entries)
         self.pooled = self._blocks is not None
+        #: Pins of conversations to members, kept only when some pool leads or falls back here.
+        self.affinity = affinity if self.pooled else None
 
     # --- what the route can do ----------------------------------------------------------------
 
@@ -145,11 +153,16 @@ class ReliableProvider(Provider):
             for provider in entry.providers:
                 await provider.aclose()
 
-    def visit_order(self) -> Sequence[int]:
-        """The entries' indices in the order one call tries them: each pool's members arranged by the pool."""
+    def visit_order(self, pin: Pin | None = None, requested: str = "", *, keyed: bool = False) -> Sequence[int]:
+        """The entries' indices in the order one call tries them: each pool's members arranged by the pool.
+
+        With ``keyed`` (the call's conversation is known), the affinity puts the conversation's ``pin`` first
+        while it is healthy, and keeps new conversations off a member beyond its share (:mod:`turnout.affinity`).
+        """
         blocks = self._blocks
         if blocks is None:
             return self.entry_order
+        affinity = self.affinity if keyed else None
         out: list[int] = []
         for indices, pool in blocks:
             if pool is None:
@@ -158,9 +171,21 @@ class ReliableProvider(Provider):
             by_member: dict[str, list[int]] = {}
             for i in indices:
                 by_member.setdefault(self.entries[i].profile, []).append(i)
-            for member in pool.arrange(list(by_member), self.stats):
+            members = pool.arrange(list(by_member), self.stats)
+            if affinity is not None:
+                first = {m: self.entries[found[0]] for m, found in by_member.items()}
+                healthy = functools.partial(self._ready, first, requested, self.clock())
+                members = affinity.arrange(members, pin, healthy, pool.weights)
+            for member in members:
                 out.extend(by_member[member])
         return out
+
+    def _ready(self, first: dict[str, Entry], requested: str, now: float, member: str) -> bool:
+        """Whether pool ``member`` (its first entry in ``first``) is neither cooling down nor behind an open breaker."""
+        entry = first[member]
+        if self.cooling_until(entry, now) is not None:
+            return False
+        return self.store.breaker(entry.health_key(entry.served_model(requested))) is None
 
     def context_window(self, entry: Entry, model: str) -> int | None:
         """The entry's context window: the profile's setting, else the catalogue's, else None."""
@@ -261,7 +286,7 @@ class ReliableProvider(Provider):
             UnsupportedRequest: The request has images and no entry accepts them.
             AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
         """
-        walk = Walk(self, log, model, resume.limits if resume is not None else None)
+        walk = Walk(self, log, model, resume.limits if resume is not None else None, request)
         images = self.may_hold_images(request, model)
         # Whether :meth:`Walk.admits` has no capability to check (while the walk knows no context window): then it
         # is asked only for the lookups, or, with nothing cooling down and no breaker open, not at all.
@@ -365,6 +390,8 @@ class ReliableProvider(Provider):
         log = walk.log
         if log is not None:
             log.attempts.append(attempt)
+        if walk.conversation is not None:
+            walk.served_by(entry, choice)
         return new_served(response, entry.route(served), i), walk.healthy(entry, served)
 
     async def _hedged(
@@ -444,7 +471,7 @@ class ReliableProvider(Provider):
         Raises:
             StreamingUnsupported: No entry can stream this request right now.
         """
-        walk = Walk(self, log, model, None)
+        walk = Walk(self, log, model, None, request)
         images = self.may_hold_images(request, model)
         for i in walk.order:
             entry = self.entries[i]

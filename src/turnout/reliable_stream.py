@@ -207,6 +207,8 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if batch[-1].__class__ is Final:
                         outcome = "ok"
+                        if side.walk.conversation is not None:
+                            side.walk.served_by(side.entry, side.choice)
                         if (closing := side.walk.healthy(side.entry, side.served)) is not None:
                             await closing
                     yield batch
@@ -217,6 +219,8 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if batch[-1].__class__ is Final:  # Final is always the last event of a stream
                         outcome = "ok"
+                        if side.walk.conversation is not None:
+                            side.walk.served_by(side.entry, side.choice)
                         if (closing := side.walk.healthy(side.entry, side.served)) is not None:
                             await closing
                     yield batch

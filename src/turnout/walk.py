@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING, TypeVar
 
+from turnout.affinity import conversation_key
 from turnout.attribution import Attempt, DispatchScope, Outcome, new_attempt
 from turnout.classify import error_class_of
 from turnout.entry import ContextLimits, Entry
@@ -111,6 +112,7 @@ class Walk:
     __slots__ = (
         "_witness",
         "attempts",
+        "conversation",
         "hedged",
         "last_failure",
         "limits",
@@ -119,6 +121,7 @@ class Walk:
         "order",
         "owner",
         "panic",
+        "pin",
         "probing",
         "reached",
         "requested",
@@ -129,14 +132,27 @@ class Walk:
     )
 
     def __init__(
-        self, owner: ReliableProvider, log: DispatchScope | None, requested: str, limits: ContextLimits | None
+        self,
+        owner: ReliableProvider,
+        log: DispatchScope | None,
+        requested: str,
+        limits: ContextLimits | None,
+        request: ChatRequest | None = None,
     ) -> None:
         self.owner = owner
         self.log = log
         self.requested = requested
         self.limits = limits
+        affinity = owner.affinity
+        #: The call's conversation (:func:`~turnout.affinity.conversation_key`; None: no affinity) and its pin.
+        self.conversation = conversation_key(request) if affinity is not None and request is not None else None
+        self.pin = affinity.pinned(self.conversation) if affinity is not None and self.conversation else None
         #: The entries in the order this walk tries them (a pool's members arranged for this call).
-        self.order = owner.visit_order() if owner.pooled else owner.entry_order
+        self.order = (
+            owner.visit_order(self.pin, requested, keyed=self.conversation is not None)
+            if owner.pooled
+            else owner.entry_order
+        )
         self.attempts: list[Attempt] = []
         #: The failure that ended the last entry's tries, and what the policy made of it.
         self.last_failure: tuple[Exception, Action] | None = None
@@ -182,7 +198,14 @@ class Walk:
         side = Walk(self.owner, self.log, self.requested, self.limits)
         side._witness = self.witness
         side.order = self.order
+        side.conversation = self.conversation
         return side
+
+    def served_by(self, entry: Entry, choice: KeyChoice) -> None:
+        """``entry`` served this walk's turn with ``choice``: the conversation is pinned there."""
+        affinity, conversation = self.owner.affinity, self.conversation
+        if affinity is not None and conversation is not None:
+            affinity.served(conversation, entry.profile, choice.index)
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""
@@ -416,7 +439,8 @@ class Walk:
             started = owner.clock()
             if t == 1:
                 self.reached = started
-            choice = entry.keys.pick(started)
+            pin = self.pin
+            choice = entry.keys.pick(started, pin.key if pin is not None and pin.member == entry.profile else None)
             if choice is None:
                 self.record(self._no_key(i, entry, served, stream))
                 return None

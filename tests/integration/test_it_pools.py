@@ -29,6 +29,7 @@ def pool_config(sim: Simulator, strategy: str = "latency", **pool: Any) -> dict[
         "duo": {"members": ["openai.east", "openai.west"], "strategy": strategy, "fallback": ["anthropic.backup"]}
         | pool
     }
+    cfg["reliability"]["affinity"] = {"enabled": False}  # these calls repeat one prompt: the strategy alone decides
     return cfg
 
 

@@ -222,8 +222,16 @@ class Hedge(_Section):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class AffinitySettings(_Section):
+    """``[reliability.affinity]``: conversations go back to the pool member that served them last."""
+
+    enabled: bool = True
+    ttl_secs: float = Field(default=300.0, gt=0, le=86_400)
+    max_conversations: int = Field(default=10_000, ge=1, le=10_000_000)
+
+
 class Reliability(_Section):
-    """``[reliability]``: retries, backoff, the shared key pool, circuit breakers and hedging."""
+    """``[reliability]``: retries, backoff, the shared key pool, circuit breakers, hedging and affinity."""
 
     UNSUPPORTED: ClassVar[frozenset[str]] = frozenset(
         {
@@ -241,6 +249,7 @@ class Reliability(_Section):
     api_keys: list[SecretValue] = Field(default_factory=list)
     breaker: Breaker = Field(default_factory=Breaker)
     hedge: Hedge = Field(default_factory=Hedge)
+    affinity: AffinitySettings = Field(default_factory=AffinitySettings)
     channel_initial_backoff_secs: Any = None
     channel_max_backoff_secs: Any = None
     scheduler_poll_secs: Any = None

@@ -7,10 +7,11 @@ from typing import Any
 
 from turnout.breaker import BreakerRecord
 from turnout.state.dead_keys import KeyHealth, describe_dead_keys
+from turnout.state.pins import Pin
 
 
 class StateStore(ABC):
-    """Cooldowns, rejected credentials, open circuit breakers, and values kept for a while (:meth:`keep`).
+    """Cooldowns, rejected credentials, open breakers, conversations' pins and values kept a while (:meth:`keep`).
 
     Cooldowns are keyed ``family.alias`` or ``family.alias#<key id>``, rejected credentials by key id, breakers
     by entry (``family.alias/model``). Deadlines are wall-clock Unix seconds so several processes can share them.
@@ -78,6 +79,22 @@ class StateStore(ABC):
     @abstractmethod
     def breakers(self) -> dict[str, BreakerRecord]:
         """Every open breaker: entry key → record."""
+
+    @abstractmethod
+    def pinned(self, key: str, now: float) -> Pin | None:
+        """Where the conversation ``key`` was served last, while its pin lives (read on every pooled walk: no I/O)."""
+
+    @abstractmethod
+    def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:
+        """Pin the conversation ``key`` to ``pin`` for ``ttl`` seconds from ``now`` (a shared store shares it)."""
+
+    @abstractmethod
+    def pin_counts(self, now: float) -> dict[str, int]:
+        """Live pinned conversations per member (``family.alias``)."""
+
+    @abstractmethod
+    def limit_pins(self, limit: int) -> None:
+        """Keep at most ``limit`` conversations' pins (the least recently used go first)."""
 
     @abstractmethod
     async def keep(self, key: str, value: bytes, ttl: float) -> None:

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, rejected
+from turnout.state.pins import Pin, PinTable
 from turnout.state.shelf import Shelf
 
 
 class MemoryStore(StateStore):
-    """Cooldowns, rejected keys and open breakers in dictionaries; expired cooldowns are pruned when read.
+    """Cooldowns, rejected keys, open breakers and pins in dictionaries; expired ones are pruned when read.
 
     Kept values are on a bounded :class:`~turnout.state.shelf.Shelf`.
 
@@ -27,6 +28,7 @@ class MemoryStore(StateStore):
         self._keys: dict[str, KeyHealth] = {}
         self._breakers: dict[str, BreakerRecord] = {}
         self._probes: dict[str, float] = {}
+        self._pins = PinTable()
 
     def cooldown_until(self, key: str, now: float) -> float | None:
         """See :class:`~turnout.state.base.StateStore`."""
@@ -115,6 +117,22 @@ class MemoryStore(StateStore):
     def breakers(self) -> dict[str, BreakerRecord]:
         """See :class:`~turnout.state.base.StateStore`."""
         return dict(self._breakers)
+
+    def pinned(self, key: str, now: float) -> Pin | None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._pins.get(key, now)
+
+    def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._pins.put(key, pin, now + ttl, now)
+
+    def pin_counts(self, now: float) -> dict[str, int]:
+        """See :class:`~turnout.state.base.StateStore`."""
+        return self._pins.counts(now)
+
+    def limit_pins(self, limit: int) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._pins.limit = limit
 
     async def keep(self, key: str, value: bytes, ttl: float) -> None:
         """See :class:`~turnout.state.base.StateStore`."""

@@ -24,6 +24,11 @@ An open breaker is a key (``br:<entry>``: opened at, until, interval) that outli
 process sees it half-open until a probe closes or reopens it; the probe is a second key taken with ``SET NX`` and
 a lease, so N processes send one probe between them.
 
+A conversation's pin (:mod:`turnout.affinity`) is a key (``aff:<conversation>``: key position, member) whose TTL
+is the pin's life, announced when it is new, moves, or is past half its life; every process keeps the pins it
+hears in a bounded mirror (:class:`~turnout.state.pins.PinTable`). Pins are not resynchronised in bulk: a process
+that missed one follows the next announcement of that conversation.
+
 Key rotation positions stay per process (they would otherwise cost a round trip per attempt).
 """
 
@@ -43,6 +48,7 @@ from redis.exceptions import RedisError, WatchError
 from turnout.breaker import BreakerRecord
 from turnout.state.base import StateStore
 from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger, supersedes
+from turnout.state.pins import Pin, PinTable
 from turnout.state.shelf import Shelf
 
 log = logging.getLogger("turnout.state")
@@ -107,6 +113,7 @@ class RedisStore(StateStore):
         self._keys: dict[str, KeyHealth] = {}
         self._breakers: dict[str, BreakerRecord] = {}
         self._probes: dict[str, float] = {}  # probes taken while Redis is unreachable
+        self._pins = PinTable()
         self._shelf = Shelf(clock)  # kept values, for while Redis is unreachable
         self._announcing: set[asyncio.Task[None]] = set()
         self._redis: Any = None
@@ -254,6 +261,31 @@ class RedisStore(StateStore):
         """See :class:`~turnout.state.base.StateStore`."""
         return dict(self._breakers)
 
+    def pinned(self, key: str, now: float) -> Pin | None:
+        """See :class:`~turnout.state.base.StateStore` (the mirror)."""
+        self._ensure_started()
+        return self._pins.get(key, now)
+
+    def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:
+        """See :class:`~turnout.state.base.StateStore` (kept at once, shared in the background)."""
+        self._ensure_started()
+        left = self._pins.until(key)
+        old = self._pins.put(key, pin, now + ttl, now)
+        fresh = old == pin and left is not None and left - now > ttl / 2
+        if fresh or not self.connected or self._closing or not _has_loop():
+            return  # the shared pin is the same and has half its life or more left; or nothing to share with
+        task = asyncio.get_running_loop().create_task(self._guard(self._write_pin(key, pin, now + ttl, ttl)))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    def pin_counts(self, now: float) -> dict[str, int]:
+        """See :class:`~turnout.state.base.StateStore` (the mirror)."""
+        return self._pins.counts(now)
+
+    def limit_pins(self, limit: int) -> None:
+        """See :class:`~turnout.state.base.StateStore`."""
+        self._pins.limit = limit
+
     async def keep(self, key: str, value: bytes, ttl: float) -> None:
         """See :class:`~turnout.state.base.StateStore`: in Redis, and in this process for when it is unreachable."""
         self._ensure_started()
@@ -397,6 +429,13 @@ class RedisStore(StateStore):
                 pipe.publish(self.channel, f"br {record.encode().replace(' ', ',')} {key}")
             await pipe.execute()
 
+    async def _write_pin(self, key: str, pin: Pin, until: float, ttl: float) -> None:
+        value = f"{pin.key},{pin.member}@{until!r}"
+        async with self._client().pipeline(transaction=False) as pipe:
+            pipe.set(f"{self.prefix}aff:{key}", pin.encode(), px=max(int(ttl * 1000), 1))
+            pipe.publish(self.channel, f"aff {value} {key}")
+            await pipe.execute()
+
     async def _write_clear(self, key: str) -> None:
         await self._client().delete(self._cd_key(key))
         await self._client().publish(self.channel, f"clear 0 {key}")
@@ -492,12 +531,26 @@ class RedisStore(StateStore):
                 self._breakers[key] = record
         elif kind == "brc":
             self._breakers.pop(key, None)
+        elif kind == "aff":
+            self._apply_pin(value, key)
         elif kind == "key":
             health = decode(key)
             known = self._keys.get(value)
             # an older record arriving late (this process wrote a newer one to its mirror already) is ignored
             if health is not None and health.key_id == value and supersedes(health, known, self.clock()):
                 self._keys[value] = health
+
+    def _apply_pin(self, value: str, key: str) -> None:
+        """An announced pin, ``<key position>,<member>@<until>``; a malformed one is ignored."""
+        head, _, until = value.rpartition("@")
+        pin = Pin.decode(head.replace(",", " ", 1))
+        try:
+            deadline = float(until)
+        except ValueError:
+            return
+        now = self.clock()
+        if pin is not None and len(key) <= 128 and deadline > now:
+            self._pins.put(key, pin, deadline, now)
 
     async def _resync(self) -> None:
         client = self._client()

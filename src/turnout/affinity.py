@@ -1,0 +1,162 @@
+"""Prompt-cache affinity: a conversation goes back to the pool member (and key) that served it last.
+
+Providers cache prompt prefixes per deployment and per key, so a conversation that lands on another member at
+each turn pays the full input price every time. This module owns the whole decision:
+
+- **The conversation's key** (:func:`conversation_key`): the client's own name for it when it gives one (the
+  body's ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
+  a hash of its stable prefix: the system prompt, the tools in name order and the first user message, taken from
+  Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it came
+  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a SHA-256 digest: no client text is kept.
+- **The order** (:meth:`Affinity.arrange`): a pinned conversation's member goes first while it is healthy (its
+  profile not cooling down, its breaker closed); a new conversation (or one whose member is not healthy) takes the
+  pool's strategy's order, except that a member holding more than its share of the live conversations (its
+  weight's share plus :data:`SHARE_MARGIN`) goes after the others.
+- **The pin** (:meth:`Affinity.served`): whichever member served the turn, a pool's member or a fallback, becomes
+  the conversation's pin, with the key it used; so a conversation moves once when its member fails and then
+  sticks. Pins live in the state store (bounded, expiring ``ttl`` after their last use; shared through Redis).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from turnout.state.base import StateStore
+from turnout.state.pins import DEFAULT_MAX_CONVERSATIONS, Pin
+from turnout.types import ChatRequest, Message
+
+#: Seconds a pin lives after its last use by default (providers keep a cached prefix about 5 minutes).
+DEFAULT_TTL_S = 300.0
+#: How far above its weight's share of the live conversations a member may go before new ones go elsewhere.
+SHARE_MARGIN = 0.25
+#: The longest explicit conversation name read from a request (longer ones are cut before hashing).
+MAX_NAME_CHARS = 512
+
+__all__ = ["DEFAULT_MAX_CONVERSATIONS", "DEFAULT_TTL_S", "SHARE_MARGIN", "Affinity", "conversation_key"]
+
+
+def conversation_key(request: ChatRequest, explicit: str | None = None) -> str | None:
+    """The affinity key of ``request``'s conversation (None: nothing to key it by: no messages).
+
+    Args:
+        request: The call's request.
+        explicit: The caller's own name for the conversation (wins over everything in the request).
+    """
+    name = explicit if explicit else _named(request)
+    if name:
+        return "n:" + hashlib.sha256(name[:MAX_NAME_CHARS].encode(errors="replace")).hexdigest()[:32]
+    system: list[str] = []
+    first: str | None = None
+    for message in request.messages:
+        if message.role == "system":
+            system.append(_text(message))
+        elif message.role == "user":
+            first = _text(message)
+            break
+    if first is None and not system:
+        return None
+    tools = sorted(
+        (t.name, t.description, json.dumps(t.parameters, sort_keys=True, default=str)) for t in request.tools
+    )
+    digest = hashlib.sha256(json.dumps([system, tools, first], default=str).encode(errors="replace"))
+    return "p:" + digest.hexdigest()[:32]
+
+
+def _named(request: ChatRequest) -> str | None:
+    """The conversation's name in the caller's wire body: ``prompt_cache_key``, ``user`` or ``metadata.user_id``."""
+    native = request.native
+    if native is None:
+        return None
+    body = native.body
+    for field in ("prompt_cache_key", "user"):
+        value = body.get(field)
+        if isinstance(value, str) and value:
+            return f"{field}={value[:MAX_NAME_CHARS]}"
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping):
+        value = metadata.get("user_id")
+        if isinstance(value, str) and value:
+            return f"user_id={value[:MAX_NAME_CHARS]}"
+    return None
+
+
+def _text(message: Message) -> str:
+    """A message's text, the same whichever protocol carried it (parts joined; images by their source)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    out: list[str] = []
+    for part in content:
+        text: Any = getattr(part, "text", None)
+        out.append(text if isinstance(text, str) else repr(part))
+    return "".join(out)
+
+
+class Affinity:
+    """Pins conversations to members: orders a pool's members for a call and records who served it.
+
+    Args:
+        store: Where pins live (shared when the store is).
+        ttl: Seconds a pin lives after its last use.
+        max_conversations: The most conversations pinned.
+        clock: Wall clock (seconds), the walk's.
+    """
+
+    __slots__ = ("clock", "store", "ttl")
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        ttl: float = DEFAULT_TTL_S,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.clock = clock
+        store.limit_pins(max_conversations)
+
+    def pinned(self, key: str) -> Pin | None:
+        """The conversation's pin, while it lives."""
+        return self.store.pinned(key, self.clock())
+
+    def arrange(
+        self,
+        ordered: Sequence[str],
+        pin: Pin | None,
+        healthy: Callable[[str], bool],
+        weights: Mapping[str, float],
+    ) -> Sequence[str]:
+        """``ordered`` (a pool's members in its strategy's order for this call) as this conversation tries them.
+
+        Args:
+            ordered: The members, as the pool's strategy put them.
+            pin: The conversation's pin (None: a new conversation).
+            healthy: Whether a member can serve now (not cooling down, breaker closed).
+            weights: The members' weights (1 when not given).
+        """
+        if len(ordered) < 2:
+            return ordered
+        if pin is not None and pin.member in ordered and healthy(pin.member):
+            if ordered[0] == pin.member:
+                return ordered
+            return [pin.member, *(m for m in ordered if m != pin.member)]
+        counts = self.store.pin_counts(self.clock())
+        live = sum(counts.get(m, 0) for m in ordered)
+        if live < len(ordered):
+            return ordered  # too few conversations for a share to mean anything
+        total_weight = sum(max(weights.get(m, 1.0), 0.0) for m in ordered) or float(len(ordered))
+        fits: list[str] = []
+        over: list[str] = []
+        for member in ordered:
+            limit = max(weights.get(member, 1.0), 0.0) / total_weight + SHARE_MARGIN
+            (over if (counts.get(member, 0) + 1) / (live + 1) > limit else fits).append(member)
+        return [*fits, *over] if over and fits else ordered
+
+    def served(self, key: str, member: str, key_index: int) -> None:
+        """``member`` served the conversation ``key`` with its key at ``key_index``: pin it there."""
+        self.store.pin(key, Pin(member, key_index), now=self.clock(), ttl=self.ttl)

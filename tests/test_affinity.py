@@ -1,0 +1,233 @@
+"""Prompt-cache affinity: conversation keys, the bounded pin table, pinned pool order, re-pinning, sharing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fakes import FakeClock, Fleet, err
+from turnout import Client
+from turnout.affinity import Affinity, conversation_key
+from turnout.errors import ConfigError
+from turnout.gateway.anthropic_surface import AnthropicSurface
+from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.responses_surface import ResponsesSurface
+from turnout.gateway.surface import ChatCall
+from turnout.keys import KeyPool
+from turnout.state import MemoryStore
+from turnout.state.pins import Pin, PinTable
+from turnout.types import ChatRequest, Message
+
+SYSTEM = "You are a terse assistant."
+TOOL_A = {"name": "alpha", "description": "a", "schema": {"type": "object", "properties": {}}}
+TOOL_B = {"name": "beta", "description": "b", "schema": {"type": "object", "properties": {"x": {"type": "string"}}}}
+
+
+def of(call: ChatCall) -> ChatRequest:
+    return ChatRequest(messages=call.messages, tools=call.tools, native=call.native)
+
+
+def openai_chat(*tools: dict[str, Any], **extra: Any) -> ChatRequest:
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Plan a trip."}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": t["name"], "description": t["description"], "parameters": t["schema"]},
+            }
+            for t in tools
+        ],
+        **extra,
+    }
+    if not tools:
+        del body["tools"]
+    return of(OpenAISurface().parse(json.dumps(body).encode()))
+
+
+def anthropic(*tools: dict[str, Any]) -> ChatRequest:
+    body: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Plan a trip."}]}],
+    }
+    if tools:
+        body["tools"] = [
+            {"name": t["name"], "description": t["description"], "input_schema": t["schema"]} for t in tools
+        ]
+    return of(AnthropicSurface().parse(json.dumps(body).encode()))
+
+
+def responses(*tools: dict[str, Any]) -> ChatRequest:
+    body: dict[str, Any] = {"model": "m", "instructions": SYSTEM, "input": "Plan a trip."}
+    if tools:
+        body["tools"] = [
+            {"type": "function", "name": t["name"], "description": t["description"], "parameters": t["schema"]}
+            for t in tools
+        ]
+    return of(ResponsesSurface().parse(json.dumps(body).encode()))
+
+
+def test_the_prefix_key_is_the_same_in_every_wire_format() -> None:
+    """One conversation sent as OpenAI Chat, Responses and Anthropic Messages gets one key, tools included."""
+    keys = {conversation_key(f(TOOL_A, TOOL_B)) for f in (openai_chat, anthropic, responses)}
+    assert len(keys) == 1 and None not in keys
+
+
+def test_the_prefix_key_ignores_tool_order_but_not_tools() -> None:
+    """Tools in another order hash the same; another tool set, another system prompt or first message does not."""
+    assert conversation_key(openai_chat(TOOL_A, TOOL_B)) == conversation_key(openai_chat(TOOL_B, TOOL_A))
+    assert conversation_key(openai_chat(TOOL_A)) != conversation_key(openai_chat(TOOL_A, TOOL_B))
+    base = ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    assert conversation_key(base) != conversation_key(ChatRequest.of([{"role": "user", "content": "u"}]))
+    assert conversation_key(base) != conversation_key(
+        ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "v"}])
+    )
+
+
+def test_later_turns_of_a_conversation_keep_its_key() -> None:
+    """Turn 3 (the first exchange plus more) keys like turn 1: only the stable prefix is hashed."""
+    first = ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}])
+    later = ChatRequest.of(
+        [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "u2"},
+        ]
+    )
+    assert conversation_key(first) == conversation_key(later)
+
+
+def test_a_clients_own_conversation_name_wins_over_the_prefix() -> None:
+    """prompt_cache_key, user and metadata.user_id name the conversation; distinct names give distinct keys."""
+    plain = conversation_key(openai_chat())
+    by_cache = conversation_key(openai_chat(prompt_cache_key="conv-1"))
+    by_user = conversation_key(openai_chat(user="conv-1"))
+    other = conversation_key(openai_chat(prompt_cache_key="conv-2"))
+    assert len({plain, by_cache, by_user, other}) == 4
+    assert (
+        conversation_key(openai_chat(prompt_cache_key="conv-1", messages=[{"role": "user", "content": "x"}]))
+        == by_cache
+    )
+    meta = ChatRequest(messages=(Message(role="user", content="hi"),), native=None)
+    assert conversation_key(meta, "session-7") == conversation_key(ChatRequest.of("other"), "session-7")
+    assert all(k is not None and len(k) < 40 and "conv" not in k for k in (by_cache, by_user))  # a digest, no text
+
+
+def test_the_pin_table_is_bounded_and_expires() -> None:
+    """Beyond its limit the least recently used pin goes; a pin dies at its deadline; counts follow both."""
+    table = PinTable(limit=2)
+    table.put("a", Pin("m1"), until=100.0, now=0.0)
+    table.put("b", Pin("m2"), until=100.0, now=0.0)
+    table.put("a", Pin("m1"), until=110.0, now=10.0)  # used again: b is now the oldest
+    table.put("c", Pin("m1"), until=120.0, now=20.0)
+    assert table.get("b", 20.0) is None and table.get("a", 20.0) == Pin("m1")
+    assert table.counts(20.0) == {"m1": 2}
+    assert table.get("a", 110.0) is None
+    assert table.counts(115.0) == {"m1": 1}
+
+
+def test_the_store_limit_and_ttl_come_from_the_affinity() -> None:
+    """Affinity(ttl, max_conversations) bounds the store's pins; a fake clock past the ttl forgets them."""
+    clock = FakeClock()
+    store = MemoryStore()
+    affinity = Affinity(store, ttl=60.0, max_conversations=1, clock=clock)
+    affinity.served("k1", "openai.a", 0)
+    affinity.served("k2", "openai.b", 1)
+    assert affinity.pinned("k1") is None and affinity.pinned("k2") == Pin("openai.b", 1)
+    clock.now += 60.0
+    assert affinity.pinned("k2") is None
+
+
+def test_new_conversations_keep_off_a_member_beyond_its_share() -> None:
+    """With 2 of 3 live conversations on a, a new one goes to b first though the strategy put a first."""
+    store = MemoryStore()
+    affinity = Affinity(store, clock=lambda: 0.0)
+    for key, member in (("k1", "a"), ("k2", "a"), ("k3", "b")):
+        affinity.served(key, member, 0)
+    assert list(affinity.arrange(["a", "b", "c"], None, lambda m: True, {})) == ["b", "c", "a"]
+    assert list(affinity.arrange(["a", "b", "c"], Pin("a"), lambda m: True, {})) == ["a", "b", "c"]  # pinned stays
+    assert list(affinity.arrange(["b", "a", "c"], Pin("a"), lambda m: m != "a", {})) == ["b", "c", "a"]
+
+
+def test_a_key_pool_picks_the_conversations_key_first() -> None:
+    """A rotating key pool takes the preferred key while it is usable, else rotates as usual."""
+    pool = KeyPool("openai.a", ["k-1", "k-2", "k-3"], MemoryStore(), clock=lambda: 0.0)
+    assert [pool.pick(0.0, 2).index for _ in range(3)] == [2, 2, 2]  # type: ignore[union-attr]
+    assert pool.pick(0.0).index == 0  # type: ignore[union-attr]
+
+
+POOL = """
+default_provider = "duo"
+[reliability]
+provider_retries = 0
+[providers.models.openai.a]
+api_key = "sk-a"
+model = "gpt-4.1"
+[providers.models.openai.b]
+api_key = "sk-b"
+model = "gpt-4.1"
+[pools.duo]
+members = ["openai.a", "openai.b"]
+strategy = "least_busy"
+"""
+
+
+class Alternate:
+    """Chance draws (low, high, high, low, ...) so least_busy's random tie-break flips between two members."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> float:
+        self.n += 1
+        return 0.1 if self.n % 4 in (0, 1) else 0.9
+
+
+def conversation(turn: int) -> list[dict[str, str]]:
+    out = [{"role": "system", "content": "s"}, {"role": "user", "content": "first"}]
+    for i in range(1, turn):
+        out += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"u{i}"}]
+    return out
+
+
+async def test_a_conversation_sticks_to_its_member_and_moves_once_when_it_fails() -> None:
+    """Turns go where turn 1 went; when that member fails, the next member serves and keeps every later turn."""
+    clock = FakeClock()
+    fleet = Fleet()
+    client = Client.from_toml(
+        POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
+    )
+    first = (await client.chat(conversation(1))).served.provider
+    served = [(await client.chat(conversation(t))).served.provider for t in range(2, 5)]
+    assert served == [first] * 3
+    other = "openai.b" if first == "openai.a" else "openai.a"
+    broken = next(p for (name, _), p in fleet.built.items() if name == first)
+    broken.steps = [err(500)]
+    moved = await client.chat(conversation(5))
+    assert moved.served.provider == other
+    broken.steps = ["ok again"]  # the old member recovers: the conversation stays where it moved
+    later = [(await client.chat(conversation(t))).served.provider for t in range(6, 9)]
+    assert later == [other] * 3
+
+
+async def test_without_affinity_the_strategy_alone_orders_each_call() -> None:
+    """Enabled = false: the same conversation follows least_busy's alternating ties (the old behaviour)."""
+    clock = FakeClock()
+    text = POOL.replace("provider_retries = 0\n", "provider_retries = 0\naffinity = { enabled = false }\n")
+    client = Client.from_toml(
+        text, adapter_builder=Fleet(), clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
+    )
+    served = {(await client.chat(conversation(t))).served.provider for t in range(1, 7)}
+    assert served == {"openai.a", "openai.b"}
+
+
+def test_a_bad_affinity_setting_names_its_key_path() -> None:
+    """ttl_secs = 0 is refused with the key's path."""
+    text = POOL.replace("provider_retries = 0\n", "provider_retries = 0\naffinity = { ttl_secs = 0 }\n")
+    with pytest.raises(ConfigError, match=r"reliability\.affinity\.ttl_secs"):
+        Client.from_toml(text, adapter_builder=Fleet(), ledger=False)
