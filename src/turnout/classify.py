@@ -403,20 +403,8 @@ def provider_error(
         auth_failure = not _has(text, MODERATION_HINTS)
     else:
         auth_failure = reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
-    if error_class is ErrorClass.REFUSAL:
-        return RefusalError(
-            message,
-            error_class=error_class,
-            provider=provider,
-            model=model,
-            status=status,
-            error_type=facts.error_type,
-            error_code=facts.error_code,
-            retry_after=retry_after,
-            request_id=request_id,
-            auth_failure=auth_failure,
-        )
-    return ProviderError(
+    kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
+    return kind(
         message,
         error_class=error_class,
         provider=provider,
