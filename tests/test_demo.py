@@ -10,7 +10,6 @@ from fakes import FakeClock
 from turnout.attribution import Attempt, RouteRef
 from turnout.client import Client
 from turnout.demo import (
-    HEDGE,
     POOL_CALLS,
     PRIMARY,
     TIMING,
@@ -19,10 +18,10 @@ from turnout.demo import (
     _run_step,
     _steps,
     demo_config,
-    hedge_as_told,
     outage_script,
     outage_tour,
 )
+from turnout.demo_hedge import HEDGE, hedge_as_told
 from turnout.reply import Reply
 from turnout.sim import Simulator
 

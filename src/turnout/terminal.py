@@ -191,3 +191,15 @@ def attempts_table(attempts: Sequence[Attempt]) -> FittedTable:
             f"{a.retry_after:.1f}s" if a.retry_after is not None else "-",
         )
     return table
+
+
+def compact_attempts(attempts: Sequence[Attempt]) -> Text:
+    """Each model with the outcomes of its attempts in order (a status where there was one)."""
+    groups: list[list[str]] = []
+    for a in attempts:
+        said = str(a.status) if a.status is not None else a.outcome
+        if groups and groups[-1][0] == a.model:
+            groups[-1].append(said)
+        else:
+            groups.append([a.model, said])
+    return shown(" → ".join(" ".join(g) for g in groups))
