@@ -406,14 +406,7 @@ class HTTPAdapter(Provider):
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
         """One non-streaming call."""
         settings = self.settings
-        try:
-            body = orjson.dumps(self.build_body(request, model, temperature, False))
-        except Exception as exc:
-            raise self._unbuildable(exc) from exc
-        url = self.url(model, False)
-        headers = self._headers if request.native is None else self.request_headers(request)
-        if self.signs_requests:
-            headers = await self.signed(url, headers, body)
+        url, headers, body = await self._prepared(request, model, temperature, False)
         resp = await self.http.post(
             url,
             headers=headers,
@@ -457,14 +450,7 @@ class HTTPAdapter(Provider):
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[list[StreamEvent], None]:
         """One streaming call, as the events each network read completed (see :meth:`stream`)."""
-        try:
-            body = orjson.dumps(self.build_body(request, model, temperature, True))
-        except Exception as exc:
-            raise self._unbuildable(exc) from exc
-        url = self.url(model, True)
-        headers = self._headers if request.native is None else self.request_headers(request)
-        if self.signs_requests:
-            headers = await self.signed(url, headers, body)
+        url, headers, body = await self._prepared(request, model, temperature, True)
         decoder = self.decoder(model)
         feed = decoder.feed
         async with self.http.stream(
@@ -551,6 +537,24 @@ class HTTPAdapter(Provider):
                 model=model,
             )
         return answer
+
+    async def _prepared(
+        self, request: ChatRequest, model: str, temperature: float | None, stream: bool
+    ) -> tuple[str | URL, Mapping[str, str], bytes]:
+        """The URL, headers and encoded body of one call (signed when the family signs its requests).
+
+        Raises:
+            InvalidRequest: The body could not be built or encoded (see :meth:`_unbuildable`).
+        """
+        try:
+            body = orjson.dumps(self.build_body(request, model, temperature, stream))
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
+        url = self.url(model, stream)
+        headers = self._headers if request.native is None else self.request_headers(request)
+        if self.signs_requests:
+            headers = await self.signed(url, headers, body)
+        return url, headers, body
 
     def _unbuildable(self, exc: Exception) -> InvalidRequest:
         """The caller's error for a request this adapter could not build or encode, whatever raised it.
