@@ -11,8 +11,9 @@ fails over) alone while the batches already answered are kept.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.attribution import Attempt, DispatchScope, RouteRef, new_attempt
@@ -45,6 +46,7 @@ class SpaceEntries:
         skipped: ``(index, reason)`` of every other entry (another space, no embeddings, a parameter it lacks).
         max_inputs: The smallest input cap among :attr:`entries`.
         max_tokens: The smallest token cap among them (None: none is known).
+        parallel: How many batches the call keeps in flight: the smallest among them.
     """
 
     space: Space
@@ -52,6 +54,7 @@ class SpaceEntries:
     skipped: tuple[tuple[int, str], ...]
     max_inputs: int
     max_tokens: int | None
+    parallel: int = 1
 
 
 def space_entries(walk: ReliableProvider, model: str, request: EmbedRequest, spaces: Mapping[str, str]) -> SpaceEntries:
@@ -93,6 +96,7 @@ def space_entries(walk: ReliableProvider, model: str, request: EmbedRequest, spa
         skipped=tuple(skipped),
         max_inputs=min(c.max_inputs for c in caps),
         max_tokens=min(token_caps) if token_caps else None,
+        parallel=max(1, min(c.parallel for c in caps)),
     )
 
 
@@ -152,19 +156,53 @@ async def embed_through(
     if eligible.max_tokens is not None:
         sizes = [estimated_tokens(i) for i in request.inputs]
     ranges = batches(count, sizes, eligible.max_inputs, eligible.max_tokens)
+    parts = [request] if len(ranges) == 1 else [_part(request, r) for r in ranges]
+    answers: list[tuple[Embeddings, int, RouteRef] | None] = [None] * len(parts)
+
+    async def walk_batch(k: int) -> None:
+        answers[k] = await _walk_batch(walk, parts[k], model, log, eligible.entries)
+
+    if eligible.parallel == 1 or len(parts) == 1:
+        for k in range(len(parts)):
+            await walk_batch(k)
+    else:
+        await _bounded(walk_batch, len(parts), eligible.parallel)
     vectors: list[list[float]] = []
     usage = Usage()
     route: RouteRef | None = None
     last = -1
-    for r in ranges:
-        part = request if len(ranges) == 1 else _part(request, r)
-        answer, index, served = await _walk_batch(walk, part, model, log, eligible.entries)
+    for part, done in zip(parts, answers, strict=True):
+        assert done is not None  # every batch was answered (else its walk raised)
+        answer, index, served = done
         vectors.extend(answer.vectors)
         usage = usage + _usage_of(answer, part)
         if index >= last:
             last, route = index, served
     assert route is not None  # there is at least one batch
     return EmbedServed(vectors=tuple(vectors), usage=usage, route=route, entry=last, batches=len(ranges))
+
+
+async def _bounded(run: Callable[[int], Awaitable[None]], count: int, parallel: int) -> None:
+    """``run(k)`` for every ``k`` below ``count``, at most ``parallel`` at once, each started in order.
+
+    The first failure cancels the batches still in flight (none more is started) and is raised as it is.
+    """
+    todo = iter(range(count))
+
+    async def worker() -> None:
+        for k in todo:  # one iterator shared by the workers: each batch is taken once
+            await run(k)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(parallel, count))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _part(request: EmbedRequest, r: range) -> EmbedRequest:

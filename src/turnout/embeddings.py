@@ -120,25 +120,39 @@ class EmbeddingLimits:
         max_inputs: The most inputs one request may carry (OpenAI 2,048, Google 100).
         max_tokens: The most tokens one request may carry, summed over its inputs (None: no known cap).
         dimensions: Whether it takes an output size (OpenAI ``dimensions``, Gemini ``outputDimensionality``).
+        sizes: The only output sizes it makes, when it makes only some (Titan v2: 256, 512, 1024; a model of one
+            fixed size, Cohere v3's 1024, lists that one and is not sent it); empty: any size up to the model's.
         token_arrays: Whether it takes inputs as token ids.
         user: Whether it takes the caller's end-user id.
+        parallel: How many of its requests one call keeps in flight (an endpoint of one input a request is
+            sent several at once; the others one after another).
     """
 
     max_inputs: int
     max_tokens: int | None = None
     dimensions: bool = True
+    sizes: tuple[int, ...] = ()
     token_arrays: bool = False
     user: bool = False
+    parallel: int = 1
 
     def refusal(self, request: EmbedRequest) -> str | None:
         """Why this endpoint cannot take ``request`` as asked (None: it can); a parameter is never dropped."""
         if request.dimensions is not None and not self.dimensions:
             return "does not take dimensions"
+        if request.dimensions is not None and self.sizes and request.dimensions not in self.sizes:
+            return f"makes vectors of {_sizes_text(self.sizes)} dimensions only, not {request.dimensions}"
         if request.user is not None and not self.user:
             return "does not take user"
         if not self.token_arrays and request.token_arrays:
             return "does not take token arrays as input"
         return None
+
+
+def _sizes_text(sizes: tuple[int, ...]) -> str:
+    """``1024``, ``256 or 512``, ``256, 512 or 1024``."""
+    names = [str(n) for n in sizes]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 @dataclass(frozen=True, slots=True)

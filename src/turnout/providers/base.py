@@ -24,7 +24,7 @@ from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
 from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, TurnoutError, UnsupportedRequest
 from turnout.headroom import HeadroomWatch
 from turnout.provider import Provider, flatten
-from turnout.providers.embedding import EmbeddingWire
+from turnout.providers.embedding import EmbeddingWire, header_tokens
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
@@ -321,6 +321,13 @@ class HTTPAdapter(Provider):
         """This family's embedding protocol, built from the adapter's settings (None: it serves no embeddings)."""
         return None
 
+    def embedding_wire_for(self, model: str) -> EmbeddingWire | None:
+        """The embedding protocol for ``model``: the family's one wire.
+
+        A family whose models each speak their own (Bedrock's) chooses by the model.
+        """
+        return self._embedding
+
     # --- shared -----------------------------------------------------------------------------
 
     def _capabilities(self) -> Capabilities:
@@ -486,8 +493,9 @@ class HTTPAdapter(Provider):
                 yield tail
 
     def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
-        """What this adapter's embedding endpoint takes (None: it serves no embeddings)."""
-        return self._embedding.limits if self._embedding is not None else None
+        """What this adapter's embedding endpoint takes for ``model`` (None: it serves no embeddings)."""
+        wire = self._embedding if model is None else self.embedding_wire_for(model)
+        return wire.limits if wire is not None else None
 
     async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
         """One embedding request (one batch): the request cycle of :meth:`chat` around the family's wire.
@@ -496,9 +504,9 @@ class HTTPAdapter(Provider):
             UnsupportedRequest: The family serves no embeddings.
             ProviderError: The call failed, or the answer does not hold one vector per input (of the asked size).
         """
-        wire = self._embedding
+        wire = self.embedding_wire_for(model)
         if wire is None:
-            raise UnsupportedRequest(f"{self.settings.profile} serves no embeddings")
+            raise UnsupportedRequest(f"{self.settings.profile} serves no embeddings for {model[:100]}")
         settings = self.settings
         problem = self.model_problem(model)
         if problem is not None:
@@ -508,9 +516,13 @@ class HTTPAdapter(Provider):
             body = orjson.dumps(wire.body(request, model))
         except Exception as exc:
             raise self._unbuildable(exc) from exc
+        url = wire.url(model, count)
+        headers: Mapping[str, str] = self._headers
+        if self.signs_requests:
+            headers = await self.signed(url, headers, body)
         resp = await self.http.post(
-            wire.url(model, count),
-            headers=self._headers,
+            url,
+            headers=headers,
             body=body,
             timeouts=settings.timeouts,
             target=self.target(model),
@@ -529,6 +541,8 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed embedding answer: {type(exc).__name__}", provider=settings.profile, model=model
             ) from exc
+        if answer.usage is None and wire.tokens_header is not None:
+            answer = replace(answer, usage=header_tokens(resp.headers.get(wire.tokens_header)))
         size = request.dimensions if request.dimensions is not None else len(answer.vectors[0])
         if any(len(v) != size for v in answer.vectors):
             raise ProtocolError(

@@ -1,10 +1,11 @@
-"""AWS Bedrock's Converse API (``POST /model/{modelId}/converse`` and ``/converse-stream``).
+"""AWS Bedrock's Converse API (``POST /model/{modelId}/converse`` and ``/converse-stream``); InvokeModel for embeddings.
 
 One wire for every model family Bedrock hosts (Claude, Llama, Mistral, Nova, ...). The model id goes in the
 path, escaped as botocore escapes it (``anthropic.claude-3-5-sonnet-20240620-v1:0`` → ``...v1%3A0``), and the
 request is signed with SigV4 over that path (:mod:`turnout.providers.aws`); a Bedrock API key (``api_key``,
 else ``AWS_BEARER_TOKEN_BEDROCK``) is sent as ``Authorization: Bearer`` instead. The body is built by
-:mod:`turnout.providers.converse`.
+:mod:`turnout.providers.converse`. An embedding model is called through InvokeModel (``/model/{modelId}/invoke``),
+signed the same way, with the body its model family takes (:mod:`turnout.providers.embedding`).
 
 A stream is ``application/vnd.amazon.eventstream``: binary frames, each CRC-checked. Event frames carry
 ``messageStart``, ``contentBlockStart`` / ``contentBlockDelta`` / ``contentBlockStop``, ``messageStop`` (the
@@ -16,7 +17,7 @@ error it names; a frame that does not decode is a :class:`~turnout.errors.Protoc
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -24,11 +25,13 @@ import orjson
 from yarl import URL
 
 from turnout.classify import ErrorFacts
+from turnout.embeddings import Embeddings, EmbedRequest
 from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
 from turnout.model_ids import wire_model
 from turnout.providers.aws import AwsCredentials, Frame, FrameReader, sign
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
 from turnout.providers.converse import REASONING_KEY, Untranslatable, converse_body, from_anthropic
+from turnout.providers.embedding import CohereEmbeddings, EmbeddingWire, TitanEmbeddings
 from turnout.providers.http import HttpClient
 from turnout.types import (
     Capabilities,
@@ -91,6 +94,17 @@ def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     )
 
 
+def _embedding_wire(model: str, invoke_url: Callable[[str], URL]) -> EmbeddingWire | None:
+    """The InvokeModel body a Bedrock model id (lower-cased; a foundation model or an inference profile) takes."""
+    if "titan-embed-text-v2" in model:
+        return TitanEmbeddings(invoke_url, v2=True)
+    if "titan-embed-text-v1" in model or "titan-embed-g1-text" in model:
+        return TitanEmbeddings(invoke_url, v2=False)
+    if "cohere.embed-english-v3" in model or "cohere.embed-multilingual-v3" in model:
+        return CohereEmbeddings(invoke_url)
+    return None
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
@@ -124,7 +138,8 @@ class BedrockAdapter(HTTPAdapter):
         region = settings.region or "us-east-1"
         self.region = region
         self._base = settings.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
-        self._urls: dict[str, tuple[URL, URL]] = {}
+        self._urls: dict[str, tuple[URL, URL, URL]] = {}
+        self._wires: dict[str, EmbeddingWire | None] = {}
         #: The AWS credential chain (None: a Bedrock API key is sent instead, and nothing is signed).
         self.aws: AwsCredentials | None = None
         if token is None:
@@ -158,6 +173,17 @@ class BedrockAdapter(HTTPAdapter):
         Raises:
             ProviderError: The id cannot be sent (see :meth:`model_problem`); nothing is sent.
         """
+        return self._model_urls(model)[stream]
+
+    def invoke_url(self, model: str) -> URL:
+        """``{base}/model/{modelId}/invoke`` (InvokeModel, which the embedding models take), escaped as :meth:`url`.
+
+        Raises:
+            ProviderError: The id cannot be sent (see :meth:`model_problem`); nothing is sent.
+        """
+        return self._model_urls(model)[2]
+
+    def _model_urls(self, model: str) -> tuple[URL, URL, URL]:
         urls = self._urls.get(model)
         if urls is None:
             problem = self.model_problem(model)
@@ -174,11 +200,28 @@ class BedrockAdapter(HTTPAdapter):
             # (from a plain string, yarl would turn ``%3A`` back into ``:``)
             wire = wire_model("bedrock", model, self.settings.region)
             path = f"{self._base}/model/{quote(wire, safe='')}"
-            urls = (URL(path + "/converse", encoded=True), URL(path + "/converse-stream", encoded=True))
+            urls = (
+                URL(path + "/converse", encoded=True),
+                URL(path + "/converse-stream", encoded=True),
+                URL(path + "/invoke", encoded=True),
+            )
             if len(self._urls) >= 64:  # an unpinned profile sees many names; keep only a few
                 self._urls.clear()
             self._urls[model] = urls
-        return urls[stream]
+        return urls
+
+    def embedding_wire_for(self, model: str) -> EmbeddingWire | None:
+        """The InvokeModel wire of ``model``: Titan Text Embeddings (G1, V2) or Cohere Embed v3 (None: another model).
+
+        Bedrock has no one embedding protocol: each model family has a body of its own.
+        """
+        wire = self._wires.get(model)
+        if wire is None and model not in self._wires:
+            wire = _embedding_wire(model.lower(), self.invoke_url)
+            if len(self._wires) >= 64:
+                self._wires.clear()
+            self._wires[model] = wire
+        return wire
 
     async def signed(self, url: str | URL, headers: Mapping[str, str], body: bytes) -> Mapping[str, str]:
         """``headers`` with the SigV4 headers of this request (credentials resolved off the event loop)."""
@@ -300,6 +343,17 @@ class BedrockAdapter(HTTPAdapter):
             assert self.aws is not None
             self.aws.invalidate()
         return await super().chat(request, model, temperature)
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        """One InvokeModel embedding call; credentials the upstream says expired are resolved anew, once."""
+        try:
+            return await super().embed(request, model)
+        except ProviderError as exc:
+            if not self._expired(exc):
+                raise
+            assert self.aws is not None
+            self.aws.invalidate()
+        return await super().embed(request, model)
 
     async def stream_batches(
         self, request: ChatRequest, model: str, temperature: float | None = None

@@ -8,7 +8,10 @@ what the protocol looks like:
 
 - OpenAI and OpenAI-compatible vendors, Azure OpenAI: ``POST {base}/embeddings`` (:class:`OpenAIEmbeddings`);
 - Gemini: ``:embedContent`` for one input, ``:batchEmbedContents`` for more (:class:`GeminiEmbeddings`);
-- Ollama: ``POST /api/embed`` (:class:`OllamaEmbeddings`).
+- Ollama: ``POST /api/embed`` (:class:`OllamaEmbeddings`);
+- Bedrock's InvokeModel (``POST /model/{modelId}/invoke``), whose body is the model's own: Amazon Titan Text
+  Embeddings, one input a request (:class:`TitanEmbeddings`), and Cohere Embed v3, 96 (:class:`CohereEmbeddings`);
+- Vertex AI's Google publisher: ``:predict`` with ``instances`` (:class:`VertexEmbeddings`).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from yarl import URL
+
 from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
-from turnout.types import Usage
+from turnout.types import Usage, provider_count
 
 #: OpenAI's caps per request: 2,048 inputs and 300,000 tokens summed over them.
 OPENAI_LIMITS = EmbeddingLimits(max_inputs=2048, max_tokens=300_000, dimensions=True, token_arrays=True, user=True)
@@ -29,17 +34,34 @@ COMPATIBLE_LIMITS = EmbeddingLimits(max_inputs=2048, max_tokens=300_000, dimensi
 GEMINI_LIMITS = EmbeddingLimits(max_inputs=100, dimensions=True)
 #: Ollama documents no cap; 512 inputs keep one request's work (and its time bound) moderate on a local server.
 OLLAMA_LIMITS = EmbeddingLimits(max_inputs=512, dimensions=True)
-
-_MAX_TOKENS_REPORTED = 10**12  # a usage count above this is not believed
+#: Amazon Titan Text Embeddings V2: one ``inputText`` a request (sent 8 at once), 256, 512 or 1024 dimensions.
+TITAN_V2_LIMITS = EmbeddingLimits(max_inputs=1, dimensions=True, sizes=(256, 512, 1024), parallel=8)
+#: Titan Text Embeddings G1 (``amazon.titan-embed-text-v1``): one ``inputText``, its own 1,536 dimensions only.
+TITAN_V1_LIMITS = EmbeddingLimits(max_inputs=1, dimensions=True, sizes=(1536,), parallel=8)
+#: Cohere Embed v3 on Bedrock: 96 ``texts`` a request, always 1,024 dimensions (not a parameter it takes).
+COHERE_LIMITS = EmbeddingLimits(max_inputs=96, dimensions=True, sizes=(1024,))
+#: Vertex AI's text embedding models (``text-embedding-005``, ``text-multilingual-embedding-002``, gecko):
+#: 250 instances and 20,000 tokens a request.
+VERTEX_LIMITS = EmbeddingLimits(max_inputs=250, max_tokens=20_000, dimensions=True)
+#: ``gemini-embedding-001`` on Vertex AI takes one instance a request (sent 8 at once).
+VERTEX_GEMINI_LIMITS = EmbeddingLimits(max_inputs=1, dimensions=True, parallel=8)
+#: The response header in which Bedrock reports an InvokeModel call's input tokens.
+BEDROCK_TOKENS_HEADER = "X-Amzn-Bedrock-Input-Token-Count"
 
 
 class EmbeddingWire(ABC):
-    """One family's embedding protocol (see the module docstring); values, no I/O."""
+    """One family's embedding protocol (see the module docstring); values, no I/O.
+
+    Attributes:
+        limits: What the endpoint takes.
+        tokens_header: The response header carrying the input tokens, read when the body reports none.
+    """
 
     limits: EmbeddingLimits
+    tokens_header: str | None = None
 
     @abstractmethod
-    def url(self, model: str, count: int) -> str:
+    def url(self, model: str, count: int) -> str | URL:
         """The endpoint for a request of ``count`` inputs to ``model`` (a model in the path is escaped)."""
 
     @abstractmethod
@@ -65,10 +87,22 @@ def _vector(value: Any) -> list[float]:
 
 
 def _tokens(value: Any) -> int | None:
-    """A provider's token count, bounded where it is parsed (None: absent or not believable)."""
-    if type(value) is int and 0 <= value <= _MAX_TOKENS_REPORTED:
-        return value
-    return None
+    """A provider's token count, bounded where it is parsed (:func:`provider_count`).
+
+    None when absent or not believable: the batch's estimate is billed instead.
+    """
+    if isinstance(value, float) and value.is_integer():  # a protobuf number (Vertex's ``token_count``)
+        value = int(value)
+    count, clamped = provider_count(value)
+    return None if value is None or clamped else count
+
+
+def header_tokens(value: str | None) -> Usage | None:
+    """The input tokens a response header reports (None: absent or not a whole number in range)."""
+    if value is None or not (0 < len(value) <= 19 and value.isascii() and value.isdigit()):
+        return None
+    tokens = _tokens(int(value))
+    return Usage(input_tokens=tokens) if tokens is not None else None
 
 
 class OpenAIEmbeddings(EmbeddingWire):
@@ -207,3 +241,135 @@ class OllamaEmbeddings(EmbeddingWire):
             usage=Usage(input_tokens=tokens) if tokens is not None else None,
             model=model if type(model) is str else None,
         )
+
+
+def _texts(request: EmbedRequest) -> list[str]:
+    """The request's inputs as texts (a wire that takes no token arrays refused them in its limits)."""
+    return [i if type(i) is str else " ".join(map(str, i)) for i in request.inputs]
+
+
+class TitanEmbeddings(EmbeddingWire):
+    """Amazon Titan Text Embeddings on Bedrock's InvokeModel: ``{"inputText", "dimensions", "normalize"}``.
+
+    One input a request (the walk sends several at once); the answer is ``{"embedding", "inputTextTokenCount"}``.
+    G1 (``amazon.titan-embed-text-v1``) takes ``inputText`` alone.
+
+    Args:
+        invoke_url: The adapter's checked, escaped ``{base}/model/{modelId}/invoke`` for a model.
+        v2: Whether the model is V2 (which takes ``dimensions`` and ``normalize``).
+    """
+
+    tokens_header = BEDROCK_TOKENS_HEADER
+
+    def __init__(self, invoke_url: Callable[[str], URL], *, v2: bool) -> None:
+        self._url = invoke_url
+        self._v2 = v2
+        self.limits = TITAN_V2_LIMITS if v2 else TITAN_V1_LIMITS
+
+    def url(self, model: str, count: int) -> URL:
+        """``{base}/model/{modelId}/invoke``."""
+        return self._url(model)
+
+    def body(self, request: EmbedRequest, model: str) -> dict[str, Any]:
+        """``inputText``; for V2 ``normalize: true`` (unit vectors, as the other providers') and ``dimensions``."""
+        (text,) = _texts(request)
+        if not self._v2:
+            return {"inputText": text}
+        body: dict[str, Any] = {"inputText": text, "normalize": True}
+        if request.dimensions is not None:
+            body["dimensions"] = request.dimensions
+        return body
+
+    def parse(self, data: Any, count: int) -> Embeddings:
+        """``embedding`` (else ``embeddingsByType.float``) and ``inputTextTokenCount``."""
+        if count != 1:
+            raise ValueError("a Titan answer holds one vector")
+        raw = data.get("embedding")
+        if raw is None:
+            raw = data["embeddingsByType"]["float"]
+        tokens = _tokens(data.get("inputTextTokenCount"))
+        return Embeddings(vectors=[_vector(raw)], usage=Usage(input_tokens=tokens) if tokens is not None else None)
+
+
+class CohereEmbeddings(EmbeddingWire):
+    """Cohere Embed v3 on Bedrock's InvokeModel: ``{"texts", "input_type", "truncate", "embedding_types"}``.
+
+    Texts are embedded as ``search_document`` (Cohere's type for what is stored and searched, and one type for
+    every call, so a call's vectors are comparable with those of any other); ``truncate: NONE`` makes a text over
+    the model's limit an error rather than a vector of its beginning. The answer's vectors are ``embeddings``, a
+    list (``embeddings_floats``) or by type (``embeddings_by_type``); the usage is Bedrock's token header.
+
+    Args:
+        invoke_url: The adapter's checked, escaped ``{base}/model/{modelId}/invoke`` for a model.
+    """
+
+    limits = COHERE_LIMITS
+    tokens_header = BEDROCK_TOKENS_HEADER
+
+    def __init__(self, invoke_url: Callable[[str], URL]) -> None:
+        self._url = invoke_url
+
+    def url(self, model: str, count: int) -> URL:
+        """``{base}/model/{modelId}/invoke``."""
+        return self._url(model)
+
+    def body(self, request: EmbedRequest, model: str) -> dict[str, Any]:
+        """The texts, ``search_document``, ``truncate: NONE`` and float vectors (``dimensions`` is never sent)."""
+        return {
+            "texts": _texts(request),
+            "input_type": "search_document",
+            "truncate": "NONE",
+            "embedding_types": ["float"],
+        }
+
+    def parse(self, data: Any, count: int) -> Embeddings:
+        """``embeddings`` as a list of vectors, or ``embeddings.float``."""
+        items = data["embeddings"]
+        if isinstance(items, Mapping):
+            items = items["float"]
+        if type(items) is not list or len(items) != count:
+            raise ValueError("the answer does not hold one vector per input")
+        return Embeddings(vectors=[_vector(v) for v in items])
+
+
+class VertexEmbeddings(EmbeddingWire):
+    """Vertex AI's Google publisher ``:predict``: ``{"instances": [{"content"}], "parameters"}``.
+
+    ``dimensions`` is sent as ``parameters.outputDimensionality``. The answer is ``predictions[].embeddings``:
+    ``values`` and ``statistics.token_count``, summed into the batch's usage.
+
+    Args:
+        model_path: The adapter's checked, escaped ``…/publishers/google/models/{model}`` for a model.
+        limits: What the model takes (250 instances, or one for ``gemini-embedding-001``).
+    """
+
+    def __init__(self, model_path: Callable[[str], str], limits: EmbeddingLimits) -> None:
+        self._path = model_path
+        self.limits = limits
+
+    def url(self, model: str, count: int) -> str:
+        """``…/models/{model}:predict``."""
+        return self._path(model) + ":predict"
+
+    def body(self, request: EmbedRequest, model: str) -> dict[str, Any]:
+        """One instance per input; ``parameters`` only when there is one to send."""
+        body: dict[str, Any] = {"instances": [{"content": text} for text in _texts(request)]}
+        if request.dimensions is not None:
+            body["parameters"] = {"outputDimensionality": request.dimensions}
+        return body
+
+    def parse(self, data: Any, count: int) -> Embeddings:
+        """``predictions[i].embeddings.values``; the token counts summed when every prediction has one."""
+        items = data["predictions"]
+        if type(items) is not list or len(items) != count:
+            raise ValueError("the answer does not hold one vector per input")
+        vectors: list[list[float]] = []
+        total: int | None = 0
+        for item in items:
+            embedding = item["embeddings"]
+            vectors.append(_vector(embedding["values"]))
+            statistics = embedding.get("statistics")
+            tokens = _tokens(statistics.get("token_count")) if isinstance(statistics, Mapping) else None
+            total = None if tokens is None or total is None else total + tokens
+        tokens = _tokens(total)
+        return Embeddings(vectors=vectors, usage=Usage(input_tokens=tokens) if tokens is not None else None)

@@ -3,7 +3,8 @@
 Both speak their own family's wire, reused as it is: Claude's ``rawPredict`` / ``streamRawPredict`` take a
 Messages body (:mod:`turnout.providers.anthropic`) with ``anthropic_version: "vertex-2023-10-16"`` and the model
 in the URL instead of the body; Gemini's ``generateContent`` / ``streamGenerateContent?alt=sse`` take the Gemini
-body (:mod:`turnout.providers.gemini`). What Vertex adds is the URL
+body (:mod:`turnout.providers.gemini`); its embedding models answer ``:predict``
+(:class:`~turnout.providers.embedding.VertexEmbeddings`). What Vertex adds is the URL
 (``{host}/v1/projects/{project}/locations/{region}/publishers/{publisher}/models/{model}:{method}``, the host
 ``{region}-aiplatform.googleapis.com``, or ``aiplatform.googleapis.com`` for ``global``) and the credential: a
 Google access token (:mod:`turnout.providers.google_auth`), looked up before each call from its cache and sent
@@ -21,11 +22,13 @@ from urllib.parse import quote
 import orjson
 
 from turnout.classify import ErrorFacts
+from turnout.embeddings import Embeddings, EmbedRequest
 from turnout.errors import ErrorClass, ProviderError
 from turnout.model_ids import wire_model
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.betas import accepted_betas
+from turnout.providers.embedding import VERTEX_GEMINI_LIMITS, VERTEX_LIMITS, EmbeddingWire, VertexEmbeddings
 from turnout.providers.gemini import GeminiAdapter, error_facts_of
 from turnout.providers.google_auth import TokenSource
 from turnout.providers.http import HttpClient
@@ -35,6 +38,8 @@ from turnout.types import ChatRequest, ChatResponse, StreamEvent
 ANTHROPIC_VERSION = "vertex-2023-10-16"
 #: What a Vertex model id may not contain: each could end its URL path segment or climb out of it.
 _PATH_UNSAFE = ("/", "?", "#", "\\", "..", ":", "%")
+#: The embedding models Vertex serves one instance a request (Google's text embedding API limits).
+_ONE_INSTANCE_MODELS = frozenset({"gemini-embedding-001"})
 #: The quota metric a Vertex 429 names in its message (``Quota exceeded for aiplatform.googleapis.com/…``).
 _QUOTA_METRIC = re.compile(r"Quota exceeded for (aiplatform\.googleapis\.com/[A-Za-z0-9_]{1,120})")
 
@@ -145,6 +150,17 @@ class _Vertex(HTTPAdapter):
         self._use(await self.tokens.renew(token))
         return await super().chat(request, model, temperature)
 
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        """One embedding call with the current token; a 401 renews it and makes the call once more."""
+        token = await self._authorise()
+        try:
+            return await super().embed(request, model)
+        except ProviderError as exc:
+            if exc.status != 401:
+                raise
+        self._use(await self.tokens.renew(token))
+        return await super().embed(request, model)
+
     async def stream_batches(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[list[StreamEvent], None]:
@@ -228,6 +244,16 @@ class VertexGeminiAdapter(_Vertex, GeminiAdapter):
     def url(self, model: str, stream: bool) -> str:
         """``…/models/{model}:streamGenerateContent?alt=sse`` or ``:generateContent``."""
         return self.model_path(model) + (":streamGenerateContent?alt=sse" if stream else ":generateContent")
+
+    def embedding_wire(self) -> EmbeddingWire:
+        """``…/models/{model}:predict`` (Vertex's text embedding models: 250 instances a request)."""
+        return VertexEmbeddings(self.model_path, VERTEX_LIMITS)
+
+    def embedding_wire_for(self, model: str) -> EmbeddingWire | None:
+        """``:predict``; ``gemini-embedding-001`` takes one instance a request, the others 250."""
+        if model.partition("@")[0] in _ONE_INSTANCE_MODELS:
+            return VertexEmbeddings(self.model_path, VERTEX_GEMINI_LIMITS)
+        return self._embedding
 
     def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
         """Google's error shape, with a quota error's metric kept as its quota id."""

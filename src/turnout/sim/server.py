@@ -50,6 +50,8 @@ from turnout.sim.wire.embeddings import (
     GeminiEmbeddingsCodec,
     OllamaEmbeddingsCodec,
     OpenAIEmbeddingsCodec,
+    VertexPredictCodec,
+    invoke_codec,
 )
 from turnout.sim.wire.vertex import VertexAnthropic, VertexGemini
 
@@ -127,6 +129,7 @@ class SimServer:
         add_post("/api/embed", self._on_ollama_embeddings)
         add_post("/model/{model}/converse", self._on_bedrock)
         add_post("/model/{model}/converse-stream", self._on_bedrock_stream)
+        add_post("/model/{model}/invoke", self._on_bedrock_invoke)
         vertex = "/v1/projects/{project}/locations/{location}/publishers"
         add_post(vertex + "/anthropic/models/{target}", self._on_vertex_anthropic)
         add_post(vertex + "/google/models/{target}", self._on_vertex_gemini)
@@ -199,8 +202,19 @@ class SimServer:
     async def _on_bedrock_stream(self, request: web.Request) -> web.StreamResponse:
         return await self._serve_bedrock(request, stream=True)
 
-    async def _serve_bedrock(self, request: web.Request, *, stream: bool) -> web.StreamResponse:
-        """Converse: the signature (or Bedrock API key) is checked first, as Bedrock does, then served."""
+    async def _on_bedrock_invoke(self, request: web.Request) -> web.StreamResponse:
+        """InvokeModel, for the embedding models (each family's body); another model's is a 400."""
+        model = request.match_info["model"]
+        codec = invoke_codec(model)
+        if codec is None:
+            spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message=f"turnout-sim: no InvokeModel body for {model[:100]}")
+            return self._refused(request, self._bedrock, model, spec)
+        return await self._serve_bedrock(request, stream=False, codec=codec)
+
+    async def _serve_bedrock(
+        self, request: web.Request, *, stream: bool, codec: Codec | None = None
+    ) -> web.StreamResponse:
+        """Converse or InvokeModel: the signature (or a Bedrock API key) is checked first, as Bedrock does."""
         body = await request.read()
         path, _, query = request.raw_path.partition("?")
         refusal = verify(request.method, path, query, request.headers, body, time.time())
@@ -213,7 +227,9 @@ class SimServer:
             return web.Response(
                 status=reply.status, body=reply.body, content_type=reply.content_type, headers=reply.headers
             )
-        return await self._serve(request, self._bedrock, path_model=request.match_info["model"], stream=stream)
+        return await self._serve(
+            request, codec or self._bedrock, path_model=request.match_info["model"], stream=None if codec else stream
+        )
 
     async def _on_gemini(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
@@ -242,11 +258,13 @@ class SimServer:
 
     async def _on_vertex_gemini(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
+        if method == "predict":
+            return await self._vertex(request, _VERTEX_PREDICT, model, None)
         if method not in ("generateContent", "streamGenerateContent"):
             raise web.HTTPNotFound()
         return await self._vertex(request, self._vertex_gemini, model, method == "streamGenerateContent")
 
-    async def _vertex(self, request: web.Request, codec: Codec, model: str, stream: bool) -> web.StreamResponse:
+    async def _vertex(self, request: web.Request, codec: Codec, model: str, stream: bool | None) -> web.StreamResponse:
         """A Vertex AI route: a token the Google endpoint issued, not expired, or a 401 before anything else."""
         if not self.google.valid(request.headers.get("Authorization")):
             return self._refused(request, codec, model, ErrorSpec(kind=ErrorKind.AUTH))
@@ -480,7 +498,7 @@ class SimServer:
             return web.Response(body=body[: len(body) // 2], content_type=JSON)
         rec.outcome = _OUTCOME.get(kind, kind.value)
         rec.usage = usage
-        return web.Response(body=body, content_type=JSON)
+        return web.Response(body=body, content_type=JSON, headers=codec.answer_headers(req, usage))
 
     async def _stream(
         self,
@@ -569,6 +587,7 @@ class SimServer:
 _OPENAI_EMBEDDINGS = OpenAIEmbeddingsCodec()
 _GEMINI_EMBEDDINGS = GeminiEmbeddingsCodec()
 _OLLAMA_EMBEDDINGS = OllamaEmbeddingsCodec()
+_VERTEX_PREDICT = VertexPredictCodec()
 
 
 def _bounded(exc: Exception) -> str:

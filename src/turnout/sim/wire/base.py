@@ -216,6 +216,10 @@ class Codec(ABC):
         """The HTTP status this protocol uses for an error kind."""
         return DEFAULT_STATUS[kind]
 
+    def answer_headers(self, req: Parsed, usage: SimUsage) -> dict[str, str] | None:
+        """Headers of a complete non-stream answer beyond its content type (None: none)."""
+        return None
+
     def resolve(self, spec: ErrorSpec) -> ErrorSpec:
         """``spec`` with its kind filled in (an in-band error without one gets :attr:`inband_kind`)."""
         return spec if spec.kind is not None else replace(spec, kind=self.inband_kind)
