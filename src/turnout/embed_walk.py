@@ -6,7 +6,8 @@ the request's parameters (:func:`space_entries`); an entry reaching another mode
 fallback order says. The inputs are split to the smallest caps among those entries, and each batch is walked on
 its own: the same order, admission (cooldowns, circuit breakers, the panic rule), tries, backoff, Retry-After,
 key rotation and policy as a chat, through :meth:`turnout.walk.Walk.tries`, so a failed batch is retried (and
-fails over) alone while the batches already answered are kept.
+fails over) alone while the batches already answered are kept. Batches go one after another, or, where every
+eligible entry takes one input a request (:attr:`EmbeddingLimits.parallel`), several at once.
 """
 
 from __future__ import annotations

@@ -199,6 +199,10 @@ ERROR_CASES: dict[str, tuple[str, str, Any, str | None]] = {
     "responses_all_failed": ("/v1/responses", "sim-500", {"model": "", "input": "Hi"}, None),
     "responses_bad_field": ("/v1/responses", "sim-ok", {"model": "", "input": 7}, None),
     "models_unknown": ("/v1/models/no-such-model", "sim-ok", None, None),
+    "embeddings_all_failed": ("/v1/embeddings", "sim-500", {"model": "", "input": ["a", "b"]}, None),
+    "embeddings_rate_limited": ("/v1/embeddings", "sim-429-ra7", {"model": "", "input": "a"}, None),
+    "embeddings_bad_field": ("/v1/embeddings", "sim-ok", {"model": "", "input": "a", "n": 2}, None),
+    "embeddings_bad_key": ("/v1/embeddings", "sim-ok", {"model": "", "input": "a"}, "wrong-key"),
     "unknown_route": ("/v1/nothing-here", "sim-ok", {}, None),
 }
 
