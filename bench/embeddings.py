@@ -8,7 +8,10 @@ Two targets, each a median over rounds that interleave the contenders (the small
 
 - one call of 16 inputs: ``Client.embed`` / a raw aiohttp POST of the same body plus ``orjson.loads`` (≤ 1.3 ×);
 - one call of 10,000 inputs: ``Client.embed`` (split to OpenAI's 2,048 inputs, five batches, reassembled in order)
-  / the same five raw requests one after another, each decoded (≤ 1.5 ×).
+  / the same five raw requests one after another, each decoded (≤ 1.5 ×);
+- one call of 16 inputs to Bedrock's Titan Text Embeddings V2 (one input an InvokeModel request, 8 in flight), on a
+  Bedrock API key (nothing signed; SigV4's own cost is :mod:`bench.bedrock`'s) / the same 16 raw requests, 8 at a
+  time, each decoded (≤ 1.3 ×).
 
 ``--write`` replaces the ``## Embeddings`` section of ``bench/results.md`` with this run's (the section is this
 module's own: ``python -m bench.run`` does not write it).
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+import yarl
 from aiohttp import web
 
 from bench import procs
@@ -49,9 +54,21 @@ def _answer(count: int) -> bytes:
     return orjson.dumps({"object": "list", "data": data, "model": "text-embedding-3-small", "usage": usage})
 
 
+TITAN = "amazon.titan-embed-text-v2:0"
+TITAN_PATH = "/model/amazon.titan-embed-text-v2%3A0/invoke"
+TITAN_PARALLEL = 8
+_TITAN_ANSWER = orjson.dumps({"embedding": _VECTOR, "inputTextTokenCount": 9, "embeddingsByType": {"float": _VECTOR}})
+
+
 def serve() -> None:
     """The upstream: print the port, answer until terminated."""
     answers: dict[int, bytes] = {}
+
+    async def invoke(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=_TITAN_ANSWER, content_type="application/json", headers={"X-Amzn-Bedrock-Input-Token-Count": "9"}
+        )
 
     async def embeddings(request: web.Request) -> web.Response:
         count = len(orjson.loads(await request.read())["input"])
@@ -63,6 +80,7 @@ def serve() -> None:
     async def main() -> None:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/embeddings", embeddings)
+        app.router.add_post("/model/{model}/invoke", invoke)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -115,6 +133,26 @@ async def _raw(session: aiohttp.ClientSession, url: str, texts: list[str]) -> fl
     return time.perf_counter() - t0
 
 
+async def _raw_titan(session: aiohttp.ClientSession, base: str, texts: list[str]) -> float:
+    """The floor for Titan: one request per input, at most :data:`TITAN_PARALLEL` at a time, each decoded."""
+    url = yarl.URL(base + TITAN_PATH, encoded=True)
+    gate = asyncio.Semaphore(TITAN_PARALLEL)
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench-bedrock-key"}
+
+    async def one(text: str) -> list[float]:
+        async with gate:
+            body = orjson.dumps({"inputText": text, "normalize": True, "dimensions": DIMENSIONS})
+            async with session.post(url, data=body, headers=headers) as resp:
+                vector: list[float] = orjson.loads(await resp.read())["embedding"]
+                return vector
+
+    t0 = time.perf_counter()
+    vectors = await asyncio.gather(*(one(t) for t in texts))
+    elapsed = time.perf_counter() - t0
+    assert len(vectors) == len(texts)
+    return elapsed
+
+
 async def measure(base: str, rounds: int, small_calls: int) -> dict[str, float]:
     """Median seconds of each contender in each scenario (``small_raw``, ``small_turnout``, ``large_...``)."""
     from turnout import Client
@@ -123,18 +161,24 @@ async def measure(base: str, rounds: int, small_calls: int) -> dict[str, float]:
         "default_provider": "openai.main",
         "providers": {
             "models": {
-                "openai": {"main": {"uri": f"{base}/v1", "api_key": "sk-bench", "model": "text-embedding-3-small"}}
+                "openai": {"main": {"uri": f"{base}/v1", "api_key": "sk-bench", "model": "text-embedding-3-small"}},
+                "bedrock": {
+                    "titan": {"uri": base, "region": "us-east-1", "api_key": "bench-bedrock-key", "model": TITAN}
+                },
             }
         },
         "ledger": {"enabled": False},
     }
     url = f"{base}/v1/embeddings"
     small, large = _texts(SMALL), _texts(LARGE)
-    times: dict[str, list[float]] = {k: [] for k in ("small_raw", "small_turnout", "large_raw", "large_turnout")}
+    names = ("small_raw", "small_turnout", "large_raw", "large_turnout", "titan_raw", "titan_turnout")
+    times: dict[str, list[float]] = {k: [] for k in names}
     async with aiohttp.ClientSession() as session, Client.from_dict(config) as client:
         for _ in range(3):  # warm both paths (connections, the price lookup)
             await _raw(session, url, small)
             await client.embed(small)
+            await _raw_titan(session, base, small)
+            await client.embed(small, provider="bedrock.titan", dimensions=DIMENSIONS)
         for _ in range(rounds):
             for _ in range(small_calls):  # alternating call by call: a shared machine's load hits both alike
                 times["small_raw"].append(await _raw(session, url, small))
@@ -142,6 +186,12 @@ async def measure(base: str, rounds: int, small_calls: int) -> dict[str, float]:
                 reply = await client.embed(small)
                 times["small_turnout"].append(time.perf_counter() - t0)
                 assert len(reply.vectors) == SMALL
+            for _ in range(max(1, small_calls // 4)):  # 16 requests a call: fewer calls give as many samples
+                times["titan_raw"].append(await _raw_titan(session, base, small))
+                t0 = time.perf_counter()
+                reply = await client.embed(small, provider="bedrock.titan", dimensions=DIMENSIONS)
+                times["titan_turnout"].append(time.perf_counter() - t0)
+                assert len(reply.vectors) == SMALL and reply.batches == SMALL
             times["large_raw"].append(await _raw(session, url, large))
             t0 = time.perf_counter()
             reply = await client.embed(large)
@@ -154,6 +204,7 @@ def section(result: dict[str, float], rounds: int, small_calls: int) -> str:
     """The ``## Embeddings`` section of ``bench/results.md``."""
     small = result["small_turnout"] / result["small_raw"]
     large = result["large_turnout"] / result["large_raw"]
+    titan = result["titan_turnout"] / result["titan_raw"]
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
     def verdict(ratio: float, limit: float) -> str:
@@ -166,7 +217,8 @@ def section(result: dict[str, float], rounds: int, small_calls: int) -> str:
             f"Generated by `python -m bench.embeddings --write` on {when}: {rounds} rounds, {small_calls} small "
             "calls per contender a round (alternating), medians. Upstream: this module's own (precomputed answers, "
             f"{DIMENSIONS} numbers a vector) on the upstream CPU; the floor is raw aiohttp POSTs of the same bodies, "
-            "each decoded with orjson.",
+            f"each decoded with orjson. Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+            "(the machine was shared with other work: read the ratios, not the absolute times).",
             "",
             "| target | raw aiohttp | turnout | measured | limit | |",
             "|---|---:|---:|---:|---:|---|",
@@ -175,6 +227,10 @@ def section(result: dict[str, float], rounds: int, small_calls: int) -> str:
             f"| one call of {LARGE:,} inputs, split to {OPENAI_BATCH:,} (5 requests) and reassembled: Turnout / the "
             f"5 raw requests in a row | {result['large_raw'] * 1e3:,.1f} ms | "
             f"{result['large_turnout'] * 1e3:,.1f} ms | {large:.3f} × | ≤ 1.5 × | {verdict(large, 1.5)} |",
+            f"| one call of {SMALL} inputs to Bedrock Titan V2 ({SMALL} InvokeModel requests, {TITAN_PARALLEL} in "
+            f"flight; Bedrock API key): Turnout / the {SMALL} raw requests {TITAN_PARALLEL} at a time | "
+            f"{result['titan_raw'] * 1e6:,.0f} µs | {result['titan_turnout'] * 1e6:,.0f} µs | {titan:.3f} × | "
+            f"≤ 1.3 × | {verdict(titan, 1.3)} |",
             "",
         ]
     )

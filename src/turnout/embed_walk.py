@@ -198,8 +198,8 @@ async def _bounded(run: Callable[[int], Awaitable[None]], count: int, parallel: 
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
     finally:
         for task in tasks:
             task.cancel()
