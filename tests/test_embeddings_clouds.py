@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from google_creds import service_account_file
 from turnout import Client
+from turnout.cli import app
 from turnout.errors import AllProvidersFailed
 from turnout.sim import Simulator
 from turnout.sim.aws import ACCESS_KEY, SECRET_KEY
@@ -206,3 +208,39 @@ async def test_vertex_fails_over_to_the_same_model_on_the_gemini_api(sim: Simula
     assert reply.served.provider == "gemini.api"
     assert "text-embedding-004" not in {e.model for e in sim.log}
     assert list(reply.vectors) == [sim_vector("text-embedding-005", t, 768) for t in ("one", "two")]
+
+
+BEDROCK_CHECK = """
+default_provider = "bedrock.east"
+[providers.models.bedrock.east]
+region = "us-east-1"
+api_key = "bedrock-key"
+model = "amazon.titan-embed-text-v2:0"
+fallback = ["bedrock.cohere", "bedrock.west", "vertex.g"]
+[providers.models.bedrock.cohere]
+region = "us-east-1"
+api_key = "bedrock-key"
+model = "cohere.embed-english-v3"
+[providers.models.bedrock.west]
+region = "us-west-2"
+api_key = "bedrock-key"
+model = "amazon.titan-embed-text-v2:0"
+[providers.models.vertex.g]
+project = "p"
+region = "us-central1"
+model = "text-embedding-005"
+"""
+
+
+def test_turnout_check_says_a_bedrock_route_keeps_to_titan(tmp_path: Path) -> None:
+    """``turnout check``: Titan's fallbacks to Cohere and Vertex are skipped; Titan in another region serves."""
+    path = tmp_path / "turnout.toml"
+    path.write_text(BEDROCK_CHECK, encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index(f"embeddings via default: bedrock.east: one vector space, {TITAN}")
+    assert lines[start + 1 :] == [
+        f"  entry 2 (bedrock.cohere/{COHERE}) is skipped: another vector space than {TITAN}",
+        f"  entry 4 (vertex.g/text-embedding-005) is skipped: another vector space than {TITAN}",
+    ]
