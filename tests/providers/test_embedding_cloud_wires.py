@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from provider_kit import RecordingServer, Reply, make_adapter
 
 from servers import loopback_app
 from turnout import Client
@@ -17,6 +18,7 @@ from turnout.config import load_config_dict
 from turnout.embeddings import EmbedRequest
 from turnout.errors import AllProvidersFailed, ErrorClass, UnsupportedRequest
 from turnout.providers import HttpClient, build_adapter
+from turnout.providers.bedrock import BedrockAdapter
 from turnout.providers.vertex import VertexGeminiAdapter
 from turnout.sim.aws import ACCESS_KEY, SECRET_KEY
 
@@ -258,3 +260,20 @@ def test_vertex_batch_caps_follow_googles_limits(http: HttpClient) -> None:
             "/publishers/google/models/text-embedding-005:predict"
         )
     )
+
+
+async def test_an_expired_aws_credential_is_resolved_anew_for_an_embedding_call(
+    http: HttpClient, server: RecordingServer, aws_env: None
+) -> None:
+    """A 403 ExpiredTokenException to InvokeModel drops the kept credentials; the call is made once more."""
+    expired = Reply(
+        status=403,
+        headers={"Content-Type": "application/json", "x-amzn-ErrorType": "ExpiredTokenException"},
+        pieces=(b'{"message":"The security token included in the request is expired"}',),
+    )
+    server.reply(expired, Reply(pieces=(fixture("bedrock_titan_v2.json"),)))
+    adapter = make_adapter(http, "bedrock", server.url, api_key=None, region="us-east-1")
+    assert isinstance(adapter, BedrockAdapter) and adapter.aws is not None
+    answer = await adapter.embed(EmbedRequest(inputs=("one text",)), TITAN)
+    assert len(answer.vectors) == 1 and len(server.requests) == 2
+    assert all(r.headers["authorization"].startswith("AWS4-HMAC-SHA256") for r in server.requests)
