@@ -116,6 +116,7 @@ class BedrockAdapter(HTTPAdapter):
         prompt_caching=True,
         extended_thinking=True,
         structured_output=False,
+        documents=True,  # an Anthropic body's documents become Converse document blocks (turnout.providers.converse)
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
