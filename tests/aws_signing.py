@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from unittest import mock
 
@@ -25,9 +24,10 @@ def botocore_sign(
 ) -> dict[str, str]:
     """The headers botocore's ``SigV4Auth`` adds to a ``POST`` of ``body`` to ``url`` (at ``now``, if given).
 
-    botocore works the ``Host`` out of the URL itself, as it does for its own clients.
+    botocore works the ``Host`` out of the URL and the body's hash out of the body itself, as it does for its own
+    ``bedrock-runtime`` client (which sends no ``X-Amz-Content-SHA256``).
     """
-    headers = {"Content-Type": content_type, "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
+    headers = {"Content-Type": content_type}
     request = AWSRequest(method="POST", url=url, data=body, headers=headers)
     auth = SigV4Auth(credentials, service, region)
     if now is None:

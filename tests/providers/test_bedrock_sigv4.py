@@ -170,7 +170,7 @@ def test_only_the_needed_headers_are_signed() -> None:
         ReadOnlyCredentials(sim_aws.ACCESS_KEY, sim_aws.SECRET_KEY, "session-token"), "us-east-1", _url(), body
     )
     assert (
-        "SignedHeaders=content-type;host;x-amz-content-sha256;x-amz-date;x-amz-security-token,"
+        "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token,"
         in headers["Authorization"]
     )
     assert headers["X-Amz-Security-Token"] == "session-token"

@@ -27,8 +27,8 @@ AMZ_DATE = "%Y%m%dT%H%M%SZ"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 #: The headers a request is signed over, without and with a session token (sorted, as SigV4 wants them).
 _SIGNED = (
-    ("content-type", "host", "x-amz-content-sha256", "x-amz-date"),
-    ("content-type", "host", "x-amz-content-sha256", "x-amz-date", "x-amz-security-token"),
+    ("content-type", "host", "x-amz-date"),
+    ("content-type", "host", "x-amz-date", "x-amz-security-token"),
 )
 
 
@@ -97,23 +97,25 @@ def canonical_request(
 def signature(key: bytes, amz_date: str, scope: str, request: str) -> str:
     """The hex signature of a canonical request with the derived ``key`` (``scope``: ``date/region/service/…``)."""
     to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(request.encode()).hexdigest()}"
-    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(key, to_sign.encode(), "sha256").hex()
 
 
 class Signer:
     """Signs ``POST`` requests for one region and service, keeping the day's derived key and each URL's parts.
 
-    Only ``content-type``, ``host``, ``x-amz-content-sha256``, ``x-amz-date`` and ``x-amz-security-token`` are
-    signed: every other header a request carries (forwarded, extra, the client's own) stays out of the
-    signature, so none can break it.
+    Only ``content-type``, ``host``, ``x-amz-date`` and ``x-amz-security-token`` are signed, as botocore's own
+    ``bedrock-runtime`` client signs them (the body's hash is in the canonical request, not in a header): every
+    other header a request carries (forwarded, extra, the client's own) stays out of the signature, so none can
+    break it.
     """
 
-    __slots__ = ("_key", "_urls", "region", "service")
+    __slots__ = ("_key", "_second", "_urls", "region", "service")
 
     def __init__(self, region: str, service: str) -> None:
         self.region = region
         self.service = service
         self._key: tuple[str, str, bytes] | None = None  # (secret, date, key): one day's, for one secret
+        self._second: tuple[int, str] = (-1, "")  # the last second signed in, and its X-Amz-Date
         self._urls: dict[str, tuple[str, str, str]] = {}
 
     def _url_parts(self, url: str) -> tuple[str, str, str]:
@@ -145,17 +147,22 @@ class Signer:
     ) -> dict[str, str]:
         """The headers that sign a ``POST`` of ``body`` to ``url`` at ``now`` (seconds since the epoch)."""
         host, path, query = self._url_parts(url)
-        amz_date = time.strftime(AMZ_DATE, time.gmtime(now))
+        second = int(time.time() if now is None else now)
+        if second == self._second[0]:
+            amz_date = self._second[1]
+        else:
+            amz_date = time.strftime(AMZ_DATE, time.gmtime(second))
+            self._second = (second, amz_date)
         date = amz_date[:8]
         payload = hashlib.sha256(body).hexdigest()
         scope = f"{date}/{self.region}/{self.service}/aws4_request"
-        headers = {"content-type": content_type, "host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+        headers = {"content-type": content_type, "host": host, "x-amz-date": amz_date}
         if token is not None:
             headers["x-amz-security-token"] = token
         signed = _SIGNED[token is not None]
         request = canonical_request("POST", path, query, headers, signed, payload)
         sig = signature(self._day_key(secret_key, date), amz_date, scope, request)
-        out = {"Content-Type": content_type, "X-Amz-Content-SHA256": payload, "X-Amz-Date": amz_date}
+        out = {"Content-Type": content_type, "X-Amz-Date": amz_date}
         if token is not None:
             out["X-Amz-Security-Token"] = token
         names = ";".join(signed)
