@@ -169,10 +169,7 @@ def test_only_the_needed_headers_are_signed() -> None:
     headers = sign(
         ReadOnlyCredentials(sim_aws.ACCESS_KEY, sim_aws.SECRET_KEY, "session-token"), "us-east-1", _url(), body
     )
-    assert (
-        "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token,"
-        in headers["Authorization"]
-    )
+    assert "SignedHeaders=content-type;host;x-amz-date;x-amz-security-token," in headers["Authorization"]
     assert headers["X-Amz-Security-Token"] == "session-token"
     forwarded = {"X-Forwarded-For": "10.0.0.1", "anthropic-beta": "prompt-caching-2024-07-31", "User-Agent": "x/1"}
     assert _check(_url(), headers, body, **forwarded) is None
