@@ -50,3 +50,22 @@ async def test_all_failed_carries_the_last_error() -> None:
     assert str(info.value).count("field x") == 1
     event = "event 1 (openai.a/m, try 1/3): non_retryable; kind=client_error; phase=http_response; "
     assert event + 'reason="field x is invalid"; hint=' in str(info.value)
+
+
+async def test_documents_go_to_an_entry_that_takes_them() -> None:
+    """A caller's documents skip an entry of another protocol unless it takes documents (Bedrock), streams too."""
+    native = NativeRequest(protocol="anthropic", body={}, documents=("messages[0].content[0] (document)",))
+    request = ChatRequest.of("hi", native=native)
+    plain = Scripted("no")
+    takes = Scripted("yes", caps=replace(FULL, protocol="bedrock", documents=True))
+    reliable = walk(E("openai.a", "m", [plain]), E("bedrock.b", "m", [takes]))
+    assert (await reliable.chat(request, "m")).text == "yes"
+    events = [e async for e in reliable.stream(request, "m")]
+    assert plain.calls == [] and plain.stream_calls == [] and takes.stream_calls == ["m"]
+    assert events[0].type == "text"
+    with pytest.raises(UnsupportedRequest, match=r"messages\[0\]\.content\[0\] \(document\) need an upstream"):
+        await walk(E("openai.a", "m", [plain])).chat(request, "m")
+    # a document only Anthropic can carry is not Bedrock's to take
+    only = ChatRequest.of("hi", native=replace(native, only=("messages[0].content[1] (document)",)))
+    with pytest.raises(UnsupportedRequest):
+        await walk(E("bedrock.b", "m", [takes])).chat(only, "m")

@@ -246,13 +246,16 @@ class NativeRequest:
         protocol: ``anthropic``, ``openai-chat`` or ``openai-responses``.
         body: The request body as the caller sent it (decoded JSON).
         headers: Protocol headers to forward (``anthropic-beta``), already validated.
-        only: Fields only this protocol can carry (``messages[1].content[0] (document)``).
+        only: Fields only this protocol can carry (``messages[1].content[0] (server_tool_use)``).
+        documents: Document blocks an entry of another protocol with :attr:`Capabilities.documents` carries too
+            (``messages[1].content[0] (document)``): it translates them from :attr:`body`.
     """
 
     protocol: str
     body: Mapping[str, Any]
     headers: Mapping[str, str] = field(default_factory=dict)
     only: tuple[str, ...] = ()
+    documents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,19 +428,24 @@ class Capabilities:
     extended_thinking: bool = False
     structured_output: bool = False
     protocol: str = ""
+    documents: bool = False
+    """Whether documents in a caller's own body (:attr:`NativeRequest.documents`) reach the model."""
 
 
 def can_serve(caps: Capabilities, request: ChatRequest) -> bool:
     """Whether an entry with ``caps`` can honour what ``request`` asks beyond plain chat.
 
     Structured output needs ``structured_output``; a request carrying what only its own protocol can express
-    (:attr:`NativeRequest.only`) needs an entry speaking that protocol. The walk and the stream skip an entry
+    (:attr:`NativeRequest.only`) needs an entry speaking that protocol, and one carrying documents an entry
+    speaking it or taking documents (:attr:`Capabilities.documents`). The walk and the stream skip an entry
     that cannot, as they skip one without vision for images.
     """
     if request.response_format is not None and not caps.structured_output:
         return False
     native = request.native
-    return native is None or not native.only or caps.protocol == native.protocol
+    if native is None or caps.protocol == native.protocol:
+        return True
+    return not native.only and (caps.documents or not native.documents)
 
 
 def unservable_reason(request: ChatRequest) -> str:
@@ -449,6 +457,11 @@ def unservable_reason(request: ChatRequest) -> str:
     if native is not None and native.only:
         fields = ", ".join(native.only[:4]) + (f" and {len(native.only) - 4} more" if len(native.only) > 4 else "")
         reasons.append(f"{fields} can only be carried by an upstream speaking the {native.protocol} protocol")
+    elif native is not None and native.documents:
+        docs = ", ".join(native.documents[:4]) + (
+            f" and {len(native.documents) - 4} more" if len(native.documents) > 4 else ""
+        )
+        reasons.append(f"{docs} need an upstream that takes documents (the {native.protocol} protocol or Bedrock)")
     return "no entry of this route can serve the request: " + "; ".join(reasons)
 
 

@@ -70,11 +70,15 @@ def refuse_empty(response: ChatResponse) -> None:
 def asks_capabilities(request: ChatRequest, images: bool) -> bool:
     """Whether a non-streaming request needs its entries' capabilities checked (:meth:`Walk.admits`).
 
-    Images, a response format, or a native body carrying what only its protocol can (:attr:`NativeRequest.only`).
+    Images, a response format, or a native body carrying what only its protocol can (:attr:`NativeRequest.only`)
+    or documents.
     Any entry can take any other request, so a walk that knows no context window admits it by its cooldowns and
     breaker alone.
     """
-    return images or request.response_format is not None or (request.native is not None and request.native.only != ())
+    native = request.native
+    return (
+        images or request.response_format is not None or (native is not None and bool(native.only or native.documents))
+    )
 
 
 async def opening(

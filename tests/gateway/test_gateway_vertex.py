@@ -179,3 +179,41 @@ async def test_a_thinking_only_turn_becomes_text_for_another_cloud(sim: Simulato
         got = await post(server, "/v1/messages", body)
     assert got.status == 200, got.body
     assert got.headers["x-turnout-provider"] == "vertex.main"
+
+
+COUNTED: Any = [{"role": "user", "content": "how many tokens are in this request"}]
+
+
+async def test_count_tokens_asks_vertex_for_claude(sim: Simulator, tmp_path: Path) -> None:
+    """A Vertex Claude profile's count comes from Vertex's count-tokens:rawPredict, as the SDK reads it."""
+    async with gateway(vertex_only(sim, tmp_path)) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.url, api_key=GATEWAY_KEY, max_retries=0)
+        counted = await client.messages.count_tokens(model="", system="be brief", messages=COUNTED)
+        await client.close()
+        raw = await post(server, "/v1/messages/count_tokens", {"model": "", "messages": COUNTED})
+    assert raw.headers["x-turnout-token-count"] == "upstream" and raw.headers["x-turnout-provider"] == "vertex.main"
+    assert counted.input_tokens == 9  # the simulator counts words: 2 of the system prompt and 7
+    assert raw.json()["input_tokens"] == 7
+    assert sim.google.issued == 1
+
+
+async def test_count_tokens_on_vertex_renews_an_expired_token_once(sim: Simulator, tmp_path: Path) -> None:
+    """Google expired the token: the count gets a 401, renews the token and asks once more."""
+    async with gateway(vertex_only(sim, tmp_path)) as server:
+        first = await post(server, "/v1/messages/count_tokens", {"model": "", "messages": COUNTED})
+        assert sim.google.expire() == 1
+        second = await post(server, "/v1/messages/count_tokens", {"model": "", "messages": COUNTED})
+    assert first.headers["x-turnout-token-count"] == second.headers["x-turnout-token-count"] == "upstream"
+    assert second.json()["input_tokens"] == 7 and sim.google.issued == 2
+
+
+async def test_count_tokens_asks_vertex_for_gemini(sim: Simulator, tmp_path: Path) -> None:
+    """A Vertex Gemini profile's count is Vertex's countTokens' totalTokens."""
+    cfg = vertex_only(sim, tmp_path).replace(
+        f'model = "{MODEL}"\ncredentials_file', 'model = "gemini-2.5-pro"\ncredentials_file'
+    )
+    assert 'model = "gemini-2.5-pro"' in cfg
+    async with gateway(cfg) as server:
+        raw = await post(server, "/v1/messages/count_tokens", {"model": "", "system": "be brief", "messages": COUNTED})
+    assert raw.headers["x-turnout-token-count"] == "upstream"
+    assert raw.json()["input_tokens"] == 9

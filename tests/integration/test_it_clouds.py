@@ -10,7 +10,7 @@ from it_support import KEY, client, config, trail, upstream
 
 from google_creds import service_account_file
 from turnout.sim import Simulator
-from turnout.types import Final
+from turnout.types import Final, NativeRequest
 
 MODEL = "claude-sonnet-4-5"
 BEDROCK_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -123,3 +123,39 @@ async def test_a_vertex_profile_without_credentials_moves_on_naming_what_it_look
     failed = reply.attempts[0]
     assert (failed.provider, failed.outcome, failed.status) == ("vertex.main", "non_retryable", None)
     assert [e.model for e in sim.log] == [MODEL]  # nothing reached the Vertex route
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_document_fails_over_from_anthropic_to_bedrock(sim: Simulator, tmp_path: Path, streamed: bool) -> None:
+    """A caller's Anthropic body with a document: Anthropic overloaded, Bedrock is sent it as a Converse document."""
+    notes = "Revenue grew four percent and costs stayed flat."
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "document",
+                        "title": "q3",
+                        "source": {"type": "text", "media_type": "text/plain", "data": notes},
+                    },
+                    {"type": "text", "text": "Summarise."},
+                ],
+            }
+        ],
+    }
+    native = NativeRequest(protocol="anthropic", body=body, documents=("messages[0].content[0] (document)",))
+    sim.set_script({"models": {MODEL: {"steps": ["529"]}}})
+    async with client(chain(sim, tmp_path)) as c:
+        if streamed:
+            stream = c.stream("Summarise.", native=native)
+            events = [e async for e in stream]
+            assert isinstance(events[-1], Final)
+            reply = stream.response
+        else:
+            reply = await c.chat("Summarise.", native=native)
+    assert trail(reply.attempts) == [("anthropic.main", MODEL, "retryable", 529), ("bedrock.main", MODEL, "ok", None)]
+    served = sim.log[-1].usage
+    assert served is not None and served.input == len(notes.split()) + 1  # the simulator counted the document's words

@@ -10,7 +10,7 @@ import pytest
 from provider_kit import RecordingServer, Reply, bytewise, fixture_path, random_splits, two_way_splits
 
 from turnout.config import load_config_dict
-from turnout.errors import ErrorClass, ProviderError, StreamTruncated
+from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
 from turnout.providers.vertex import ANTHROPIC_VERSION, VertexAnthropicAdapter, VertexGeminiAdapter
@@ -325,3 +325,42 @@ def test_adapter_classes_follow_the_publisher() -> None:
     assert built(model="claude-sonnet-4-5@20250929") is VertexAnthropicAdapter
     assert built(model="gemini-2.5-pro") is VertexGeminiAdapter
     assert built(publisher="anthropic") is VertexAnthropicAdapter
+
+
+async def test_claude_count_goes_to_count_tokens_with_the_model_in_the_body(
+    http: HttpClient, server: RecordingServer
+) -> None:
+    """``count-tokens:rawPredict`` gets the counted Messages fields, the Vertex id and ``anthropic_version``."""
+    err = fixture_path("vertex/error_401_unauthenticated.json").read_bytes()
+    server.reply(Reply(status=401, pieces=(err,)), Reply(pieces=(b'{"input_tokens": 12}',)))
+    adapter = vertex(http, server.url)
+    counted = await adapter.count_tokens(request(), "claude-sonnet-4-5")
+    assert counted == 12
+    seen = server.requests[-1]
+    assert seen.path == "/v1/projects/sim-project/locations/global/publishers/anthropic/models/count-tokens:rawPredict"
+    assert seen.body == {
+        "model": "claude-sonnet-4-5@20250929",
+        "anthropic_version": ANTHROPIC_VERSION,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    assert [r.headers["authorization"] for r in server.requests] == ["Bearer tok-1", "Bearer tok-2"]
+
+
+async def test_gemini_count_goes_to_count_tokens(http: HttpClient, server: RecordingServer) -> None:
+    """``{model}:countTokens`` gets ``contents`` (no generation settings) and answers ``totalTokens``."""
+    server.reply(Reply(pieces=(b'{"totalTokens": 31, "totalBillableCharacters": 90}',)))
+    adapter = vertex(http, server.url, model="gemini-2.5-pro", max_tokens=100)
+    assert await adapter.count_tokens(request(), "gemini-2.5-pro") == 31
+    seen = server.requests[0]
+    assert seen.path.endswith("/publishers/google/models/gemini-2.5-pro:countTokens")
+    assert set(seen.body) == {"contents"}
+
+
+@pytest.mark.parametrize("answer", [b"{}", b'{"totalTokens": -1}', b'{"totalTokens": "many"}', b"[]"])
+async def test_a_count_without_a_count_is_a_protocol_error(
+    http: HttpClient, server: RecordingServer, answer: bytes
+) -> None:
+    server.reply(Reply(pieces=(answer,)))
+    adapter = vertex(http, server.url, model="gemini-2.5-pro")
+    with pytest.raises(ProtocolError):
+        await adapter.count_tokens(request(), "gemini-2.5-pro")

@@ -12,7 +12,7 @@ from botocore.credentials import ReadOnlyCredentials
 from botocore.eventstream import EventStreamBuffer
 from yarl import URL
 
-from turnout.providers.aws import sign
+from aws_signing import botocore_sign
 from turnout.sim import Simulator
 from turnout.sim.aws import ACCESS_KEY, EXPIRED_TOKEN, SECRET_KEY
 
@@ -40,7 +40,7 @@ async def _post(url: str, headers: dict[str, str], body: bytes = BODY) -> tuple[
 
 
 def _signed(url: str, token: str | None = None, secret: str = SECRET_KEY) -> dict[str, str]:
-    return sign(ReadOnlyCredentials(ACCESS_KEY, secret, token), "us-east-1", url, BODY)
+    return botocore_sign(ReadOnlyCredentials(ACCESS_KEY, secret, token), "us-east-1", url, BODY)
 
 
 def _frames(body: bytes) -> list[tuple[dict[str, Any], Any]]:

@@ -265,11 +265,12 @@ class AnthropicSurface:
     def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
         """Validate the body and translate it into a :class:`ChatCall`.
 
-        What has no translation (``document`` blocks, Anthropic-defined and server tools, ``mcp_servers``)
-        is kept for an Anthropic upstream (see :mod:`turnout.gateway.passthrough`).
+        What has no translation (Anthropic-defined and server tools, ``mcp_servers``) is kept for an Anthropic
+        upstream (see :mod:`turnout.gateway.passthrough`); ``document`` blocks for an Anthropic upstream or a
+        Bedrock one, which translates them.
         """
         raw = parse_json(body)
-        modelled, only = split_anthropic(raw)
+        modelled, only, documents = split_anthropic(raw)
         try:
             req = MessagesRequest.model_validate(modelled)
         except ValidationError as exc:
@@ -294,7 +295,7 @@ class AnthropicSurface:
             show_reasoning=req.thinking is not None and req.thinking.type != "disabled",
             sender=req.metadata.user_id if req.metadata is not None else None,
             response_format=ResponseFormat(kind="json_schema", schema=fmt.schema_) if fmt is not None else None,
-            native=native("anthropic", raw, only, anthropic_beta(headers)),
+            native=native("anthropic", raw, only, anthropic_beta(headers), documents),
         )
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
@@ -303,7 +304,11 @@ class AnthropicSurface:
         That is when the request held untranslatable blocks or tools (citations, server tool results) or
         enabled thinking (the thinking blocks' signatures must go back unchanged next turn).
         """
-        if reply.native is not None and call.native is not None and (call.native.only or call.thinking):
+        if (
+            reply.native is not None
+            and call.native is not None
+            and (call.native.only or call.native.documents or call.thinking)
+        ):
             # signatures go out stamped with their signer, so a replay after a failover reaches only that family
             signed = stamped_content(reply.native.get("content"), signer_of(reply.served.provider))
             body = {**reply.native, "id": f"msg_{reply.call_id}", "model": reply.served.model, "content": signed}

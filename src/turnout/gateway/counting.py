@@ -26,7 +26,7 @@ from turnout.gateway.wire import (
     parse_json,
     read_body,
 )
-from turnout.providers.anthropic import AnthropicAdapter
+from turnout.providers.base import HTTPAdapter
 from turnout.types import ChatRequest
 
 log = logging.getLogger("turnout.gateway")
@@ -36,7 +36,8 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
     """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
 
     The body is a Messages request without ``max_tokens``. When the entry that would serve it is an
-    Anthropic profile, its ``count_tokens`` endpoint answers (``x-turnout-token-count: upstream``);
+    Anthropic profile or a Vertex AI one (Claude's ``count-tokens:rawPredict``, Gemini's ``countTokens``), its
+    count answers (``x-turnout-token-count: upstream``);
     otherwise, or when that call fails, the estimate above answers (``x-turnout-token-count: estimate``).
     """
     try:
@@ -55,7 +56,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
     key = entry.keys.pick(gw.client.factory.clock())
     provider = entry.providers[key.index] if key is not None else None
     count, source = None, "estimate"
-    if isinstance(provider, AnthropicAdapter):
+    if isinstance(provider, HTTPAdapter) and provider.counts_tokens:
         request_ = ChatRequest(messages=call.messages, tools=call.tools, native=call.native)
         try:
             count, source = await provider.count_tokens(request_, model), "upstream"

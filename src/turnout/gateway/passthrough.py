@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnout.gateway.wire import invalid
+from turnout.providers.converse import document_format
 from turnout.types import NativeRequest
 
 #: Anthropic content blocks Turnout translates (everything else passes through or is refused).
@@ -45,28 +46,36 @@ def anthropic_beta(headers: Mapping[str, str] | None) -> dict[str, str]:
     return {"anthropic-beta": value.strip()}
 
 
-def _kept(items: list[Any], path: str, translated: frozenset[str], only: list[str]) -> list[Any]:
-    """``items`` without those whose ``type`` has no translation; each one left out is named in ``only``."""
+def _kept(
+    items: list[Any], path: str, translated: frozenset[str], only: list[str], documents: list[str] | None = None
+) -> list[Any]:
+    """``items`` without those whose ``type`` has no translation; each one left out is named in ``only``.
+
+    With ``documents``, an Anthropic document block Bedrock Converse can carry is named there instead.
+    """
     kept = []
     for i, item in enumerate(items):
         kind = item.get("type") if isinstance(item, dict) else None
         if isinstance(kind, str) and kind not in translated:
-            only.append(f"{path}[{i}] ({kind[:40]})")
+            into = documents if documents is not None and kind == "document" and document_format(item) else only
+            into.append(f"{path}[{i}] ({kind[:40]})")
             continue
         kept.append(item)
     return kept
 
 
-def split_anthropic(body: Any) -> tuple[Any, list[str]]:
-    """The body without untranslatable blocks and tools, and the paths of what was taken out.
+def split_anthropic(body: Any) -> tuple[Any, list[str], list[str]]:
+    """The body without untranslatable blocks and tools, the paths of what was taken out, and of its documents.
 
     Unknown tool kinds (Anthropic-defined ``bash_*``, ``text_editor_*``, server tools ``web_search_*``) and
     blocks (``document``, ``search_result``, server tool results) are removed from the copy; so is a block's
-    ``cache_control`` (a hint). The original body is left as it is.
+    ``cache_control`` (a hint). A document of base64 data or plain text is listed apart: Bedrock carries it too
+    (:func:`turnout.providers.converse.document_format`). The original body is left as it is.
     """
     if not isinstance(body, dict):
-        return body, []
+        return body, [], []
     only: list[str] = [name for name in ANTHROPIC_ONLY_FIELDS if body.get(name)]
+    documents: list[str] = []
     out = dict(body)
     messages = body.get("messages")
     if isinstance(messages, list):
@@ -76,13 +85,13 @@ def split_anthropic(body: Any) -> tuple[Any, list[str]]:
                 kept_messages.append(m)
                 continue
             kept_messages.append(
-                {**m, "content": _kept(m["content"], f"messages[{i}].content", ANTHROPIC_BLOCKS, only)}
+                {**m, "content": _kept(m["content"], f"messages[{i}].content", ANTHROPIC_BLOCKS, only, documents)}
             )
         out["messages"] = kept_messages
     tools = body.get("tools")
     if isinstance(tools, list):
         out["tools"] = _kept(tools, "tools", _ANTHROPIC_TOOLS, only)
-    return out, only
+    return out, only, documents
 
 
 def split_openai_chat(body: Any) -> tuple[Any, list[str]]:
@@ -138,6 +147,14 @@ def _allowed_tools(choice: Mapping[str, Any], tools: Any) -> tuple[Any, str]:
     return kept, mode if mode in ("auto", "required") else "auto"
 
 
-def native(protocol: str, body: Any, only: list[str], headers: Mapping[str, str] | None = None) -> NativeRequest:
-    """The pass-through record of a body (``only``: its untranslatable parts)."""
-    return NativeRequest(protocol=protocol, body=body, headers=dict(headers or {}), only=tuple(only))
+def native(
+    protocol: str,
+    body: Any,
+    only: list[str],
+    headers: Mapping[str, str] | None = None,
+    documents: list[str] | None = None,
+) -> NativeRequest:
+    """The pass-through record of a body (``only``: its untranslatable parts; ``documents``: its documents)."""
+    return NativeRequest(
+        protocol=protocol, body=body, headers=dict(headers or {}), only=tuple(only), documents=tuple(documents or ())
+    )

@@ -256,6 +256,8 @@ class AnthropicAdapter(HTTPAdapter):
         """A Messages event-stream decoder."""
         return AnthropicDecoder(self, model)
 
+    counts_tokens = True
+
     async def count_tokens(self, request: ChatRequest, model: str) -> int:
         """Anthropic's own count of the request's input tokens (``POST /v1/messages/count_tokens``).
 
@@ -264,27 +266,19 @@ class AnthropicAdapter(HTTPAdapter):
             InvalidRequest: The request cannot be built or encoded (nothing was sent).
         """
         try:
-            built = self.build_body(request, model, None, False)
-            body = orjson.dumps({k: v for k, v in built.items() if k in _COUNTED})
+            body = self.count_body(request, model)
         except Exception as exc:
             raise self._unbuildable(exc) from exc
-        resp = await self.http.post(
-            self._url + "/count_tokens",
-            headers=self.request_headers(request),
-            body=body,
-            timeouts=self.settings.timeouts,
-            target=self.target(model),
-            max_bytes=1024 * 1024,
-            ssl_context=self._ssl,
-        )
-        if resp.status >= 400:
-            raise self.error(resp.status, resp.headers, resp.body, model)
-        data = loads(resp.body, provider=self.profile, model=model)
-        count = data.get("input_tokens") if isinstance(data, dict) else None
-        counted, clamped = provider_count(count)
-        if clamped or count is None:  # a count the gateway hands on to its client: no clamped guess
-            raise ProtocolError("malformed count_tokens response", provider=self.profile, model=model)
-        return counted
+        return await self.post_count(self.count_url(model), self.request_headers(request), body, model, "input_tokens")
+
+    def count_url(self, model: str) -> str:
+        """Where the count is asked."""
+        return self._url + "/count_tokens"
+
+    def count_body(self, request: ChatRequest, model: str) -> dict[str, Any]:
+        """The chat body's fields ``count_tokens`` accepts."""
+        built = self.build_body(request, model, None, False)
+        return {k: v for k, v in built.items() if k in _COUNTED}
 
 
 #: The fields ``count_tokens`` accepts (a chat body's others, like ``max_tokens``, it refuses).

@@ -1,4 +1,4 @@
-"""What Turnout takes from botocore for AWS: the credential chain, SigV4 signing and event-stream frames.
+"""What Turnout takes from botocore for AWS: the credential chain and event-stream frames.
 
 Imported only by the Bedrock adapter, so ``import turnout`` never imports botocore (the ``aws`` extra).
 
@@ -7,9 +7,8 @@ Imported only by the Bedrock adapter, so ``import turnout`` never imports botoco
   metadata) in a worker thread, never on the event loop, and keeps them: a call uses the kept ones, and
   credentials that can expire are handed to botocore's own refresh at most every :data:`RECHECK_S` seconds,
   again in a thread; a chain that found nothing is asked again only after as long.
-- :func:`sign` signs one request with botocore's ``SigV4Auth``, over the headers that must be signed only
-  (``host``, ``content-type``, ``x-amz-content-sha256``, ``x-amz-date`` and the session token), so forwarded
-  headers never break it.
+- Requests are signed with these credentials by :mod:`turnout.providers.sigv4` (SigV4 computed with the
+  standard library, held to botocore's ``SigV4Auth`` by a differential test and to AWS's test suite).
 - :class:`FrameReader` cuts an ``application/vnd.amazon.eventstream`` body into frames and hands each whole
   frame to botocore's ``EventStreamBuffer``, which checks its prelude and message CRCs; the frame's lengths are
   bounded here first, so a zero-length or lying prelude is a protocol error at once, never a wait or a spin.
@@ -18,18 +17,14 @@ Imported only by the Bedrock adapter, so ``import turnout`` never imports botoco
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import struct
 import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from botocore import eventstream
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import BotoCoreError, NoCredentialsError, PartialCredentialsError, ProfileNotFound
 from botocore.session import Session
@@ -164,36 +159,6 @@ def string_frame(raw: bytes) -> Frame | None:
     if pos != end:
         return None
     return Frame(headers, raw[end:-4])
-
-
-def sign(
-    credentials: ReadOnlyCredentials, region: str, url: str, body: bytes, content_type: str = "application/json"
-) -> dict[str, str]:
-    """The SigV4 headers of a ``POST`` of ``body`` to ``url`` (``Authorization``, ``X-Amz-Date``, the token).
-
-    Only ``content-type``, ``host``, ``x-amz-content-sha256``, ``x-amz-date`` and ``x-amz-security-token`` are
-    signed: every other header the request carries (forwarded, extra, the client's own) stays out of the
-    signature. The host and the body's hash are given to botocore rather than worked out by it (it would parse
-    the URL twice and copy every header to hash the body: most of a signature's cost).
-    """
-    netloc = urlsplit(url).netloc
-    headers = {
-        "Content-Type": content_type,
-        "Host": netloc,
-        "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest(),
-    }
-    request = AWSRequest(method="POST", url=url, data=body, headers=headers)
-    SigV4Auth(credentials, SIGNING_NAME, region).add_auth(request)
-    out = {
-        "Content-Type": content_type,
-        "X-Amz-Content-SHA256": headers["X-Amz-Content-SHA256"],
-        "X-Amz-Date": request.headers["X-Amz-Date"],
-    }
-    token = request.headers.get("X-Amz-Security-Token")
-    if token is not None:
-        out["X-Amz-Security-Token"] = token
-    out["Authorization"] = request.headers["Authorization"]
-    return out
 
 
 class AwsCredentials:

@@ -28,7 +28,7 @@ from turnout.providers.embedding import EmbeddingWire, header_tokens
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.providers.registry import Family, family_for
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, provider_count
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
@@ -316,6 +316,55 @@ class HTTPAdapter(Provider):
     @abstractmethod
     def decoder(self, model: str) -> StreamDecoder:
         """A fresh decoder for one stream."""
+
+    #: Whether :meth:`count_tokens` asks the upstream (the gateway's ``count_tokens`` estimates otherwise).
+    counts_tokens: ClassVar[bool] = False
+
+    async def count_tokens(self, request: ChatRequest, model: str) -> int:
+        """The upstream's own count of the request's input tokens (only where :attr:`counts_tokens`).
+
+        Raises:
+            ProviderError: Always here (non-retryable): this family has no count; the caller estimates.
+        """
+        raise ProviderError(
+            f"{self.protocol} profiles offer no token count",
+            error_class=ErrorClass.NON_RETRYABLE,
+            provider=self.settings.profile,
+            model=model,
+            error_type="unsupported",
+        )
+
+    async def post_count(
+        self, url: str, headers: Mapping[str, str], built: Mapping[str, Any], model: str, field: str
+    ) -> int:
+        """POST a token-count body and read the count in the answer's ``field``.
+
+        Raises:
+            ProviderError: The upstream refused or failed (classified like a chat call's error).
+            ProtocolError: The answer holds no count (or one out of bounds: the caller is handed no guess).
+            InvalidRequest: The body cannot be encoded (nothing was sent).
+        """
+        try:
+            body = orjson.dumps(built)
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
+        resp = await self.http.post(
+            url,
+            headers=headers,
+            body=body,
+            timeouts=self.settings.timeouts,
+            target=self.target(model),
+            max_bytes=1024 * 1024,
+            ssl_context=self._ssl,
+        )
+        if resp.status >= 400:
+            raise self.error(resp.status, resp.headers, resp.body, model)
+        data = loads(resp.body, provider=self.settings.profile, model=model)
+        count = data.get(field) if isinstance(data, dict) else None
+        counted, clamped = provider_count(count)
+        if clamped or count is None:
+            raise ProtocolError("malformed token count response", provider=self.settings.profile, model=model)
+        return counted
 
     def embedding_wire(self) -> EmbeddingWire | None:
         """This family's embedding protocol, built from the adapter's settings (None: it serves no embeddings)."""

@@ -28,11 +28,12 @@ from turnout.classify import ErrorFacts
 from turnout.embeddings import Embeddings, EmbedRequest
 from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
 from turnout.model_ids import wire_model
-from turnout.providers.aws import AwsCredentials, Frame, FrameReader, sign
+from turnout.providers.aws import SIGNING_NAME, AwsCredentials, Frame, FrameReader
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
 from turnout.providers.converse import REASONING_KEY, Untranslatable, converse_body, from_anthropic
 from turnout.providers.embedding import CohereEmbeddings, EmbeddingWire, TitanEmbeddings
 from turnout.providers.http import HttpClient
+from turnout.providers.sigv4 import Signer
 from turnout.types import (
     Capabilities,
     ChatRequest,
@@ -130,6 +131,7 @@ class BedrockAdapter(HTTPAdapter):
         prompt_caching=True,
         extended_thinking=True,
         structured_output=False,
+        documents=True,  # an Anthropic body's documents become Converse document blocks (turnout.providers.converse)
     )
 
     def __init__(self, settings: AdapterSettings, http: HttpClient, api_key: str | None = None) -> None:
@@ -142,8 +144,10 @@ class BedrockAdapter(HTTPAdapter):
         self._wires: dict[str, EmbeddingWire | None] = {}
         #: The AWS credential chain (None: a Bedrock API key is sent instead, and nothing is signed).
         self.aws: AwsCredentials | None = None
+        self._signer: Signer | None = None
         if token is None:
             self.aws = AwsCredentials(settings.profile, settings.aws_profile)
+            self._signer = Signer(region, SIGNING_NAME)
             self.signs_requests = True
 
     def with_key(self, api_key: str | None) -> BedrockAdapter:
@@ -225,9 +229,10 @@ class BedrockAdapter(HTTPAdapter):
 
     async def signed(self, url: str | URL, headers: Mapping[str, str], body: bytes) -> Mapping[str, str]:
         """``headers`` with the SigV4 headers of this request (credentials resolved off the event loop)."""
-        assert self.aws is not None
+        assert self.aws is not None and self._signer is not None
         credentials = await self.aws.get()
-        return {**headers, **sign(credentials, self.region, str(url), body)}
+        signed = self._signer.sign(credentials.access_key, credentials.secret_key, credentials.token, str(url), body)
+        return {**headers, **signed}
 
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
         """The Converse body: from the caller's Anthropic body when there is one, else from the request.

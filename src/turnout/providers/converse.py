@@ -14,6 +14,7 @@ are left out. Reasoning blocks Bedrock itself returned are kept with the tool ca
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,8 +44,10 @@ DOCUMENT_FORMATS: Mapping[str, str] = {
     "text/markdown": "md",
 }
 _TOOL_CHOICE: Mapping[str, Mapping[str, Any]] = {"auto": {"auto": {}}, "required": {"any": {}}, "any": {"any": {}}}
-# Converse allows letters, digits, spaces, hyphens, parentheses and square brackets in a document's name.
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9 ()\[\]-]+")
+# Converse allows letters, digits, whitespace (never two in a row), hyphens, parentheses and square brackets in a
+# document's name (botocore's ``DocumentBlock.name``, 1 to 200 characters), and no two documents of a request alike.
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9()\[\]-]+")
+_NAME_MAX = 200
 
 
 class Untranslatable(ValueError):
@@ -201,6 +204,7 @@ def from_anthropic(body: Mapping[str, Any], *, max_tokens: int | None, temperatu
     out: dict[str, Any] = {}
     system = _anthropic_system(body.get("system"))
     messages: list[dict[str, Any]] = []
+    names: set[str] = set()  # the request's document names, each used once
     for m in body.get("messages") or ():
         if not isinstance(m, Mapping):
             continue
@@ -208,7 +212,7 @@ def from_anthropic(body: Mapping[str, Any], *, max_tokens: int | None, temperatu
         if role == "system":  # a system turn between others, as native_body folds them
             system += _anthropic_system(m.get("content"))
             continue
-        _append(messages, "assistant" if role == "assistant" else "user", _anthropic_blocks(m.get("content")))
+        _append(messages, "assistant" if role == "assistant" else "user", _anthropic_blocks(m.get("content"), names))
     if system:
         out["system"] = system
     out["messages"] = messages
@@ -258,24 +262,24 @@ def _anthropic_system(system: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _anthropic_blocks(content: Any) -> list[dict[str, Any]]:
+def _anthropic_blocks(content: Any, names: set[str]) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return _text(content)
     out: list[dict[str, Any]] = []
-    for i, block in enumerate(content if isinstance(content, list) else ()):
+    for block in content if isinstance(content, list) else ():
         if isinstance(block, Mapping):
-            out += _cached(block, _anthropic_block(block, i))
+            out += _cached(block, _anthropic_block(block, names))
     return out
 
 
-def _anthropic_block(block: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
+def _anthropic_block(block: Mapping[str, Any], names: set[str]) -> list[dict[str, Any]]:
     kind = block.get("type")
     if kind == "text" and isinstance(block.get("text"), str):
         return _text(block["text"])
     if kind == "image":
         return [_anthropic_image(block.get("source"))]
     if kind == "document":
-        return _document(block, index)
+        return [_document(block, names)]
     if kind == "tool_use":
         args = block.get("input")
         return [
@@ -289,7 +293,7 @@ def _anthropic_block(block: Mapping[str, Any], index: int) -> list[dict[str, Any
         ]
     if kind == "tool_result":
         inner = block.get("content")
-        parts = _text(inner) if isinstance(inner, str) else _anthropic_blocks(inner)
+        parts = _text(inner) if isinstance(inner, str) else _anthropic_blocks(inner, names)
         result: dict[str, Any] = {
             "toolUseId": str(block.get("tool_use_id") or ""),
             "content": [p for p in parts if "cachePoint" not in p] or [{"text": " "}],
@@ -308,26 +312,58 @@ def _anthropic_image(source: Any) -> dict[str, Any]:
     raise Untranslatable("Bedrock Converse accepts only base64 images, not image URLs")
 
 
-def _document(block: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
+def document_format(block: Mapping[str, Any]) -> str | None:
+    """The Converse ``format`` of an Anthropic ``document`` block Converse can carry (None: it cannot).
+
+    Converse takes a document's bytes: an Anthropic ``base64`` source of a format it knows (PDF above all) or a
+    plain ``text`` source. A document by URL, by file id or made of content blocks has no Converse form.
+    """
     source = block.get("source")
-    title = block.get("title")
-    name = _NAME_UNSAFE.sub(" ", title).strip()[:200] if isinstance(title, str) else ""
-    doc: dict[str, Any] = {"name": name or f"document {index + 1}"}
-    if not isinstance(source, Mapping):
-        raise Untranslatable("a document block without a source")
+    if not isinstance(source, Mapping) or not isinstance(source.get("data"), str):
+        return None
     kind = source.get("type")
-    if kind == "base64" and isinstance(source.get("data"), str):
-        fmt = DOCUMENT_FORMATS.get(str(source.get("media_type") or "").lower())
-        if fmt is None:
-            raise Untranslatable(f"Bedrock Converse cannot take a {str(source.get('media_type'))[:40]!r} document")
-        doc |= {"format": fmt, "source": {"bytes": source["data"]}}
-    elif kind == "text" and isinstance(source.get("data"), str):
-        doc |= {"format": "txt", "source": {"text": source["data"]}}
-    else:
-        raise Untranslatable("Bedrock Converse takes documents as base64 data or plain text, not by URL")
-    if isinstance(block.get("context"), str):
+    if kind == "base64":
+        media_type = source.get("media_type")
+        return DOCUMENT_FORMATS.get(media_type.lower()) if isinstance(media_type, str) else None
+    return "txt" if kind == "text" else None
+
+
+def document_name(title: Any, used: set[str]) -> str:
+    """A name for a document Converse accepts, unlike every name in ``used`` (which it joins).
+
+    The title's runs of other characters become one space; no title (or nothing left of it) names the document
+    by its number in the request; a name already used gets `` (2)``, `` (3)``, … within the 200 characters.
+    """
+    base = " ".join(_NAME_UNSAFE.sub(" ", title).split()) if isinstance(title, str) else ""
+    base = base[:_NAME_MAX] or f"document {len(used) + 1}"
+    name, n = base, 1
+    while name in used:
+        n += 1
+        suffix = f" ({n})"
+        name = base[: _NAME_MAX - len(suffix)].rstrip() + suffix
+    used.add(name)
+    return name
+
+
+def _document(block: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+    """A Converse ``document`` block: its format, a name unique in the request, and its bytes (base64 text).
+
+    Citations are not asked for: Converse answers them in blocks of its own that the answer would not carry.
+    """
+    fmt = document_format(block)
+    source = block.get("source")
+    if fmt is None or not isinstance(source, Mapping):
+        raise Untranslatable(
+            "Bedrock Converse takes documents as base64 data (PDF, CSV, HTML, Markdown, text) or plain text, "
+            "not by URL, file id or content blocks"
+        )
+    data = source["data"]
+    if source.get("type") == "text":
+        data = base64.b64encode(data.encode("utf-8", "replace")).decode("ascii")
+    doc: dict[str, Any] = {"format": fmt, "name": document_name(block.get("title"), names), "source": {"bytes": data}}
+    if isinstance(block.get("context"), str) and block["context"]:
         doc["context"] = block["context"]
-    return [{"document": doc}]
+    return {"document": doc}
 
 
 def _anthropic_tools(tools: Any) -> list[dict[str, Any]]:

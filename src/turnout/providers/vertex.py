@@ -9,11 +9,15 @@ body (:mod:`turnout.providers.gemini`); its embedding models answer ``:predict``
 ``{region}-aiplatform.googleapis.com``, or ``aiplatform.googleapis.com`` for ``global``) and the credential: a
 Google access token (:mod:`turnout.providers.google_auth`), looked up before each call from its cache and sent
 as ``Authorization: Bearer``. A 401 renews the token once and makes the call again.
+
+Token counts: Claude's at ``…/publishers/anthropic/models/count-tokens:rawPredict`` (the Messages fields, the
+model's Vertex id in the body), Gemini's at ``…/models/{model}:countTokens`` (``totalTokens``).
 """
 
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -188,6 +192,21 @@ class _Vertex(HTTPAdapter):
         finally:
             await stream.aclose()
 
+    async def count_tokens(self, request: ChatRequest, model: str) -> int:
+        """The publisher's count of the request's input tokens, with the current token; a 401 renews it once."""
+        token = await self._authorise()
+        try:
+            return await self._count(request, model)
+        except ProviderError as exc:
+            if exc.status != 401:
+                raise
+        self._use(await self.tokens.renew(token))
+        return await self._count(request, model)
+
+    @abstractmethod
+    async def _count(self, request: ChatRequest, model: str) -> int:
+        """One count with the current token (the publisher's own endpoint)."""
+
 
 class VertexAnthropicAdapter(_Vertex, AnthropicAdapter):
     """Claude on Vertex AI (``publishers/anthropic``): the Messages wire, the model in the URL."""
@@ -221,19 +240,21 @@ class VertexAnthropicAdapter(_Vertex, AnthropicAdapter):
         """Google's shape from Vertex's front end, else Anthropic's from the model."""
         return self.google_facts(status, headers, body) or super().error_facts(status, headers, body)
 
-    async def count_tokens(self, request: ChatRequest, model: str) -> int:
-        """Vertex counts Claude tokens at another endpoint; not offered here (the gateway answers its estimate).
+    def count_url(self, model: str) -> str:
+        """``…/publishers/anthropic/models/count-tokens:rawPredict`` (the model goes in the body)."""
+        self.model_path(model)  # a name that cannot be sent is refused here too
+        return self._prefix + "count-tokens:rawPredict"
 
-        Raises:
-            ProviderError: Always (non-retryable): the caller falls back to its estimate.
-        """
-        raise ProviderError(
-            "count_tokens is not offered for Vertex AI profiles",
-            error_class=ErrorClass.NON_RETRYABLE,
-            provider=self.profile,
-            model=model,
-            error_type="unsupported",
-        )
+    def count_body(self, request: ChatRequest, model: str) -> dict[str, Any]:
+        """The Messages fields counted, with the model's Vertex id and ``anthropic_version`` in the body."""
+        return {
+            **super().count_body(request, model),
+            "model": wire_model("vertex", model),
+            "anthropic_version": ANTHROPIC_VERSION,
+        }
+
+    async def _count(self, request: ChatRequest, model: str) -> int:
+        return await AnthropicAdapter.count_tokens(self, request, model)
 
 
 class VertexGeminiAdapter(_Vertex, GeminiAdapter):
@@ -258,3 +279,19 @@ class VertexGeminiAdapter(_Vertex, GeminiAdapter):
     def error_facts(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorFacts:
         """Google's error shape, with a quota error's metric kept as its quota id."""
         return self.google_facts(status, headers, body) or super().error_facts(status, headers, body)
+
+    counts_tokens = True
+
+    async def _count(self, request: ChatRequest, model: str) -> int:
+        """``…/models/{model}:countTokens`` with the chat body's ``contents``, ``systemInstruction`` and ``tools``."""
+        url = self.model_path(model) + ":countTokens"
+        try:
+            built = self.build_body(request, model, None, False)
+        except Exception as exc:
+            raise self._unbuildable(exc) from exc
+        body = {k: v for k, v in built.items() if k in _GEMINI_COUNTED}
+        return await self.post_count(url, self.request_headers(request), body, model, "totalTokens")
+
+
+#: The fields of a Gemini body Vertex's ``countTokens`` takes.
+_GEMINI_COUNTED = frozenset(("contents", "systemInstruction", "tools"))

@@ -1,10 +1,11 @@
 """The AWS side of the simulator: event-stream frames, SigV4 verification and the test credentials.
 
 Written with the standard library only (``zlib``, ``hmac``, ``hashlib``), so the simulator runs without the
-``aws`` extra. It is the server's half of what a client does with botocore: a frame is a 12-byte prelude
-(total length, headers length, the prelude's CRC32), string headers, the payload and the message's CRC32;
-a signature is checked by computing it again from the request as received (AWS Signature Version 4:
-canonical request, string to sign, the derived key) with the credentials the simulator knows.
+``aws`` extra. It is the server's half of what a client does: a frame is a 12-byte prelude (total length,
+headers length, the prelude's CRC32), string headers, the payload and the message's CRC32; a signature is
+checked by computing it again from the request as received (AWS Signature Version 4: canonical request, string
+to sign, the derived key, by :mod:`turnout.providers.sigv4`, which AWS's test suite and botocore's signer hold)
+with the credentials the simulator knows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import quote, unquote
+
+from turnout.providers import sigv4
 
 #: The simulator's AWS credentials: a client signing with these is accepted.
 ACCESS_KEY = "AKIATURNOUTSIM000001"
@@ -65,45 +67,6 @@ class Refusal:
     message: str
 
 
-def _hmac(key: bytes, text: str) -> bytes:
-    return hmac.new(key, text.encode(), hashlib.sha256).digest()
-
-
-def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
-    """The SigV4 signing key derived for one day, region and service."""
-    key = _hmac(("AWS4" + secret).encode(), date)
-    key = _hmac(key, region)
-    key = _hmac(key, service)
-    return _hmac(key, "aws4_request")
-
-
-def canonical_query(query: str) -> str:
-    """Query parameters sorted by name, each name and value URI-encoded once."""
-    pairs = []
-    for item in query.split("&") if query else ():
-        name, _, value = item.partition("=")
-        pairs.append((quote(unquote(name), safe="-_.~"), quote(unquote(value), safe="-_.~")))
-    return "&".join(f"{n}={v}" for n, v in sorted(pairs))
-
-
-def canonical_request(
-    method: str, raw_path: str, query: str, headers: Mapping[str, str], signed: list[str], body: bytes
-) -> str:
-    """The canonical request of SigV4 for a service other than S3: the path as received, encoded once more."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    lines = "".join(f"{name}:{' '.join(lowered.get(name, '').split())}\n" for name in signed)
-    return "\n".join(
-        (
-            method.upper(),
-            quote(raw_path or "/", safe="/~"),
-            canonical_query(query),
-            lines,
-            ";".join(signed),
-            hashlib.sha256(body).hexdigest(),
-        )
-    )
-
-
 def signature(
     secret: str,
     amz_date: str,
@@ -115,11 +78,18 @@ def signature(
     signed: list[str],
     body: bytes,
 ) -> str:
-    """The SigV4 signature of a request (``scope``: ``date/region/service/aws4_request``)."""
-    request = canonical_request(method, raw_path, query, headers, signed, body)
-    to_sign = "\n".join(("AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(request.encode()).hexdigest()))
+    """The SigV4 signature of a request as received (``scope``: ``date/region/service/aws4_request``)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    request = sigv4.canonical_request(
+        method,
+        sigv4.canonical_path(raw_path),
+        sigv4.canonical_query(query),
+        lowered,
+        signed,
+        hashlib.sha256(body).hexdigest(),
+    )
     date, region, service, _ = scope.split("/")
-    return hmac.new(signing_key(secret, date, region, service), to_sign.encode(), hashlib.sha256).hexdigest()
+    return sigv4.signature(sigv4.signing_key(secret, date, region, service), amz_date, scope, request)
 
 
 def verify(

@@ -252,6 +252,8 @@ class SimServer:
 
     async def _on_vertex_anthropic(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["target"].rpartition(":")
+        if model == "count-tokens" and method == "rawPredict":
+            return await self._vertex_count(request, self._vertex_anthropic, model)
         if method not in ("rawPredict", "streamRawPredict"):
             raise web.HTTPNotFound()
         return await self._vertex(request, self._vertex_anthropic, model, method == "streamRawPredict")
@@ -260,9 +262,39 @@ class SimServer:
         model, _, method = request.match_info["target"].rpartition(":")
         if method == "predict":
             return await self._vertex(request, _VERTEX_PREDICT, model, None)
+        if method == "countTokens":
+            return await self._vertex_count(request, self._vertex_gemini, model)
         if method not in ("generateContent", "streamGenerateContent"):
             raise web.HTTPNotFound()
         return await self._vertex(request, self._vertex_gemini, model, method == "streamGenerateContent")
+
+    async def _vertex_count(self, request: web.Request, codec: Codec, model: str) -> web.StreamResponse:
+        """Vertex's token counts: one token per word, as the chat routes count input.
+
+        Claude's (``count-tokens:rawPredict``) wants the model and ``anthropic_version`` in the body and answers
+        ``{"input_tokens"}``; Gemini's (``{model}:countTokens``) answers ``{"totalTokens", "totalBillableCharacters"}``.
+        """
+        if not self.google.valid(request.headers.get("Authorization")):
+            return self._refused(request, codec, model, ErrorSpec(kind=ErrorKind.AUTH))
+        try:
+            payload = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            payload = None
+        claude = codec is self._vertex_anthropic
+        if not isinstance(payload, dict) or (
+            claude
+            and (
+                not isinstance(payload.get("model"), str)
+                or payload.get("anthropic_version") != "vertex-2023-10-16"
+                or "max_tokens" in payload
+            )
+        ):
+            spec = ErrorSpec(kind=ErrorKind.BAD_REQUEST, message="turnout-sim: not a count-tokens body")
+            return _error_response(codec, Parsed(model=model, stream=False), spec)
+        words = codec.parse(payload, model).input_words
+        if claude:
+            return _json({"input_tokens": words})
+        return _json({"totalTokens": words, "totalBillableCharacters": len(orjson.dumps(payload.get("contents")))})
 
     async def _vertex(self, request: web.Request, codec: Codec, model: str, stream: bool | None) -> web.StreamResponse:
         """A Vertex AI route: a token the Google endpoint issued, not expired, or a 401 before anything else."""

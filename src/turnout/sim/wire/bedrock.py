@@ -10,6 +10,9 @@ The shapes are botocore's ``bedrock-runtime`` model. A stream is binary event-st
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from typing import Any
 
 from turnout.sim.aws import event, exception
@@ -19,6 +22,10 @@ from turnout.sim.wire.base import JSON, Codec, ErrorReply, Parsed, StreamEncoder
 EVENT_STREAM = "application/vnd.amazon.eventstream"
 SIGNATURE = "c2ltLWJlZHJvY2stc2lnbmF0dXJl"  # opaque, as real reasoning signatures are
 DEFAULT_CONTEXT_LIMIT = 200_000
+#: ``DocumentFormat`` in botocore's ``bedrock-runtime`` model.
+DOCUMENT_FORMATS = frozenset(("pdf", "csv", "doc", "docx", "xls", "xlsx", "html", "txt", "md"))
+#: A document name Bedrock takes: letters, digits, single whitespace, hyphens, parentheses, square brackets.
+_DOCUMENT_NAME = re.compile(r"(?!.*\s\s)[A-Za-z0-9\s()\[\]-]{1,200}")
 
 #: What Bedrock names each error, and says.
 _ERRORS: dict[ErrorKind, tuple[str, str]] = {
@@ -109,12 +116,27 @@ class BedrockConverse(Codec):
                 result = block.get("toolResult") if isinstance(block, dict) else None
                 if isinstance(result, dict):
                     n += part_words(result.get("content"), "text")
+                n += _document_words(block.get("document") if isinstance(block, dict) else None)
         return Parsed(
             model=path_model or "",
             stream=False,
             input_words=n,
             prefill=bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant",
         )
+
+    def refuse(self, payload: dict[str, Any]) -> str | None:
+        """A ``document`` block Bedrock would refuse (its format, name or bytes; a name used twice) is a 400."""
+        names: set[str] = set()
+        for m in payload.get("messages") or ():
+            content = m.get("content") if isinstance(m, dict) else None
+            for block in content if isinstance(content, list) else ():
+                doc = block.get("document") if isinstance(block, dict) else None
+                if doc is None:
+                    continue
+                problem = _document_problem(doc, names)
+                if problem is not None:
+                    return problem
+        return None
 
     def body(self, req: Parsed, content: Content, usage: SimUsage) -> bytes:
         """A ``ConverseResponse``."""
@@ -160,6 +182,45 @@ class BedrockConverse(Codec):
             self.request_id_header: f"req_sim{new_id()}",
         }
         return ErrorReply(403, dumps({"message": message}), JSON, headers)
+
+
+def _document_bytes(doc: dict[str, Any]) -> bytes | None:
+    source = doc.get("source")
+    data = source.get("bytes") if isinstance(source, dict) else None
+    if not isinstance(data, str) or not data:
+        return None
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _document_problem(doc: object, names: set[str]) -> str | None:
+    """Why Bedrock refuses a ``DocumentBlock`` (None: it takes it), as its ValidationException says."""
+    if not isinstance(doc, dict):
+        return "Malformed input request: document must be an object"
+    name = doc.get("name")
+    if not isinstance(name, str) or not _DOCUMENT_NAME.fullmatch(name):
+        return (
+            "The document file name can only contain alphanumeric characters, whitespace characters, hyphens, "
+            "parentheses, and square brackets. The name can't contain more than one consecutive whitespace character."
+        )
+    if name in names:
+        return "A conversation must not have multiple documents with the same name."
+    names.add(name)
+    if doc.get("format") not in DOCUMENT_FORMATS:
+        return f"Malformed input request: document format {str(doc.get('format'))[:20]!r} is not supported"
+    if _document_bytes(doc) is None:
+        return "Malformed input request: document source bytes must be non-empty base64"
+    return None
+
+
+def _document_words(doc: object) -> int:
+    """Words of a ``txt``, ``md``, ``csv`` or ``html`` document's bytes (a binary format counts none)."""
+    if not isinstance(doc, dict) or doc.get("format") not in ("txt", "md", "csv", "html"):
+        return 0
+    data = _document_bytes(doc)
+    return len(data.decode("utf-8", "replace").split()) if data is not None else 0
 
 
 class BedrockStream(StreamEncoder):
