@@ -11,6 +11,7 @@ from turnout.types import (
     ChatResponse,
     ImagePart,
     Message,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolSpec,
@@ -124,10 +125,13 @@ def test_usage_adds_fieldwise() -> None:
 
 
 def test_values_are_frozen() -> None:
-    """Core values cannot be mutated after creation."""
+    """Core values cannot be mutated after creation; a text delta, built per streamed token, is not frozen."""
     with pytest.raises(dataclasses.FrozenInstanceError):
-        TextDelta(text="a").text = "b"  # type: ignore[misc]
+        ReasoningDelta(text="a").text = "b"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Usage(input_tokens=1, output_tokens=1).input_tokens = 2  # type: ignore[misc]
     assert TextDelta(text="a").type == "text"
+    assert not TextDelta.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
 def test_request_builder_and_prefill_flag() -> None:

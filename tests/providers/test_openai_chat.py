@@ -802,9 +802,7 @@ def _by_object(chunks: list[Any], events: list[StreamEvent]) -> None:
     """The general path's events for ``chunks`` (each parsed already, or raw bytes), then ``[DONE]``."""
     decoder: Any = adapter().decoder(MODEL)
     for chunk in chunks:
-        if not isinstance(chunk, bytes):
-            decoder._object("", chunk, events)
-        elif decoder._event("", chunk, events):
+        if decoder._event("", chunk if isinstance(chunk, bytes) else orjson.dumps(chunk), events):
             return
     decoder._event("", b"[DONE]", events)
 

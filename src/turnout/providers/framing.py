@@ -34,7 +34,7 @@ class SSEParser:
     can inspect them at EOF.
     """
 
-    __slots__ = ("_between", "_cr", "_data", "_event", "_max", "_size", "_tail", "comments", "stray")
+    __slots__ = ("_cr", "_data", "_event", "_max", "_size", "_tail", "comments", "stray")
 
     def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
         self._tail = b""
@@ -45,66 +45,60 @@ class SSEParser:
         self._max = max_line
         self.comments = 0
         self.stray: list[bytes] = []
-        # Nothing carried over (no tail, no event begun, no CR pending): kept by feed so that lead, once per
-        # network read, asks one attribute rather than four.
-        self._between = True
-
-    def _settle(self) -> None:
-        self._between = not (self._tail or self._data or self._event or self._cr)
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume a chunk; return the events it completed."""
         if not chunk:  # an empty read must not forget a pending CR (the LF of its CRLF may come next)
             return []
-        self._between = False  # until the chunk is consumed (an error leaves it so: lead then declines)
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._cr = False
-        if not chunk:
-            self._settle()
-            return []
         if b"\r" in chunk:
             self._cr = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         data = self._tail + chunk if self._tail else chunk
-        out: list[SSEEvent] = []
-        pos = 0
-        find = data.find
-        while (nl := find(b"\n", pos)) >= 0:
-            self._line(data[pos:nl], out)
-            pos = nl + 1
-        self._tail = data[pos:]
+        lines = data.split(b"\n")
+        self._tail = lines.pop()  # what follows the last line break: an unfinished line
+        if len(data) > self._max and any(len(line) > self._max for line in lines):
+            raise ResponseTooLarge(f"stream line longer than {self._max} bytes")  # also a line in one read
         if len(self._tail) > self._max:
             raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
-        self._settle()
+        out: list[SSEEvent] = []
+        if lines:
+            self._lines(lines, out)
         return out
 
-    def _line(self, line: bytes, out: list[SSEEvent]) -> None:
-        if len(line) > self._max:  # also when the whole line arrived in one read
-            raise ResponseTooLarge(f"stream line longer than {self._max} bytes")
-        if not line:
-            if self._data:
-                data = self._data
-                out.append((self._event, b"\n".join(data) if len(data) > 1 else data[0]))
-            self._event = ""
-            self._data = []
-            self._size = 0
-            return
-        if line[0] == 58:  # ':' comment / keep-alive
-            self.comments += 1
-            return
+    def _lines(self, lines: list[bytes], out: list[SSEEvent]) -> None:
+        """Read complete lines (no line breaks) into ``out``: one loop, as each read has many lines."""
+        data = self._data
+        for line in lines:
+            if not line:  # a blank line ends the event
+                if data:
+                    out.append((self._event, b"\n".join(data) if len(data) > 1 else data[0]))
+                    data = self._data = []
+                    self._size = 0
+                self._event = ""
+                continue
+            if line.startswith(b"data:") or line == b"data":  # ``data`` alone: an empty data line
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data.append(value)
+                self._size += len(value) + 1  # a running total: re-summing every line is quadratic
+                if self._size > self._max + 1:
+                    raise ResponseTooLarge(f"stream event larger than {self._max} bytes")
+            elif line[0] == 58:  # ':' comment / keep-alive
+                self.comments += 1
+            else:
+                self._field(line)
+
+    def _field(self, line: bytes) -> None:
+        """A line other than data or a comment: ``event:``, the ignored ``id:`` and ``retry:``, or stray."""
         colon = line.find(b":")
         if colon < 0:
             field, value = line, b""
         else:
             field = line[:colon]
             value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
-        if field == b"data":
-            self._data.append(value)
-            self._size += len(value) + 1  # a running total: re-summing every line is quadratic
-            if self._size > self._max + 1:
-                raise ResponseTooLarge(f"stream event larger than {self._max} bytes")
-        elif field == b"event":
+        if field == b"event":
             self._event = value.decode("utf-8", "replace")
         elif field in (b"id", b"retry"):
             pass
@@ -121,8 +115,7 @@ class SSEParser:
         if self._tail:
             self.stray.append(self._tail)
             self._tail = b""
-        self._line(b"", out)
-        self._settle()
+        self._lines([b""], out)
         return out
 
 

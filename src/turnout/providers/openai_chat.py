@@ -415,28 +415,23 @@ class ChatStreamDecoder(StreamDecoder):
                 raise _refusal("".join(self._refusal), provider=self._provider, model=self._model)
             self._complete_into(out)
             return True
-        self._object(name, loads(stripped, provider=self._provider, model=self._model, what="stream event"), out)
-        return False
-
-    def _object(self, name: str, obj: Any, out: list[StreamEvent]) -> None:
-        """Decode one parsed stream event (any shape) into ``out``."""
+        obj = loads(stripped, provider=self._provider, model=self._model, what="stream event")
         if not isinstance(obj, dict):
             raise ProtocolError("malformed stream event: not a JSON object", provider=self._provider, model=self._model)
         try:
-            if name == "error" and "error" not in obj:
-                obj = {"error": obj}
-            self._chunk(obj, out)
+            self._chunk({"error": obj} if name == "error" and "error" not in obj else obj, out)
         except MALFORMED as exc:
             raise ProtocolError(
                 f"malformed stream event: {type(exc).__name__}", provider=self._provider, model=self._model
             ) from exc
+        return False
 
     def _chunk(self, obj: dict[str, Any], out: list[StreamEvent]) -> None:
         self._chunks += 1
         if obj.get("error"):
             raise self._error(obj)
         if self._reported is None and isinstance(reported := obj.get("model"), str) and reported:
-            self._reported = reported  # the first model a chunk names (as on the inline path)
+            self._reported = reported  # the first model a chunk names
         usage = chunk_usage(obj)
         if usage is not None:
             self._usage = usage

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, NoReturn
 
@@ -97,6 +97,7 @@ class Turn:
     __slots__ = (
         "_completed",
         "_draft_text",
+        "_drafts",
         "_held_tools",
         "_reasoning_visible",
         "_recovering",
@@ -158,6 +159,7 @@ class Turn:
         self._think = ThinkSplitter()
         self._thinking = False  # a think tag is open or may be starting: text goes through the splitter
         self._draft_text = ""
+        self._drafts: list[str] = []  # the draft texts to send before the events that made them are yielded
         self._held_tools: list[ToolCallEvent] = []
         self._usage: UsageEvent | None = None
         self._completed = False
@@ -210,8 +212,11 @@ class Turn:
                             for event in batch:
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
-                                for shown in await _HANDLERS[event.type](self, event):
-                                    yield shown
+                                shown = _HANDLERS[event.type](self, event)
+                                if self._drafts:
+                                    await self._send_drafts()
+                                for each in shown:
+                                    yield each
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:
@@ -239,21 +244,21 @@ class Turn:
                 self._cancelled(exc)
             raise
 
-    # --- one method per event kind: each returns what is shown ----------------------------------------
+    # --- one method per event kind: each returns what is shown (a draft it makes waits in _drafts) ------
 
-    async def _text(self, event: TextDelta) -> Sequence[StreamEvent]:
+    def _text(self, event: TextDelta) -> Sequence[StreamEvent]:
         if not self._thinking and "<" not in event.text:
-            return await self._answer(event) if event.text else _NOTHING
-        return await self._split(self._think.feed(event.text), event)
+            return self._answer(event) if event.text else _NOTHING
+        return self._split(self._think.feed(event.text), event)
 
-    async def _reasoning(self, event: ReasoningDelta) -> Sequence[StreamEvent]:
+    def _reasoning(self, event: ReasoningDelta) -> Sequence[StreamEvent]:
         self.builder.add(event)
         if event.text and self._reasoning_visible:
             self._shown_other = self.reasoning_shown = True
             return (event,)
         return _NOTHING
 
-    async def _provider_tool(self, event: ProviderToolEvent) -> Sequence[StreamEvent]:
+    def _provider_tool(self, event: ProviderToolEvent) -> Sequence[StreamEvent]:
         self.builder.add(event)
         self.provider_tools = True
         if self.events_visible:
@@ -261,44 +266,48 @@ class Turn:
             return (event,)
         return _NOTHING
 
-    async def _tool_call(self, event: ToolCallEvent) -> Sequence[StreamEvent]:
+    def _tool_call(self, event: ToolCallEvent) -> Sequence[StreamEvent]:
         self.builder.add(event)
         self._held_tools.append(event)
         return _NOTHING
 
-    async def _usage_event(self, event: UsageEvent) -> Sequence[StreamEvent]:
+    def _usage_event(self, event: UsageEvent) -> Sequence[StreamEvent]:
         self.builder.add(event)
         self._usage = event
         return _NOTHING
 
-    async def _final(self, event: Final) -> Sequence[StreamEvent]:
-        shown = await self._split(self._think.finish(), None)
+    def _final(self, event: Final) -> Sequence[StreamEvent]:
+        shown = self._split(self._think.finish(), None)
         self.builder.add(event)
         self._completed = True
         return shown
 
-    async def _answer(self, event: TextDelta) -> Sequence[StreamEvent]:
+    def _answer(self, event: TextDelta) -> Sequence[StreamEvent]:
         """Answer text: collected, drafted, and shown when events are visible."""
         if self.draft is not None:
             self._draft_text += event.text
-            await call_sink(self.draft, self._draft_text)
+            self._drafts.append(self._draft_text)
         self.builder.add(event)  # with visible events its text is shown text, from here to the yield
         if self.events_visible:
             return (event,)
         return _NOTHING
 
-    async def _split(self, pieces: list[tuple[bool, str]], event: TextDelta | None) -> list[StreamEvent]:
+    def _split(self, pieces: list[tuple[bool, str]], event: TextDelta | None) -> list[StreamEvent]:
         """Text split by ``<think>`` tags: reasoning pieces, then answer pieces, in order."""
         self._thinking = self._think.pending
         out: list[StreamEvent] = []
         for is_reasoning, piece in pieces:
             if is_reasoning:
-                out.extend(await self._reasoning(ReasoningDelta(text=piece)))
+                out.extend(self._reasoning(ReasoningDelta(text=piece)))
             else:
-                out.extend(
-                    await self._answer(event if event is not None and piece is event.text else TextDelta(text=piece))
-                )
+                out.extend(self._answer(event if event is not None and piece is event.text else TextDelta(text=piece)))
         return out
+
+    async def _send_drafts(self) -> None:
+        """Send the draft sink each text the last event's handler drafted, in order."""
+        drafts, self._drafts = self._drafts, []
+        for text in drafts:
+            await call_sink(self.draft, text)
 
     # --- after the stream ---------------------------------------------------------------------------
 
@@ -391,7 +400,7 @@ class Turn:
 
 
 #: The method for each event kind (one table for every turn, rather than bound methods made per turn).
-_HANDLERS: dict[str, Callable[[Turn, Any], Awaitable[Sequence[StreamEvent]]]] = {
+_HANDLERS: dict[str, Callable[[Turn, Any], Sequence[StreamEvent]]] = {
     "text": Turn._text,
     "reasoning": Turn._reasoning,
     "provider_tool": Turn._provider_tool,
