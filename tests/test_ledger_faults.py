@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,30 @@ async def test_the_writer_reopens_its_path_when_the_file_it_holds_is_gone(
     if how == "moved":
         assert rows(moved, "SELECT call_id FROM calls") == [("before",)]
     assert any("reopening" in m for m in ledger_records(caplog, logging.WARNING))
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted"])
+async def test_a_file_left_behind_still_counts_for_the_day(path: Path, how: str) -> None:
+    """What the file held when the writer left it counts in the day's totals and in reservations, beside what
+    the new file at the path holds.
+    """
+    led = Ledger(path, batch_delay=0)
+    now = time.time()
+    today = now - now % 86400.0
+
+    def today_call(call_id: str) -> CallRecord:
+        return dataclasses.replace(call(call_id), ts=now)
+
+    led.record(today_call("before"))
+    assert await asyncio.wait_for(led.flush(), BOUND)
+    moved = path.with_name("rotated.sqlite3")
+    _move(path, moved if how == "moved" else None)
+    led.record(today_call("after"))
+    assert await asyncio.wait_for(led.flush(), BOUND)
+    assert await led.spend_since(today) == ({"team": 1.0}, {"team": 1.0})
+    assert not await led.reserve("r1", "team", 0.1, 1.0, today)  # $1 spent of a $1 limit, across both files
+    assert await led.reserve("r2", "team", 0.1, 1.1, today)
+    await asyncio.wait_for(led.aclose(), BOUND)
 
 
 SMALL_DISK = """

@@ -243,3 +243,39 @@ async def test_status_page_and_the_command_line_show_each_key_s_spend_and_the_le
     assert re.search(r"^  ledger   recording; 0 failed writes", text.output, re.MULTILINE), text.output
     key = r"^  key      team  spent \$0\.002  reserved \$0 \(0 in flight\)  limit \$0\.01/day, \$0\.5/call$"
     assert re.search(key, text.output, re.MULTILINE), text.output
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted"])
+async def test_a_ledger_moved_or_deleted_while_running_keeps_the_day_s_spend(tmp_path: Path, how: str) -> None:
+    """Rotating the ledger away mid-day (moved, or deleted) does not give a limited key a fresh day: the new file
+    at the configured path is written, and what the old file held still counts toward the limit.
+    """
+    upstream = Upstream()
+    upstream.gate.set()
+    path = tmp_path / "l.sqlite3"
+    async with served(config(path), upstream) as server:
+        before = [(await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status for _ in range(3)]
+        ledger = server.gateway.client.ledger
+        assert ledger is not None
+        await ledger.flush()
+        for suffix in ("", "-wal", "-shm"):
+            old = path.with_name(path.name + suffix)
+            if old.exists():
+                if how == "moved":
+                    old.rename(tmp_path / f"rotated.sqlite3{suffix}")
+                else:
+                    old.unlink()
+        after = []
+        for _ in range(6):
+            after.append((await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)).status)
+            await ledger.flush()
+            assert server.gateway.spend is not None
+            await server.gateway.spend.refresh()  # what the book reads from the ledger once a second
+    assert before == [200, 200, 200]
+    assert after.count(200) <= 2 and after[-1] == 429  # $0.004 left of $0.01: two calls at most
+    assert upstream.billed_usd <= 0.01 + 0.0021
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM calls").fetchone() == (after.count(200),)
+    finally:
+        db.close()
