@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sqlite3
 import subprocess
 import sys
@@ -207,6 +208,35 @@ async def test_a_file_left_behind_still_counts_for_the_day(path: Path, how: str)
     assert not await led.reserve("r1", "team", 0.1, 1.0, today)  # $1 spent of a $1 limit, across both files
     assert await led.reserve("r2", "team", 0.1, 1.1, today)
     await asyncio.wait_for(led.aclose(), BOUND)
+
+
+def _hold(path: Path, call_id: str, pid: int, expires: float) -> None:
+    """A reservation of $1 for ``team`` written into the file as another process would."""
+    db = sqlite3.connect(path)
+    try:
+        with db:
+            db.execute("INSERT INTO reservations VALUES (?, 'team', 1.0, ?, ?)", (call_id, pid, expires))
+    finally:
+        db.close()
+
+
+async def test_a_reservation_of_a_dead_process_or_past_its_expiry_is_dropped(path: Path) -> None:
+    """A $1 limit fully held by another process's reservation refuses; once that process is gone, or once the
+    reservation is past its expiry, the next reservation goes through.
+    """
+    led = Ledger(path, batch_delay=0)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        _hold(path, "theirs", child.pid, time.time() + 3600.0)
+        assert not await led.reserve("mine-1", "team", 0.1, 1.0, TS)  # held by a live process
+    finally:
+        child.communicate(b"")  # it ends; its pid is free
+    assert await led.reserve("mine-2", "team", 0.1, 1.0, TS)
+    _hold(path, "stale", os.getpid(), time.time() - 1.0)  # a live process, but past the reservation's expiry
+    assert await led.reserve("mine-3", "team", 0.1, 1.0, TS)
+    held = rows(path, "SELECT call_id FROM reservations ORDER BY call_id")
+    await asyncio.wait_for(led.aclose(), BOUND)
+    assert held == [("mine-2",), ("mine-3",)]
 
 
 SMALL_DISK = """

@@ -279,3 +279,39 @@ async def test_a_ledger_moved_or_deleted_while_running_keeps_the_day_s_spend(tmp
         assert db.execute("SELECT COUNT(*) FROM calls").fetchone() == (after.count(200),)
     finally:
         db.close()
+
+
+async def test_two_gateways_sharing_one_ledger_file_share_one_limit(tmp_path: Path) -> None:
+    """Two gateways (each its own client and ledger writer) on one ledger file, 20 concurrent calls each, $0.05
+    limit: what the upstream bills stays within the limit plus one call's worst case.
+    """
+    upstream = Upstream()
+    text = config(tmp_path / "shared.sqlite3", limit=0.05)
+    refused: list[int] = []
+    settled = asyncio.Event()
+
+    def check() -> None:
+        if len(refused) + upstream.arrived >= 40:
+            settled.set()
+
+    upstream.on_arrival = check
+    async with served(text, upstream) as one, served(text, upstream) as two:
+        statuses: list[int] = []
+
+        async def call(session: aiohttp.ClientSession, server: GatewayServer) -> None:
+            headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+            async with session.post(server.url + "/v1/chat/completions", json=CHAT, headers=headers) as resp:
+                await resp.read()
+                statuses.append(resp.status)
+                if resp.status == 429:
+                    refused.append(resp.status)
+                    check()
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            tasks = [asyncio.create_task(call(session, s)) for s in (one, two) for _ in range(20)]
+            await settled.wait()
+            upstream.gate.set()
+            await asyncio.gather(*tasks)
+    assert upstream.billed_usd <= 0.05 + 0.0021
+    assert statuses.count(200) == upstream.arrived >= 20
+    assert statuses.count(429) == 40 - upstream.arrived
