@@ -225,12 +225,14 @@ async def test_a_reservation_of_a_dead_process_or_past_its_expiry_is_dropped(pat
     reservation is past its expiry, the next reservation goes through.
     """
     led = Ledger(path, batch_delay=0)
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.read()", stdin=subprocess.PIPE
+    )
     try:
         _hold(path, "theirs", child.pid, time.time() + 3600.0)
         assert not await led.reserve("mine-1", "team", 0.1, 1.0, TS)  # held by a live process
     finally:
-        child.communicate(b"")  # it ends; its pid is free
+        await child.communicate(b"")  # it ends; its pid is free
     assert await led.reserve("mine-2", "team", 0.1, 1.0, TS)
     _hold(path, "stale", os.getpid(), time.time() - 1.0)  # a live process, but past the reservation's expiry
     assert await led.reserve("mine-3", "team", 0.1, 1.0, TS)

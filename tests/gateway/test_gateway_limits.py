@@ -315,3 +315,75 @@ async def test_two_gateways_sharing_one_ledger_file_share_one_limit(tmp_path: Pa
     assert upstream.billed_usd <= 0.05 + 0.0021
     assert statuses.count(200) == upstream.arrived >= 20
     assert statuses.count(429) == 40 - upstream.arrived
+
+
+def ledger_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+async def test_a_whole_call_the_client_gave_up_on_is_billed_and_counts_toward_the_limit(tmp_path: Path) -> None:
+    """A non-streaming call whose client times out while the upstream works is recorded cancelled with its input
+    and max_tokens estimated and priced, and counts: $0.005 limit, three abandoned calls, then 429.
+    """
+    upstream = Upstream()  # never opens its gate: every call hangs upstream until the client gives up
+    path = tmp_path / "l.sqlite3"
+    async with served(config(path, limit=0.005), upstream) as server:
+        statuses: list[int | str] = []
+        for _ in range(4):
+            arrived = asyncio.Event()
+            upstream.on_arrival = arrived.set
+            async with aiohttp.ClientSession() as session:
+                headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+                call = session.post(server.url + "/v1/chat/completions", json=CHAT, headers=headers)
+                task = asyncio.ensure_future(call)
+                waiting = asyncio.ensure_future(arrived.wait())  # the call is with the upstream now
+                await asyncio.wait((task, waiting), return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if task.done():
+                    resp = await task
+                    statuses.append(resp.status)
+                    resp.release()
+                    continue
+                task.cancel()  # the client's timeout
+                statuses.append("gave up")
+            ledger = server.gateway.client.ledger
+            assert ledger is not None
+            for _ in range(100):  # the gateway sees the hang-up, ends the call and records it
+                if server.gateway.in_flight == 0:
+                    break
+                await asyncio.sleep(0.01)
+            await ledger.flush()
+        keys = {k["key"]: k for k in (await get(server, "/status")).json()["keys"]}
+    assert statuses == ["gave up"] * 3 + [429]
+    rows = ledger_rows(path, "SELECT outcome, input_tokens, output_tokens, usage_note, cost_usd FROM attempts")
+    assert [(o, out, note) for o, _, out, note, _ in rows] == [("cancelled", 1000, "estimated")] * 3
+    assert all(cost == pytest.approx((tin + 1000) / 1e6) for _, tin, _, _, cost in rows)
+    assert keys["team"]["spent_usd"] == pytest.approx(sum(cost for *_, cost in rows))
+
+
+async def test_a_stream_cut_by_the_gateway_s_shutdown_is_billed(tmp_path: Path) -> None:
+    """A limited key's stream still open when the drain ends is cut by the gateway; the tokens it delivered are
+    recorded (estimated) and priced under the key, so the next start counts them toward the limit.
+    """
+    upstream = Upstream()
+    path = tmp_path / "l.sqlite3"
+    text = config(path, extra="drain_secs = 0.2\n")
+    async with served(text, upstream) as server, aiohttp.ClientSession() as session:
+        body = {**CHAT, "stream": True, "max_tokens": 200}
+        headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+        async with session.post(server.url + "/v1/chat/completions", json=body, headers=headers) as resp:
+            assert resp.status == 200
+            await resp.content.read(2000)  # some tokens; the client keeps reading slowly
+            stopping = asyncio.create_task(server.stop())
+            rest = await resp.read()
+            assert not await stopping  # the drain ran out: the stream was cut
+    assert b"shutting_down" in rest
+    [(outcome, out, note, cost)] = ledger_rows(
+        path, "SELECT outcome, output_tokens, usage_note, cost_usd FROM attempts"
+    )
+    assert (outcome, note) == ("cancelled", "estimated") and out > 0 and cost > 0
+    assert ledger_rows(path, "SELECT caller, cost_usd FROM calls") == [("team", pytest.approx(cost))]
