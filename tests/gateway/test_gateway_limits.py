@@ -20,6 +20,7 @@ from fakes import FakeClock
 from turnout import Client
 from turnout.cli import app
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.spend import seconds_to_midnight
 from turnout.provider import Provider
 from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 
@@ -118,7 +119,7 @@ async def test_two_hundred_concurrent_calls_stay_within_the_limit_and_one_call(t
     assert upstream.billed_usd <= 0.01 + worst
     assert results.count(200) == upstream.arrived >= 4
     assert results.count(429) == 200 - upstream.arrived
-    assert all(1 <= int(r.headers["Retry-After"]) <= 86400 for r in refused)
+    assert all(abs(int(r.headers["Retry-After"]) - seconds_to_midnight()) <= 2 for r in refused)  # 00:00 UTC
     keys = {k["key"]: k for k in after.json()["keys"]}
     assert keys["team"]["reserved_usd"] == 0 and keys["team"]["in_flight"] == 0
     assert keys["team"]["spent_usd"] == pytest.approx(upstream.billed_usd)
@@ -387,3 +388,31 @@ async def test_a_stream_cut_by_the_gateway_s_shutdown_is_billed(tmp_path: Path) 
     )
     assert (outcome, note) == ("cancelled", "estimated") and out > 0 and cost > 0
     assert ledger_rows(path, "SELECT caller, cost_usd FROM calls") == [("team", pytest.approx(cost))]
+
+
+@pytest.mark.parametrize(("bound", "shown"), [("rpm = 2", "2 requests/min"), ("tpm = 3000", "3000 tokens/min")])
+async def test_a_key_s_rpm_or_tpm_refuses_with_429_and_retry_after_and_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str, shown: str
+) -> None:
+    """A key's requests (or tokens) per minute: once this minute's are used, the next call is a 429
+    ``rate_limit_exceeded`` with a Retry-After within the minute, nothing sent; /status, the status page and
+    ``turnout status --gateway`` show the bound.
+    """
+    upstream = Upstream()
+    upstream.gate.set()
+    monkeypatch.setenv("TURNOUT_GATEWAY_KEY", GATEWAY_KEY)
+    async with served(config(tmp_path / "l.sqlite3", limit=1.0, key=bound + "\n"), upstream) as server:
+        answers = [await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY) for _ in range(3)]
+        status = (await get(server, "/status")).json()
+        page = (await get(server, "/")).body.decode()
+        text = await asyncio.to_thread(CliRunner().invoke, app, ["status", "--gateway", server.url])
+    assert [a.status for a in answers] == [200, 200, 429]  # 2 requests, or 4,000 tokens of a 3,000 budget
+    refused = answers[-1]
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert upstream.arrived == 2
+    [key] = status["keys"]
+    name, value = bound.split(" = ")
+    assert key[name] == int(value)
+    assert f"<td>{value}</td>" in page
+    assert text.exit_code == 0 and shown in text.output, text.output
