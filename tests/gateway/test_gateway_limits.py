@@ -416,3 +416,21 @@ async def test_a_key_s_rpm_or_tpm_refuses_with_429_and_retry_after_and_shows(
     assert key[name] == int(value)
     assert f"<td>{value}</td>" in page
     assert text.exit_code == 0 and shown in text.output, text.output
+
+
+async def test_a_responses_call_reserves_for_the_kept_conversation_it_continues(tmp_path: Path) -> None:
+    """A ``previous_response_id`` puts the kept conversation in front of the input: the worst case reserved (and
+    held to ``max_call_usd``) counts it, so a long kept history cannot ride on a short new input.
+    """
+    upstream = Upstream()
+    upstream.gate.set()
+    text = config(tmp_path / "l.sqlite3", limit=1.0, key="max_call_usd = 0.0009\n")
+    half = {"model": "gpt-4.1", "max_output_tokens": 100, "input": PROMPT[:2000]}  # about 600 tokens at worst
+    async with served(text, upstream) as server:
+        first = await post(server, "/v1/responses", half, key=TEAM_KEY)
+        body = {**half, "previous_response_id": first.json()["id"]}
+        second = await post(server, "/v1/responses", body, key=TEAM_KEY)  # about 1,100 with the kept input
+        alone = await post(server, "/v1/responses", half, key=TEAM_KEY)
+    assert first.status == 200 and alone.status == 200
+    assert second.status == 400 and second.json()["error"]["code"] == "max_call_exceeded"
+    assert upstream.arrived == 2
