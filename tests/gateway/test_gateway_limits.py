@@ -19,6 +19,7 @@ import turnout.ledger as ledger_module
 from fakes import FakeClock
 from turnout import Client
 from turnout.cli import app
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.spend import seconds_to_midnight
 from turnout.provider import Provider
@@ -434,3 +435,52 @@ async def test_a_responses_call_reserves_for_the_kept_conversation_it_continues(
     assert first.status == 200 and alone.status == 200
     assert second.status == 400 and second.json()["error"]["code"] == "max_call_exceeded"
     assert upstream.arrived == 2
+
+
+class Embedder(Upstream):
+    """The fake upstream serving embeddings too: each call held until the gate opens, 1,000 input tokens billed."""
+
+    def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
+        return EmbeddingLimits(max_inputs=2048)
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        self.arrived += 1
+        self.on_arrival()
+        await self.gate.wait()
+        self.billed_usd += 0.001
+        return Embeddings(vectors=[[0.5, 0.5]] * len(request.inputs), usage=Usage(input_tokens=1000))
+
+
+async def test_concurrent_embedding_calls_stay_within_the_limit_and_one_call(tmp_path: Path) -> None:
+    """A limited key's embedding calls reserve their worst case too: $0.01 limit, 50 concurrent calls of about
+    1,000 input tokens ($0.001 each at $1/M): the upstream bills at most the limit and one call.
+    """
+    upstream = Embedder()
+    settled = asyncio.Event()
+    statuses: list[int] = []
+
+    def check() -> None:
+        if len(statuses) + upstream.arrived >= 50:
+            settled.set()
+
+    upstream.on_arrival = check
+    async with served(config(tmp_path / "l.sqlite3"), upstream) as server:
+
+        async def one(session: aiohttp.ClientSession) -> None:
+            headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+            body = {"model": "gpt-4.1", "input": PROMPT}
+            async with session.post(server.url + "/v1/embeddings", json=body, headers=headers) as resp:
+                await resp.read()
+                if resp.status == 429:
+                    statuses.append(resp.status)
+                    check()
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            tasks = [asyncio.create_task(one(session)) for _ in range(50)]
+            await settled.wait()
+            upstream.gate.set()
+            await asyncio.gather(*tasks)
+        keys = {k["key"]: k for k in (await get(server, "/status")).json()["keys"]}
+    assert upstream.billed_usd <= 0.01 + 0.001
+    assert upstream.arrived >= 10 and len(statuses) == 50 - upstream.arrived
+    assert keys["team"]["reserved_usd"] == 0 and keys["team"]["spent_usd"] == pytest.approx(upstream.billed_usd)

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from turnout.estimate import estimate_tokens, output_bound
+from turnout.embed_walk import embedding_cost
+from turnout.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
 from turnout.gateway.shared_spend import SharedSpend
 from turnout.ledger import Ledger, LedgerUnavailable
 from turnout.router import Target
@@ -304,6 +305,18 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
     for entry in walk.entries:
         usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
         cost = walk.cost(entry, entry.served_model(target.model), usage)
+        if cost is not None and cost > worst:
+            worst = cost
+    return worst
+
+
+def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) -> float:
+    """The most an embedding call can cost on any entry of ``target``: its inputs' tokens (estimated), priced."""
+    usage = Usage(input_tokens=estimate_embedding_tokens(inputs))
+    walk = target.walk
+    worst = 0.0
+    for entry in walk.entries:
+        cost = embedding_cost(walk, entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst
