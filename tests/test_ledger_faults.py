@@ -19,7 +19,7 @@ import pytest
 
 import turnout.ledger as ledger_module
 from turnout.attribution import Attempt, RouteRef
-from turnout.ledger import CallRecord, Ledger
+from turnout.ledger import CallRecord, Ledger, LedgerUnavailable
 from turnout.types import Usage
 
 BOUND = 10.0  # seconds any flush or close may take in these tests
@@ -123,6 +123,8 @@ async def test_flush_and_close_return_in_bounded_time_when_the_writer_is_stuck(
     await asyncio.to_thread(entered.wait, BOUND)
     try:
         assert not await asyncio.wait_for(led.flush(), BOUND)
+        with pytest.raises(LedgerUnavailable):  # what a spend limit's refresh asks: bounded too
+            await asyncio.wait_for(led.spend_since(TS), BOUND)
         await asyncio.wait_for(led.aclose(), BOUND)
     finally:
         release.set()

@@ -112,6 +112,7 @@ async def test_two_hundred_concurrent_calls_stay_within_the_limit_and_one_call(t
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             tasks = [asyncio.create_task(one(session)) for _ in range(200)]
             await settled.wait()
+            during = {k["key"]: k for k in (await get(server, "/status")).json()["keys"]}
             upstream.gate.set()
             await asyncio.gather(*tasks)
         after = await get(server, "/status")
@@ -121,6 +122,8 @@ async def test_two_hundred_concurrent_calls_stay_within_the_limit_and_one_call(t
     assert results.count(200) == upstream.arrived >= 4
     assert results.count(429) == 200 - upstream.arrived
     assert all(abs(int(r.headers["Retry-After"]) - seconds_to_midnight()) <= 2 for r in refused)  # 00:00 UTC
+    assert during["team"]["in_flight"] == upstream.arrived  # the calls held upstream, each with its reservation
+    assert during["team"]["reserved_usd"] == pytest.approx(upstream.arrived * 0.002004)  # 1,004 in, 1,000 out
     keys = {k["key"]: k for k in after.json()["keys"]}
     assert keys["team"]["reserved_usd"] == 0 and keys["team"]["in_flight"] == 0
     assert keys["team"]["spent_usd"] == pytest.approx(upstream.billed_usd)
