@@ -66,11 +66,12 @@ class Disk:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
+        self.message = "database or disk is full"
         real = ledger_module._insert
 
         def insert(db: sqlite3.Connection, *rows: Any) -> None:
             if self.full:
-                raise sqlite3.OperationalError("database or disk is full")
+                raise sqlite3.OperationalError(self.message)
             real(db, *rows)
 
         monkeypatch.setattr(ledger_module, "_insert", insert)
@@ -130,21 +131,22 @@ async def test_flush_and_close_return_in_bounded_time_when_the_writer_is_stuck(
         release.set()
 
 
+@pytest.mark.parametrize("message", ["database or disk is full", "attempt to write a readonly database"])
 async def test_a_full_disk_is_logged_once_kept_and_written_when_it_clears(
-    path: Path, disk: Disk, caplog: pytest.LogCaptureFixture
+    path: Path, disk: Disk, caplog: pytest.LogCaptureFixture, message: str
 ) -> None:
     """While the file refuses writes: one error logged, health says so, calls kept and still counted; when it takes
     writes again: one line logged and every kept call written.
     """
     caplog.set_level(logging.WARNING, logger="turnout.ledger")
     led = Ledger(path, batch_delay=0)
-    disk.full = True
+    disk.full, disk.message = True, message
     for n in range(3):
         led.record(call(f"c{n}"))
         assert not await asyncio.wait_for(led.flush(), BOUND)
     health = led.health
     assert not health.ok and health.pending == 3 and health.errors >= 3
-    assert health.problem is not None and "disk is full" in health.problem
+    assert health.problem is not None and message in health.problem
     assert len(ledger_records(caplog, logging.ERROR)) == 1
     totals, written = await led.spend_since(TS)
     assert totals == {} and written == {}
