@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from fakes import err
 from turnout import Client
+from turnout.cli import app
 from turnout.errors import StreamInterruptedAfterOutput
 from turnout.ledger import summarize
 from turnout.provider import Provider
@@ -96,6 +98,9 @@ async def test_a_stream_the_consumer_leaves_is_billed_for_what_it_delivered(tmp_
     assert cost == pytest.approx((tin + tout) / 1e6)
     summary = summarize(tmp_path / "l.sqlite3")
     assert summary.usage_notes == {"estimated": (1, pytest.approx(cost))}
+    shown = CliRunner().invoke(app, ["ledger", "--path", str(tmp_path / "l.sqlite3")])
+    assert shown.exit_code == 0, shown.output
+    assert f"estimated=1 (${cost:.6f})" in shown.output
 
 
 async def test_a_partial_usage_from_the_provider_gives_the_input_and_the_delivered_text_the_output(

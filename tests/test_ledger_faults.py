@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import os
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 
 import turnout.ledger as ledger_module
 from turnout.attribution import Attempt, RouteRef
-from turnout.ledger import CallRecord, Ledger
+from turnout.ledger import CallRecord, Ledger, LedgerUnavailable
 from turnout.types import Usage
 
 BOUND = 10.0  # seconds any flush or close may take in these tests
@@ -63,11 +66,12 @@ class Disk:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
+        self.message = "database or disk is full"
         real = ledger_module._insert
 
         def insert(db: sqlite3.Connection, *rows: Any) -> None:
             if self.full:
-                raise sqlite3.OperationalError("database or disk is full")
+                raise sqlite3.OperationalError(self.message)
             real(db, *rows)
 
         monkeypatch.setattr(ledger_module, "_insert", insert)
@@ -120,26 +124,29 @@ async def test_flush_and_close_return_in_bounded_time_when_the_writer_is_stuck(
     await asyncio.to_thread(entered.wait, BOUND)
     try:
         assert not await asyncio.wait_for(led.flush(), BOUND)
+        with pytest.raises(LedgerUnavailable):  # what a spend limit's refresh asks: bounded too
+            await asyncio.wait_for(led.spend_since(TS), BOUND)
         await asyncio.wait_for(led.aclose(), BOUND)
     finally:
         release.set()
 
 
+@pytest.mark.parametrize("message", ["database or disk is full", "attempt to write a readonly database"])
 async def test_a_full_disk_is_logged_once_kept_and_written_when_it_clears(
-    path: Path, disk: Disk, caplog: pytest.LogCaptureFixture
+    path: Path, disk: Disk, caplog: pytest.LogCaptureFixture, message: str
 ) -> None:
     """While the file refuses writes: one error logged, health says so, calls kept and still counted; when it takes
     writes again: one line logged and every kept call written.
     """
     caplog.set_level(logging.WARNING, logger="turnout.ledger")
     led = Ledger(path, batch_delay=0)
-    disk.full = True
+    disk.full, disk.message = True, message
     for n in range(3):
         led.record(call(f"c{n}"))
         assert not await asyncio.wait_for(led.flush(), BOUND)
     health = led.health
     assert not health.ok and health.pending == 3 and health.errors >= 3
-    assert health.problem is not None and "disk is full" in health.problem
+    assert health.problem is not None and message in health.problem
     assert len(ledger_records(caplog, logging.ERROR)) == 1
     totals, written = await led.spend_since(TS)
     assert totals == {} and written == {}
@@ -181,6 +188,61 @@ async def test_the_writer_reopens_its_path_when_the_file_it_holds_is_gone(
     if how == "moved":
         assert rows(moved, "SELECT call_id FROM calls") == [("before",)]
     assert any("reopening" in m for m in ledger_records(caplog, logging.WARNING))
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted"])
+async def test_a_file_left_behind_still_counts_for_the_day(path: Path, how: str) -> None:
+    """What the file held when the writer left it counts in the day's totals and in reservations, beside what
+    the new file at the path holds.
+    """
+    led = Ledger(path, batch_delay=0)
+    now = time.time()
+    today = now - now % 86400.0
+
+    def today_call(call_id: str) -> CallRecord:
+        return dataclasses.replace(call(call_id), ts=now)
+
+    led.record(today_call("before"))
+    assert await asyncio.wait_for(led.flush(), BOUND)
+    moved = path.with_name("rotated.sqlite3")
+    _move(path, moved if how == "moved" else None)
+    led.record(today_call("after"))
+    assert await asyncio.wait_for(led.flush(), BOUND)
+    assert await led.spend_since(today) == ({"team": 1.0}, {"team": 1.0})
+    assert not await led.reserve("r1", "team", 0.1, 1.0, today)  # $1 spent of a $1 limit, across both files
+    assert await led.reserve("r2", "team", 0.1, 1.1, today)
+    await asyncio.wait_for(led.aclose(), BOUND)
+
+
+def _hold(path: Path, call_id: str, pid: int, expires: float) -> None:
+    """A reservation of $1 for ``team`` written into the file as another process would."""
+    db = sqlite3.connect(path)
+    try:
+        with db:
+            db.execute("INSERT INTO reservations VALUES (?, 'team', 1.0, ?, ?)", (call_id, pid, expires))
+    finally:
+        db.close()
+
+
+async def test_a_reservation_of_a_dead_process_or_past_its_expiry_is_dropped(path: Path) -> None:
+    """A $1 limit fully held by another process's reservation refuses; once that process is gone, or once the
+    reservation is past its expiry, the next reservation goes through.
+    """
+    led = Ledger(path, batch_delay=0)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.read()", stdin=subprocess.PIPE
+    )
+    try:
+        _hold(path, "theirs", child.pid, time.time() + 3600.0)
+        assert not await led.reserve("mine-1", "team", 0.1, 1.0, TS)  # held by a live process
+    finally:
+        await child.communicate(b"")  # it ends; its pid is free
+    assert await led.reserve("mine-2", "team", 0.1, 1.0, TS)
+    _hold(path, "stale", os.getpid(), time.time() - 1.0)  # a live process, but past the reservation's expiry
+    assert await led.reserve("mine-3", "team", 0.1, 1.0, TS)
+    held = rows(path, "SELECT call_id FROM reservations ORDER BY call_id")
+    await asyncio.wait_for(led.aclose(), BOUND)
+    assert held == [("mine-2",), ("mine-3",)]
 
 
 SMALL_DISK = """

@@ -41,6 +41,14 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[ToolSpec] = ())
     return max(1, -(-chars // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages))
 
 
+def estimate_embedding_tokens(inputs: Sequence[str | Sequence[int]]) -> int:
+    """An estimate of the tokens of embedding inputs: a text's by its characters, a token array's by its length."""
+    tokens = 0
+    for item in inputs:
+        tokens += -(-len(item) // CHARS_PER_TOKEN) if isinstance(item, str) else len(item)
+    return max(1, tokens)
+
+
 def output_bound(request: ChatRequest, profile_max_tokens: int | None = None) -> int:
     """The most output tokens ``request`` can generate: its ``max_tokens``, the profile's, else the default bound."""
     return request.max_tokens or profile_max_tokens or DEFAULT_OUTPUT_BOUND

@@ -184,7 +184,9 @@ class Ledger:
     replaced) and counted; calls the file cannot take at all (disk full, read-only, a directory in its place)
     are kept (up to :data:`MAX_PENDING`) and written again every :data:`RETRY_S`, and the trouble is logged once
     per change of state. When the file it holds is no longer at the configured path (deleted, moved, rotated),
-    the writer opens the path again. :meth:`flush` and :meth:`aclose` wait at most ``flush_timeout``.
+    the writer opens the path again, and what the file it leaves held for yesterday and today keeps counting
+    toward the limits (a rotated ledger does not start a key's day afresh). :meth:`flush` and :meth:`aclose` wait
+    at most ``flush_timeout``.
 
     The ledger also keeps, per caller and UTC day, the cost of the calls it was given and of those it wrote,
     so that a spend limit counts every call until the file holds it (:meth:`given`, :meth:`spend_since`).
@@ -231,6 +233,8 @@ class Ledger:
         # cost per (caller, UTC day number): given to the ledger, and written to the file (under _lock)
         self._given: dict[tuple[str, int], float] = {}
         self._written: dict[tuple[str, int], float] = {}
+        # per file left behind (moved, deleted): what it held per (caller, UTC day) when the writer left it
+        self._carried: list[dict[tuple[str, int], float]] = []
         try:  # a path that cannot hold the database fails here, not silently in the writer thread
             self._open()[0].close()
         except (OSError, sqlite3.Error) as exc:
@@ -238,10 +242,14 @@ class Ledger:
                 f"cannot open the ledger file {self.path}: {exc}", path="ledger.path", code="ledger_unavailable"
             ) from exc
 
-    def _open(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
-        """The database, with its directory and tables created when missing, and the file's identity."""
+    def _open(self, *, autocommit: bool = False) -> tuple[sqlite3.Connection, tuple[int, int]]:
+        """The database, with its directory and tables created when missing, and the file's identity.
+
+        ``autocommit``: a reserving thread's connection (explicit transactions; closed by :meth:`aclose`).
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=30.0)  # other processes (gateway workers) may share the file
+        # other processes (gateway workers) may share the file
+        db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=not autocommit)
         try:
             db.executescript(SCHEMA)
             _migrate(db)
@@ -253,6 +261,8 @@ class Ledger:
         except (OSError, sqlite3.Error):
             db.close()
             raise
+        if autocommit:
+            db.isolation_level = None
         return db, (st.st_dev, st.st_ino)
 
     @property
@@ -396,14 +406,29 @@ class Ledger:
         except (OSError, sqlite3.Error) as exc:
             raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}") from exc
 
-    def _reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+    def _reserving_db(self) -> sqlite3.Connection:
+        """This thread's connection for reservations, opened again when the path names another file."""
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            # closed by aclose, from another thread: each is used by its own thread only until then
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            self._local.db = db
+        if db is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) == self._local.identity:
+                    return db
+            except OSError:
+                pass
             with self._lock:
-                self._reserving.append(db)
+                if db in self._reserving:
+                    self._reserving.remove(db)
+            db.close()
+        # closed by aclose, from another thread: each is used by its own thread only until then
+        db, self._local.identity = self._open(autocommit=True)
+        self._local.db = db
+        with self._lock:
+            self._reserving.append(db)
+        return db
+
+    def _reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
+        db = self._reserving_db()
         now = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -415,10 +440,11 @@ class Ledger:
                 "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE caller = ? AND ts >= ?", (caller, since)
             ).fetchone()
             rows = db.execute("SELECT call_id, amount FROM reservations WHERE caller = ?", (caller,)).fetchall()
+            day = _day_number(since)
             with self._lock:  # this process's ended calls count by their records, written or not, not their rows
                 released = set(self._released)
-                unwritten = self._given.get((caller, _day_number(since)), 0.0)
-                unwritten -= self._written.get((caller, _day_number(since)), 0.0)
+                unwritten = self._given.get((caller, day), 0.0) - self._written.get((caller, day), 0.0)
+                spent += sum(left.get((caller, day), 0.0) for left in self._carried)
             held = sum(amount for cid, amount in rows if cid not in released)
             if spent + held + max(unwritten, 0.0) >= limit:
                 db.execute("ROLLBACK")
@@ -452,6 +478,7 @@ class Ledger:
                     return db, identity
             except OSError:
                 pass
+            self._carry(db)
             db.close()
             log.warning(
                 "turnout ledger: %s is no longer the file being written (moved or deleted); reopening", self.path
@@ -462,6 +489,25 @@ class Ledger:
             self.errors += 1
             self._trouble(exc)
             return None, None
+
+    def _carry(self, db: sqlite3.Connection) -> None:
+        """Keep what the file being left holds for yesterday and today: a day's limits still count it.
+
+        (A file moved back to the path later counts twice for its day: a limit errs on the side of refusing.)
+        """
+        since = (_day_number(time.time()) - 1) * 86400.0
+        try:
+            rows = db.execute(
+                "SELECT caller, CAST(ts / 86400 AS INTEGER), SUM(cost_usd) FROM calls "
+                "WHERE caller IS NOT NULL AND ts >= ? GROUP BY 1, 2",
+                (since,),
+            ).fetchall()
+        except sqlite3.Error as exc:  # unreadable: its spend is lost to the limits, loudly
+            self.errors += 1
+            self._trouble(exc)
+            return
+        with self._lock:
+            self._carried.append({(caller, int(day)): cost or 0.0 for caller, day, cost in rows})
 
     def _write_all(self, db: sqlite3.Connection, calls: list[CallRecord]) -> None:
         """Write ``calls``: in one transaction, else row by row, sanitising a row SQLite refuses."""
@@ -555,6 +601,10 @@ class Ledger:
             for (caller, d), cost in self._written.items():
                 if d >= day:
                     written[caller] = written.get(caller, 0.0) + cost
+            for left in self._carried:  # files left behind still count for their day
+                for (caller, d), cost in left.items():
+                    if d >= day:
+                        totals[caller] = totals.get(caller, 0.0) + cost
         query.totals, query.written = totals, written
 
     async def flush(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,10 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from gateway_support import GATEWAY_KEY
+from test_gateway_ledger_faults import NONSENSE
+from test_gateway_ledger_faults import toml as nonsense_toml
+from test_gateway_ledger_faults import upstream as nonsense_upstream
 from test_gateway_process import serve
 
 from servers import free_port, loopback_app
@@ -110,3 +115,35 @@ async def test_two_workers_share_one_limit_through_the_ledger(tmp_path: Path) ->
     assert upstream.billed_usd <= 0.01 + WORST_USD
     assert statuses.count(200) == upstream.arrived >= 4
     assert statuses.count(429) == CALLS - upstream.arrived
+
+
+@pytest.mark.parametrize("usage", [NONSENSE["2**64-1"], NONSENSE["1e300"]], ids=["2**64-1", "1e300"])
+async def test_a_nonsense_usage_leaves_the_gateway_recording_and_sigterm_ends_it(
+    tmp_path: Path, usage: dict[str, object]
+) -> None:
+    """`turnout serve` over an upstream reporting a usage of 2**64-1 (or 1e300): every call answers 200 and is
+    recorded, and SIGTERM ends the process promptly with status 0 (no writer thread left blocking it).
+    """
+    path = tmp_path / "ledger.sqlite3"
+    async with (
+        nonsense_upstream(usage) as url,
+        serve(tmp_path, nonsense_toml(url, path), "--port", str(free_port())) as gateway,
+    ):
+        listening = await gateway.line(LISTENING)
+        headers = {"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"}
+        body = orjson.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
+        async with aiohttp.ClientSession() as session:
+            statuses = []
+            for _ in range(5):
+                async with session.post(listening.group(1) + "/v1/chat/completions", data=body, headers=headers) as r:
+                    await r.read()
+                    statuses.append(r.status)
+        gateway.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            code = await gateway.proc.wait()
+    assert statuses == [200] * 5 and code == 0
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT usage_note, COUNT(*) FROM attempts GROUP BY 1").fetchall() == [("clamped", 5)]
+    finally:
+        db.close()

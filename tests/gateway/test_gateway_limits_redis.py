@@ -17,7 +17,7 @@ from test_gateway_limits import CHAT, TEAM_KEY, Upstream
 from fakes import FakeClock
 from turnout import Client
 from turnout.gateway import Gateway, GatewayServer
-from turnout.gateway.shared_spend import SharedSpend
+from turnout.gateway.shared_spend import RESERVATION_TTL_S, SharedSpend
 from turnout.gateway.spend import RPM, TPM, Hold, SpendBook
 from turnout.ledger import Ledger
 
@@ -130,14 +130,16 @@ async def test_redis_unreachable_refuses_limited_keys_or_falls_back(tmp_path: Pa
     upstream = Upstream()
     upstream.gate.set()
     dead = "redis://127.0.0.1:9/0"
-    closed = config(tmp_path / "a.sqlite3", dead)
+    closed = config(tmp_path / "a.sqlite3", dead, extra='api_keys = ["gw-closed-1"]\n')
     opened = config(tmp_path / "b.sqlite3", dead, extra='on_ledger_failure = "open"\napi_keys = ["gw-open-1"]\n')
     async with host(closed, upstream) as server:
         refused = await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)
+        unlimited_closed = await post(server, "/v1/chat/completions", CHAT, key="gw-closed-1")
     async with host(opened, upstream) as server:
         served = await post(server, "/v1/chat/completions", CHAT, key=TEAM_KEY)
         unlimited = await post(server, "/v1/chat/completions", CHAT, key="gw-open-1")
     assert refused.status == 503 and refused.json()["error"]["code"] == "ledger_unavailable"
+    assert unlimited_closed.status == 200
     assert served.status == 200 and unlimited.status == 200
 
 
@@ -164,3 +166,17 @@ async def test_rpm_and_tpm_bound_a_key_per_minute(tmp_path: Path, redis_url: str
     assert isinstance(await book.reserve("team", 0.0, 1.0, "c5", rpm=2, tpm=1000), Hold)
     await book.aclose()
     await ledger.aclose()
+
+
+async def test_a_reservation_in_redis_of_a_process_that_died_expires(tmp_path: Path, redis_url: str) -> None:
+    """A reservation whose settle never comes (its process died) holds the limit only until its expiry."""
+    now = [20000 * 86400.0 + 7.0]
+    day = 20000 * 86400.0
+    shared = SharedSpend(redis_url, prefix="turnout:", ledger_path=tmp_path / "l.sqlite3", clock=lambda: now[0])
+    assert await shared.reserve("team", "dead-call", 1.0, 1.0, day, None, None) == 1  # then never settled
+    assert await shared.reserve("team", "next", 0.1, 1.0, day, None, None) == 0
+    now[0] += RESERVATION_TTL_S - 1.0
+    assert await shared.reserve("team", "next", 0.1, 1.0, day, None, None) == 0
+    now[0] += 2.0
+    assert await shared.reserve("team", "next", 0.1, 1.0, day, None, None) == 1
+    await shared.aclose()

@@ -408,7 +408,7 @@ class Gateway:
         Every worker reads the same ledger file, so this process's view is the whole host's; the ledger's health is
         this process's writer's.
         """
-        limits = [(c.name, c.daily_limit_usd, c.max_call_usd) for c in self.auth.callers() if c.limited]
+        limits = [(c.name, c.daily_limit_usd, c.max_call_usd, c.rpm, c.tpm) for c in self.auth.callers() if c.limited]
         return {
             "ledger": ledger_status(self.client.ledger, self.spend, fail_closed=self.policy.fail_closed),
             "keys": keys_status(self.spend, limits),

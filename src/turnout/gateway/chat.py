@@ -51,10 +51,10 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
         admitted = gw.policy.admit(ex.caller, call.model)
-        if ex.caller.limited:
-            ex.hold = await _reserve(gw, admitted, call, ex)
         if call.kept is not None and call.kept.previous_id is not None:
             call = await gw.conversations.resume(call, ex.caller.name)
+        if ex.caller.limited:  # after the kept conversation joined the input: its worst case counts all of it
+            ex.hold = await _reserve(gw, admitted, call, ex)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream

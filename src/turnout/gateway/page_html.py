@@ -257,12 +257,14 @@ def _money(money: Mapping[str, Any] | None) -> str:
         rows = "".join(
             f"<tr><td>{esc(k.get('key'))}</td><td>{_cost(k.get('spent_usd'))}</td><td>{_cost(k.get('reserved_usd'))}"
             f"</td><td>{esc(k.get('in_flight'))}</td><td>{_cost(k.get('daily_limit_usd'))}</td>"
-            f"<td>{_cost(k.get('max_call_usd'))}</td></tr>"
+            f"<td>{_cost(k.get('max_call_usd'))}</td><td>{esc(k.get('rpm') or '-')}</td>"
+            f"<td>{esc(k.get('tpm') or '-')}</td></tr>"
             for k in keys
         )
         parts.append(
             "<table><thead><tr><th>key</th><th>spent today</th><th>reserved</th><th>calls in flight</th>"
-            f"<th>daily limit</th><th>per call</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"<th>daily limit</th><th>per call</th><th>requests/min</th><th>tokens/min</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
         )
     if not parts:
         return ""

@@ -128,8 +128,18 @@ def ledger_line(ledger: dict[str, Any]) -> str:
 
 def key_spend_line(row: dict[str, Any]) -> str:
     """One ``/status`` ``keys`` row for the terminal: a limited key's spend, reservations and limits."""
+    limits = [
+        f"{unit[0]}{printable(row[field])}{unit[1]}"
+        for field, unit in (
+            ("daily_limit_usd", ("$", "/day")),
+            ("max_call_usd", ("$", "/call")),
+            ("rpm", ("", " requests/min")),
+            ("tpm", ("", " tokens/min")),
+        )
+        if row.get(field) is not None
+    ]
     return (
         f"{printable(row.get('key'))}  spent ${printable(row.get('spent_usd'))}  reserved "
         f"${printable(row.get('reserved_usd'))} ({printable(row.get('in_flight'))} in flight)  limit "
-        f"${printable(row.get('daily_limit_usd'))}/day, ${printable(row.get('max_call_usd'))}/call"
+        + (", ".join(limits) or "none")
     )

@@ -9,7 +9,7 @@ So a call counts from the moment it ends until the file holds it, and after that
 twice, and never not at all, also while the file refuses writes (disk full, read-only, moved). The day is the
 UTC day.
 
-Calls still running are counted by their reservations (:mod:`turnout.gateway.reserve`), not here.
+Calls still running are counted by their reservations (:meth:`SpendBook.reserve`), not by the ledger.
 Attempts without a known price count as $0 (give such profiles a ``pricing`` table).
 """
 
@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from turnout.estimate import estimate_tokens, output_bound
+from turnout.embed_walk import embedding_cost
+from turnout.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
 from turnout.gateway.shared_spend import SharedSpend
 from turnout.ledger import Ledger, LedgerUnavailable
 from turnout.router import Target
@@ -264,18 +265,18 @@ def ledger_status(ledger: Ledger | None, book: SpendBook | None, *, fail_closed:
 
 
 def keys_status(
-    book: SpendBook | None, limits: Iterable[tuple[str, float | None, float | None]]
+    book: SpendBook | None, limits: Iterable[tuple[str, float | None, float | None, int | None, int | None]]
 ) -> list[dict[str, object]]:
     """``/status``'s ``keys``: each limited key's spend today, its limits and what its calls in flight reserve.
 
     Args:
         book: The spend book (None: no limits are enforced).
-        limits: ``(name, daily_limit_usd, max_call_usd)`` of every key with a limit.
+        limits: ``(name, daily_limit_usd, max_call_usd, rpm, tpm)`` of every key with a limit.
     """
     if book is None:
         return []
     out: list[dict[str, object]] = []
-    for name, daily, per_call in limits:
+    for name, daily, per_call, rpm, tpm in limits:
         out.append(
             {
                 "key": name,
@@ -284,6 +285,8 @@ def keys_status(
                 "in_flight": book.holding(name),
                 "daily_limit_usd": daily,
                 "max_call_usd": per_call,
+                "rpm": rpm,
+                "tpm": tpm,
             }
         )
     return out
@@ -302,6 +305,18 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
     for entry in walk.entries:
         usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
         cost = walk.cost(entry, entry.served_model(target.model), usage)
+        if cost is not None and cost > worst:
+            worst = cost
+    return worst
+
+
+def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) -> float:
+    """The most an embedding call can cost on any entry of ``target``: its inputs' tokens (estimated), priced."""
+    usage = Usage(input_tokens=estimate_embedding_tokens(inputs))
+    walk = target.walk
+    worst = 0.0
+    for entry in walk.entries:
+        cost = embedding_cost(walk, entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst
