@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
-from turnout.affinity import Affinity, conversation_key
-from turnout.errors import ConfigError
+from turnout.affinity import MAX_NAME_CHARS, SESSION_HEADERS, Affinity, conversation_key, session_of
+from turnout.errors import ConfigError, InvalidRequest
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.responses_surface import ResponsesSurface
@@ -231,3 +233,69 @@ def test_a_bad_affinity_setting_names_its_key_path() -> None:
     text = POOL.replace("provider_retries = 0\n", "provider_retries = 0\naffinity = { ttl_secs = 0 }\n")
     with pytest.raises(ConfigError, match=r"reliability\.affinity\.ttl_secs"):
         Client.from_toml(text, adapter_builder=Fleet(), ledger=False)
+
+
+def test_the_callers_cache_key_names_the_conversation_and_is_hashed() -> None:
+    """cache_key wins over the body's names and the prefix; distinct keys differ; the key holds no client text."""
+    named = ChatRequest.of("Plan a trip.", cache_key="conv-9")
+    assert conversation_key(named) == conversation_key(ChatRequest.of("something else", cache_key="conv-9"))
+    assert conversation_key(named) != conversation_key(ChatRequest.of("Plan a trip.", cache_key="conv-8"))
+    assert conversation_key(named) != conversation_key(ChatRequest.of("Plan a trip."))
+    body = openai_chat(prompt_cache_key="body-name")
+    assert conversation_key(replace(body, cache_key="conv-9")) == conversation_key(named)
+    key = conversation_key(named)
+    assert key is not None and "conv" not in key and len(key) < 40
+    long = "x" * 10_000
+    assert conversation_key(ChatRequest.of("a", cache_key=long)) == conversation_key(
+        ChatRequest.of("b", cache_key=long[:MAX_NAME_CHARS] + "tail")
+    )  # bounded before hashing
+
+
+def test_session_headers_name_the_conversation_first_found_wins() -> None:
+    """x-session-id, Claude Code's and Codex's headers; blank ones are skipped; a huge value is cut."""
+    assert session_of(CIMultiDict({"X-Claude-Code-Session-Id": "cc-1"})) == "cc-1"
+    assert session_of(CIMultiDict({"session_id": "codex-1", "conversation_id": "codex-1"})) == "codex-1"
+    assert session_of(CIMultiDict({"Session-Id": "codex-2"})) == "codex-2"
+    assert session_of(CIMultiDict({"x-session-id": "mine", "x-claude-code-session-id": "cc"})) == "mine"
+    assert session_of(CIMultiDict({"x-session-id": "  ", "conversation_id": "c"})) == "c"
+    assert session_of(CIMultiDict({"user-agent": "x"})) is None
+    cut = session_of(CIMultiDict({"x-session-id": "y" * 9000}))
+    assert cut is not None and len(cut) == MAX_NAME_CHARS
+    assert SESSION_HEADERS[0] == "x-session-id"
+
+
+@pytest.mark.parametrize("bad", [7, "", b"conv", ["conv"]])
+async def test_a_cache_key_that_is_not_a_non_empty_string_is_a_caller_error(bad: object) -> None:
+    """InvalidRequest naming cache_key, before any attempt."""
+    fleet = Fleet()
+    client = Client.from_toml(POOL, adapter_builder=fleet, ledger=False)
+    with pytest.raises(InvalidRequest) as caught:
+        await client.chat("hi", cache_key=bad)  # type: ignore[arg-type]
+    assert caught.value.path == "cache_key"
+    assert not any(p.calls for p in fleet.built.values())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_with_one_cache_key_go_to_one_member_whatever_their_prefix(stream: bool) -> None:
+    """Each call has another first message (another prefix), one cache_key: all go where the first went.
+
+    Without the key least_busy's alternating ties would spread them over both members.
+    """
+    clock = FakeClock()
+    fleet = Fleet()
+    client = Client.from_toml(
+        POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
+    )
+    served: list[str] = []
+    for n in range(6):
+        prompt = [{"role": "user", "content": f"question {n}"}]
+        if stream:
+            reply = client.stream(prompt, cache_key="session-1")
+            async for _ in reply:
+                pass
+            served.append(reply.response.served.provider)
+        else:
+            served.append((await client.chat(prompt, cache_key="session-1")).served.provider)
+    assert len(set(served)) == 1
+    spread = {(await client.chat([{"role": "user", "content": f"other {n}"}])).served.provider for n in range(6)}
+    assert spread == {"openai.a", "openai.b"}  # the same calls without a name: each prefix is its own conversation

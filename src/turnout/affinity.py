@@ -4,7 +4,8 @@ Providers cache prompt prefixes per deployment and per key, so a conversation th
 each turn pays the full input price every time. This module owns the whole decision:
 
 - **The conversation's key** (:func:`conversation_key`): the client's own name for it when it gives one (the
-  body's ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
+  library's ``cache_key=``, which the gateway fills from a session header, :func:`session_of`; else the body's
+  ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
   a hash of its stable prefix: the system prompt, the tools in name order and the first user message, taken from
   Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it came
   as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a SHA-256 digest: no client text is kept.
@@ -34,8 +35,37 @@ DEFAULT_TTL_S = 300.0
 SHARE_MARGIN = 0.25
 #: The longest explicit conversation name read from a request (longer ones are cut before hashing).
 MAX_NAME_CHARS = 512
+#: Request headers that name a conversation, first found wins: a generic one, Claude Code's (from 2.1.86), and
+#: Codex CLI's (``session_id`` and ``conversation_id`` carry the same id; newer releases send ``session-id``).
+SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id", "conversation_id")
 
-__all__ = ["DEFAULT_MAX_CONVERSATIONS", "DEFAULT_TTL_S", "SHARE_MARGIN", "Affinity", "conversation_key"]
+__all__ = [
+    "DEFAULT_MAX_CONVERSATIONS",
+    "DEFAULT_TTL_S",
+    "SESSION_HEADERS",
+    "SHARE_MARGIN",
+    "Affinity",
+    "conversation_key",
+    "session_of",
+]
+
+
+def session_of(headers: Mapping[str, str]) -> str | None:
+    """The conversation a request's headers name (:data:`SESSION_HEADERS`), cut to :data:`MAX_NAME_CHARS`.
+
+    Args:
+        headers: The request's headers (a case-insensitive mapping, as aiohttp gives them).
+
+    Returns:
+        The first non-blank value (None: no header names one). Hostile text: it is only ever hashed.
+    """
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            value = value[: MAX_NAME_CHARS + 64].strip()
+            if value:
+                return value[:MAX_NAME_CHARS]
+    return None
 
 
 def conversation_key(request: ChatRequest, explicit: str | None = None) -> str | None:
@@ -43,9 +73,12 @@ def conversation_key(request: ChatRequest, explicit: str | None = None) -> str |
 
     Args:
         request: The call's request.
-        explicit: The caller's own name for the conversation (wins over everything in the request).
+        explicit: The caller's own name for the conversation (wins over everything in the request; default:
+            the request's :attr:`~turnout.types.ChatRequest.cache_key`).
     """
-    name = explicit if explicit else _named(request)
+    if not explicit:
+        explicit = request.cache_key
+    name = f"session={explicit}" if explicit else _named(request)
     if name:
         return "n:" + hashlib.sha256(name[:MAX_NAME_CHARS].encode(errors="replace")).hexdigest()[:32]
     system: list[str] = []

@@ -267,6 +267,8 @@ class ChatRequest:
         stop: Stop sequences.
         response_format: Structured output; entries that cannot honour it are skipped, never ignore it.
         native: The caller's own wire request, passed through to entries that speak its protocol.
+        cache_key: The caller's own name for the conversation (``cache_key=``, a gateway client's session header):
+            what pool affinity keys it by (:func:`turnout.affinity.conversation_key`); never sent to a provider.
     """
 
     messages: tuple[Message, ...]
@@ -276,6 +278,7 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None
     native: NativeRequest | None = None
+    cache_key: str | None = None
 
     @classmethod
     def of(
@@ -288,6 +291,7 @@ class ChatRequest:
         stop: Sequence[str] = (),
         response_format: ResponseFormat | None = None,
         native: NativeRequest | None = None,
+        cache_key: str | None = None,
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
         return cls(
@@ -298,6 +302,7 @@ class ChatRequest:
             stop=tuple(stop) if stop else (),
             response_format=response_format,
             native=native,
+            cache_key=cache_key,
         )
 
     @property
