@@ -411,7 +411,7 @@ class ReliableProvider(Provider):
         goes on after them (the hedge's entry is not tried again).
         """
         hedging = self.hedging
-        plan = self._hedge_of(entry, served)
+        plan = self._hedge_of(entry, served, walk.pin)
         if hedging is None or plan is None:
             return await self._complete(walk, i, entry, served, tries, request, temperature)
         delay, other_keys = plan
@@ -480,7 +480,7 @@ class ReliableProvider(Provider):
             if admission is TRY or (admission is PROBE and await walk.probe(i, entry, served)):
                 if walk.probing:
                     return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
-                hedge = self._hedge_of(entry, served)
+                hedge = self._hedge_of(entry, served, walk.pin)
                 return ReliableStream(walk, i, entry, served, request, temperature, hedge=hedge, images=images)
         panic = walk.panic_order()
         if panic:
@@ -490,13 +490,18 @@ class ReliableProvider(Provider):
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
 
-    def _hedge_of(self, entry: Entry, served: str) -> tuple[float, bool] | None:
-        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget)."""
+    def _hedge_of(self, entry: Entry, served: str, pin: Pin | None) -> tuple[float, bool] | None:
+        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget).
+
+        ``pin``: the call's conversation's pin (the hedge waits longer on the member it names, see
+        :meth:`HedgeSettings.delay <turnout.hedge.HedgeSettings.delay>`).
+        """
         hedging = self.hedging
         if hedging is None:
             return None
         settings = hedging.settings(entry.profile)
-        delay = settings.delay(self.stats.of(entry.health_key(served)) if self.stats is not None else None)
+        stats = self.stats.of(entry.health_key(served)) if self.stats is not None else None
+        delay = settings.delay(stats, pinned=pin is not None and pin.member == entry.profile)
         if delay is None:
             return None
         hedging.credit(settings)
