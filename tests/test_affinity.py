@@ -299,3 +299,62 @@ async def test_calls_with_one_cache_key_go_to_one_member_whatever_their_prefix(s
     assert len(set(served)) == 1
     spread = {(await client.chat([{"role": "user", "content": f"other {n}"}])).served.provider for n in range(6)}
     assert spread == {"openai.a", "openai.b"}  # the same calls without a name: each prefix is its own conversation
+
+
+FALLBACK_POOL = """
+default_provider = "duo"
+[reliability]
+provider_retries = 0
+[providers.models.openai.a]
+api_key = "sk-a"
+model = "gpt-4.1"
+[providers.models.openai.b]
+api_key = "sk-b"
+model = "gpt-4.1"
+[providers.models.anthropic.backup]
+api_key = "sk-c"
+model = "claude-sonnet-4-5"
+[pools.duo]
+members = ["openai.a", "openai.b"]
+strategy = "ordered"
+fallback = ["anthropic.backup"]
+"""
+
+
+def pinned_to(client: Client, messages: list[dict[str, str]]) -> str | None:
+    """The member ``messages``' conversation is pinned to in ``client`` (None: not pinned)."""
+    affinity = client.factory.affinity
+    assert affinity is not None
+    key = conversation_key(ChatRequest.of(messages))
+    assert key is not None
+    pin = affinity.pinned(key)
+    return pin.member if pin is not None else None
+
+
+def talk(topic: str, turn: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"about {topic}"}] + [
+        {"role": r, "content": f"{r} {i}"} for i in range(1, turn) for r in ("assistant", "user")
+    ]
+
+
+async def test_a_fallback_that_served_a_turn_is_the_new_pin_of_that_conversation_only() -> None:
+    """X and Y are pinned to a, Z to b. a fails X's turn: b serves it and X moves to b; Y stays on a.
+
+    Then both members fail Z's turn: the pool's fallback serves it and becomes Z's pin; X and Y keep theirs.
+    """
+    clock = FakeClock()
+    fleet = Fleet()
+    client = Client.from_toml(FALLBACK_POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    served = [(await client.chat(talk(topic, 1))).served.provider for topic in ("x", "y", "z")]
+    assert served == ["openai.a", "openai.a", "openai.b"]  # a holds its share: z, new, goes to b
+    member_a = next(p for (name, _), p in fleet.built.items() if name == "openai.a")
+    member_b = next(p for (name, _), p in fleet.built.items() if name == "openai.b")
+    member_a.steps = [err(500), "ok from openai.a"]
+    assert (await client.chat(talk("x", 2))).served.provider == "openai.b"
+    assert (pinned_to(client, talk("x", 1)), pinned_to(client, talk("y", 1))) == ("openai.b", "openai.a")
+    assert [(await client.chat(talk("y", t))).served.provider for t in (2, 3)] == ["openai.a"] * 2
+    assert [(await client.chat(talk("x", t))).served.provider for t in (3, 4)] == ["openai.b"] * 2
+    member_a.steps, member_b.steps = [err(500), "ok from openai.a"], [err(500), "ok from openai.b"]
+    assert (await client.chat(talk("z", 2))).served.provider == "anthropic.backup"
+    pins = [pinned_to(client, talk(topic, 1)) for topic in ("x", "y", "z")]
+    assert pins == ["openai.b", "openai.a", "anthropic.backup"]
