@@ -358,3 +358,13 @@ async def test_a_fallback_that_served_a_turn_is_the_new_pin_of_that_conversation
     assert (await client.chat(talk("z", 2))).served.provider == "anthropic.backup"
     pins = [pinned_to(client, talk(topic, 1)) for topic in ("x", "y", "z")]
     assert pins == ["openai.b", "openai.a", "anthropic.backup"]
+
+
+def test_a_prefix_orjson_refuses_still_has_a_key() -> None:
+    """A lone surrogate in a message (which orjson cannot encode) gets a key, stable, and its own."""
+    odd = ChatRequest.of([{"role": "system", "content": "s\ud800"}, {"role": "user", "content": "u"}])
+    key = conversation_key(odd)
+    assert key is not None and key == conversation_key(odd)
+    assert key != conversation_key(
+        ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    )

@@ -71,6 +71,11 @@ def cooldown_seconds(hint: float | None) -> float:
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
 
+def _healthy(member: str) -> bool:
+    """Every pool member is healthy (the store is calm)."""
+    return True
+
+
 class ReliableProvider(Provider):
     """Walks the entries of one route with retries, backoff, cooldowns and key rotation.
 
@@ -173,8 +178,11 @@ class ReliableProvider(Provider):
                 by_member.setdefault(self.entries[i].profile, []).append(i)
             members = pool.arrange(list(by_member), self.stats)
             if affinity is not None:
-                first = {m: self.entries[found[0]] for m, found in by_member.items()}
-                healthy = functools.partial(self._ready, first, requested, self.clock())
+                if self.store.calm():  # nothing cools down, no breaker is open: every member is healthy
+                    healthy: Callable[[str], bool] = _healthy
+                else:
+                    first = {m: self.entries[found[0]] for m, found in by_member.items()}
+                    healthy = functools.partial(self._ready, first, requested, self.clock())
                 members = affinity.arrange(members, pin, healthy, pool.weights)
             for member in members:
                 out.extend(by_member[member])
