@@ -133,6 +133,20 @@ def test_the_pin_table_is_bounded_and_expires() -> None:
     assert table.counts(115.0) == {"m1": 1}
 
 
+def test_a_pin_renewed_as_it_was_lives_longer_and_becomes_the_most_recent() -> None:
+    """The same pin put again (a turn on its member): a later deadline, last in LRU order, counts unchanged."""
+    table = PinTable(limit=2)
+    pin = Pin("m1")
+    table.put("a", pin, until=100.0, now=0.0)
+    table.put("b", Pin("m2"), until=100.0, now=0.0)
+    assert table.put("a", pin, until=150.0, now=50.0) is pin
+    assert table.until("a") == 150.0 and table.counts(50.0) == {"m1": 1, "m2": 1}
+    table.put("c", Pin("m3"), until=160.0, now=60.0)  # over the limit: b, not a, is the oldest
+    assert table.get("b", 60.0) is None and table.get("a", 120.0) is pin
+    assert table.put("a", pin, until=300.0, now=200.0) is None  # expired: a new pin, counted again
+    assert table.counts(200.0) == {"m1": 1}
+
+
 def test_the_store_limit_and_ttl_come_from_the_affinity() -> None:
     """Affinity(ttl, max_conversations) bounds the store's pins; a fake clock past the ttl forgets them."""
     clock = FakeClock()
