@@ -85,6 +85,8 @@ async def test_a_pinned_member_within_its_normal_latency_gets_no_hedge_and_a_far
         third = await client.chat(turn(3))
         assert third.served.provider == "openai.b"
         assert sorted(x.outcome for x in third.attempts) == ["hedge_lost", "ok"]
+        a.delay = 0.0
+        assert (await client.chat(turn(4))).served.provider == "openai.b"  # the hedge that won is the new pin
         a.delay = 0.1
         fresh = await client.chat(turn(1, "party"))
         assert fresh.served.provider == "openai.b"  # not pinned: hedged after 20 ms, and b answers at once
