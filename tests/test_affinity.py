@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
-from turnout.affinity import Affinity, conversation_key
-from turnout.errors import ConfigError
+from turnout.affinity import MAX_NAME_CHARS, SESSION_HEADERS, Affinity, conversation_key, session_of
+from turnout.errors import ConfigError, InvalidRequest
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.responses_surface import ResponsesSurface
@@ -131,6 +133,20 @@ def test_the_pin_table_is_bounded_and_expires() -> None:
     assert table.counts(115.0) == {"m1": 1}
 
 
+def test_a_pin_renewed_as_it_was_lives_longer_and_becomes_the_most_recent() -> None:
+    """The same pin put again (a turn on its member): a later deadline, last in LRU order, counts unchanged."""
+    table = PinTable(limit=2)
+    pin = Pin("m1")
+    table.put("a", pin, until=100.0, now=0.0)
+    table.put("b", Pin("m2"), until=100.0, now=0.0)
+    assert table.put("a", pin, until=150.0, now=50.0) is pin
+    assert table.until("a") == 150.0 and table.counts(50.0) == {"m1": 1, "m2": 1}
+    table.put("c", Pin("m3"), until=160.0, now=60.0)  # over the limit: b, not a, is the oldest
+    assert table.get("b", 60.0) is None and table.get("a", 120.0) is pin
+    assert table.put("a", pin, until=300.0, now=200.0) is None  # expired: a new pin, counted again
+    assert table.counts(200.0) == {"m1": 1}
+
+
 def test_the_store_limit_and_ttl_come_from_the_affinity() -> None:
     """Affinity(ttl, max_conversations) bounds the store's pins; a fake clock past the ttl forgets them."""
     clock = FakeClock()
@@ -231,3 +247,138 @@ def test_a_bad_affinity_setting_names_its_key_path() -> None:
     text = POOL.replace("provider_retries = 0\n", "provider_retries = 0\naffinity = { ttl_secs = 0 }\n")
     with pytest.raises(ConfigError, match=r"reliability\.affinity\.ttl_secs"):
         Client.from_toml(text, adapter_builder=Fleet(), ledger=False)
+
+
+def test_the_callers_cache_key_names_the_conversation_and_is_hashed() -> None:
+    """cache_key wins over the body's names and the prefix; distinct keys differ; the key holds no client text."""
+    named = ChatRequest.of("Plan a trip.", cache_key="conv-9")
+    assert conversation_key(named) == conversation_key(ChatRequest.of("something else", cache_key="conv-9"))
+    assert conversation_key(named) != conversation_key(ChatRequest.of("Plan a trip.", cache_key="conv-8"))
+    assert conversation_key(named) != conversation_key(ChatRequest.of("Plan a trip."))
+    body = openai_chat(prompt_cache_key="body-name")
+    assert conversation_key(replace(body, cache_key="conv-9")) == conversation_key(named)
+    key = conversation_key(named)
+    assert key is not None and "conv" not in key and len(key) < 40
+    long = "x" * 10_000
+    assert conversation_key(ChatRequest.of("a", cache_key=long)) == conversation_key(
+        ChatRequest.of("b", cache_key=long[:MAX_NAME_CHARS] + "tail")
+    )  # bounded before hashing
+
+
+def test_session_headers_name_the_conversation_first_found_wins() -> None:
+    """x-session-id, Claude Code's and Codex's headers; blank ones are skipped; a huge value is cut."""
+    assert session_of(CIMultiDict({"X-Claude-Code-Session-Id": "cc-1"})) == "cc-1"
+    assert session_of(CIMultiDict({"session_id": "codex-1", "conversation_id": "codex-1"})) == "codex-1"
+    assert session_of(CIMultiDict({"Session-Id": "codex-2"})) == "codex-2"
+    assert session_of(CIMultiDict({"x-session-id": "mine", "x-claude-code-session-id": "cc"})) == "mine"
+    assert session_of(CIMultiDict({"x-session-id": "  ", "conversation_id": "c"})) == "c"
+    assert session_of(CIMultiDict({"user-agent": "x"})) is None
+    cut = session_of(CIMultiDict({"x-session-id": "y" * 9000}))
+    assert cut is not None and len(cut) == MAX_NAME_CHARS
+    assert SESSION_HEADERS[0] == "x-session-id"
+
+
+@pytest.mark.parametrize("bad", [7, "", b"conv", ["conv"]])
+async def test_a_cache_key_that_is_not_a_non_empty_string_is_a_caller_error(bad: object) -> None:
+    """InvalidRequest naming cache_key, before any attempt."""
+    fleet = Fleet()
+    client = Client.from_toml(POOL, adapter_builder=fleet, ledger=False)
+    with pytest.raises(InvalidRequest) as caught:
+        await client.chat("hi", cache_key=bad)  # type: ignore[arg-type]
+    assert caught.value.path == "cache_key"
+    assert not any(p.calls for p in fleet.built.values())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_with_one_cache_key_go_to_one_member_whatever_their_prefix(stream: bool) -> None:
+    """Each call has another first message (another prefix), one cache_key: all go where the first went.
+
+    Without the key least_busy's alternating ties would spread them over both members.
+    """
+    clock = FakeClock()
+    fleet = Fleet()
+    client = Client.from_toml(
+        POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
+    )
+    served: list[str] = []
+    for n in range(6):
+        prompt = [{"role": "user", "content": f"question {n}"}]
+        if stream:
+            reply = client.stream(prompt, cache_key="session-1")
+            async for _ in reply:
+                pass
+            served.append(reply.response.served.provider)
+        else:
+            served.append((await client.chat(prompt, cache_key="session-1")).served.provider)
+    assert len(set(served)) == 1
+    spread = {(await client.chat([{"role": "user", "content": f"other {n}"}])).served.provider for n in range(6)}
+    assert spread == {"openai.a", "openai.b"}  # the same calls without a name: each prefix is its own conversation
+
+
+FALLBACK_POOL = """
+default_provider = "duo"
+[reliability]
+provider_retries = 0
+[providers.models.openai.a]
+api_key = "sk-a"
+model = "gpt-4.1"
+[providers.models.openai.b]
+api_key = "sk-b"
+model = "gpt-4.1"
+[providers.models.anthropic.backup]
+api_key = "sk-c"
+model = "claude-sonnet-4-5"
+[pools.duo]
+members = ["openai.a", "openai.b"]
+strategy = "ordered"
+fallback = ["anthropic.backup"]
+"""
+
+
+def pinned_to(client: Client, messages: list[dict[str, str]]) -> str | None:
+    """The member ``messages``' conversation is pinned to in ``client`` (None: not pinned)."""
+    affinity = client.factory.affinity
+    assert affinity is not None
+    key = conversation_key(ChatRequest.of(messages))
+    assert key is not None
+    pin = affinity.pinned(key)
+    return pin.member if pin is not None else None
+
+
+def talk(topic: str, turn: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"about {topic}"}] + [
+        {"role": r, "content": f"{r} {i}"} for i in range(1, turn) for r in ("assistant", "user")
+    ]
+
+
+async def test_a_fallback_that_served_a_turn_is_the_new_pin_of_that_conversation_only() -> None:
+    """X and Y are pinned to a, Z to b. a fails X's turn: b serves it and X moves to b; Y stays on a.
+
+    Then both members fail Z's turn: the pool's fallback serves it and becomes Z's pin; X and Y keep theirs.
+    """
+    clock = FakeClock()
+    fleet = Fleet()
+    client = Client.from_toml(FALLBACK_POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    served = [(await client.chat(talk(topic, 1))).served.provider for topic in ("x", "y", "z")]
+    assert served == ["openai.a", "openai.a", "openai.b"]  # a holds its share: z, new, goes to b
+    member_a = next(p for (name, _), p in fleet.built.items() if name == "openai.a")
+    member_b = next(p for (name, _), p in fleet.built.items() if name == "openai.b")
+    member_a.steps = [err(500), "ok from openai.a"]
+    assert (await client.chat(talk("x", 2))).served.provider == "openai.b"
+    assert (pinned_to(client, talk("x", 1)), pinned_to(client, talk("y", 1))) == ("openai.b", "openai.a")
+    assert [(await client.chat(talk("y", t))).served.provider for t in (2, 3)] == ["openai.a"] * 2
+    assert [(await client.chat(talk("x", t))).served.provider for t in (3, 4)] == ["openai.b"] * 2
+    member_a.steps, member_b.steps = [err(500), "ok from openai.a"], [err(500), "ok from openai.b"]
+    assert (await client.chat(talk("z", 2))).served.provider == "anthropic.backup"
+    pins = [pinned_to(client, talk(topic, 1)) for topic in ("x", "y", "z")]
+    assert pins == ["openai.b", "openai.a", "anthropic.backup"]
+
+
+def test_a_prefix_orjson_refuses_still_has_a_key() -> None:
+    """A lone surrogate in a message (which orjson cannot encode) gets a key, stable, and its own."""
+    odd = ChatRequest.of([{"role": "system", "content": "s\ud800"}, {"role": "user", "content": "u"}])
+    key = conversation_key(odd)
+    assert key is not None and key == conversation_key(odd)
+    assert key != conversation_key(
+        ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    )

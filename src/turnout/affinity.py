@@ -4,10 +4,12 @@ Providers cache prompt prefixes per deployment and per key, so a conversation th
 each turn pays the full input price every time. This module owns the whole decision:
 
 - **The conversation's key** (:func:`conversation_key`): the client's own name for it when it gives one (the
-  body's ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
+  library's ``cache_key=``, which the gateway fills from a session header, :func:`session_of`; else the body's
+  ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
   a hash of its stable prefix: the system prompt, the tools in name order and the first user message, taken from
   Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it came
-  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a SHA-256 digest: no client text is kept.
+  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a 128-bit BLAKE2b digest: no client text is
+  kept.
 - **The order** (:meth:`Affinity.arrange`): a pinned conversation's member goes first while it is healthy (its
   profile not cooling down, its breaker closed); a new conversation (or one whose member is not healthy) takes the
   pool's strategy's order, except that a member holding more than its share of the live conversations (its
@@ -24,6 +26,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from turnout.state.base import StateStore
 from turnout.state.pins import DEFAULT_MAX_CONVERSATIONS, Pin
 from turnout.types import ChatRequest, Message
@@ -34,8 +38,40 @@ DEFAULT_TTL_S = 300.0
 SHARE_MARGIN = 0.25
 #: The longest explicit conversation name read from a request (longer ones are cut before hashing).
 MAX_NAME_CHARS = 512
+#: Request headers that name a conversation, first found wins: a generic one, Claude Code's (from 2.1.86), and
+#: Codex CLI's (``session_id`` and ``conversation_id`` carry the same id; newer releases send ``session-id``).
+#: orjson's options for the prefix's JSON: keys sorted (a tool's schema hashes the same whatever its key order).
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+_blake2b = hashlib.blake2b
+SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id", "conversation_id")
 
-__all__ = ["DEFAULT_MAX_CONVERSATIONS", "DEFAULT_TTL_S", "SHARE_MARGIN", "Affinity", "conversation_key"]
+__all__ = [
+    "DEFAULT_MAX_CONVERSATIONS",
+    "DEFAULT_TTL_S",
+    "SESSION_HEADERS",
+    "SHARE_MARGIN",
+    "Affinity",
+    "conversation_key",
+    "session_of",
+]
+
+
+def session_of(headers: Mapping[str, str]) -> str | None:
+    """The conversation a request's headers name (:data:`SESSION_HEADERS`), cut to :data:`MAX_NAME_CHARS`.
+
+    Args:
+        headers: The request's headers (a case-insensitive mapping, as aiohttp gives them).
+
+    Returns:
+        The first non-blank value (None: no header names one). Hostile text: it is only ever hashed.
+    """
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            value = value[: MAX_NAME_CHARS + 64].strip()
+            if value:
+                return value[:MAX_NAME_CHARS]
+    return None
 
 
 def conversation_key(request: ChatRequest, explicit: str | None = None) -> str | None:
@@ -43,34 +79,46 @@ def conversation_key(request: ChatRequest, explicit: str | None = None) -> str |
 
     Args:
         request: The call's request.
-        explicit: The caller's own name for the conversation (wins over everything in the request).
+        explicit: The caller's own name for the conversation (wins over everything in the request; default:
+            the request's :attr:`~turnout.types.ChatRequest.cache_key`).
     """
-    name = explicit if explicit else _named(request)
+    if not explicit:
+        explicit = request.cache_key
+    native = request.native
+    name = f"session={explicit}" if explicit else (_named(native.body) if native is not None else None)
     if name:
-        return "n:" + hashlib.sha256(name[:MAX_NAME_CHARS].encode(errors="replace")).hexdigest()[:32]
+        return "n:" + _blake2b(name[:MAX_NAME_CHARS].encode(errors="replace"), digest_size=16).hexdigest()
     system: list[str] = []
     first: str | None = None
     for message in request.messages:
-        if message.role == "system":
-            system.append(_text(message))
-        elif message.role == "user":
-            first = _text(message)
+        role = message.role
+        if role == "system":
+            system.append(message.content if isinstance(message.content, str) else _text(message))
+        elif role == "user":
+            first = message.content if isinstance(message.content, str) else _text(message)
             break
     if first is None and not system:
         return None
-    tools = sorted(
-        (t.name, t.description, json.dumps(t.parameters, sort_keys=True, default=str)) for t in request.tools
+    tools = (
+        sorted((t.name, t.description, _json(t.parameters).decode()) for t in request.tools) if request.tools else ()
     )
-    digest = hashlib.sha256(json.dumps([system, tools, first], default=str).encode(errors="replace"))
-    return "p:" + digest.hexdigest()[:32]
+    try:
+        prefix = orjson.dumps([system, tools, first], option=_SORTED)
+    except TypeError:  # orjson refuses it (a lone surrogate, a type JSON lacks): the standard encoder does not
+        prefix = _json([system, tools, first])
+    return "p:" + _blake2b(prefix, digest_size=16).hexdigest()  # 128 bits: the same in every process
 
 
-def _named(request: ChatRequest) -> str | None:
+def _json(value: object) -> bytes:
+    """``value`` as JSON with sorted keys (orjson; the standard encoder for what orjson refuses, a lone surrogate)."""
+    try:
+        return orjson.dumps(value, default=str, option=_SORTED)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str).encode(errors="replace")
+
+
+def _named(body: Mapping[str, Any]) -> str | None:
     """The conversation's name in the caller's wire body: ``prompt_cache_key``, ``user`` or ``metadata.user_id``."""
-    native = request.native
-    if native is None:
-        return None
-    body = native.body
     for field in ("prompt_cache_key", "user"):
         value = body.get(field)
         if isinstance(value, str) and value:
@@ -157,6 +205,11 @@ class Affinity:
             (over if (counts.get(member, 0) + 1) / (live + 1) > limit else fits).append(member)
         return [*fits, *over] if over and fits else ordered
 
-    def served(self, key: str, member: str, key_index: int) -> None:
-        """``member`` served the conversation ``key`` with its key at ``key_index``: pin it there."""
-        self.store.pin(key, Pin(member, key_index), now=self.clock(), ttl=self.ttl)
+    def served(self, key: str, member: str, key_index: int, pin: Pin | None = None) -> None:
+        """``member`` served the conversation ``key`` with its key at ``key_index``: pin it there.
+
+        ``pin``: the conversation's pin when the call began (kept, its life renewed, when the turn went there).
+        """
+        if pin is None or pin.member != member or pin.key != key_index:
+            pin = Pin(member, key_index)
+        self.store.pin(key, pin, now=self.clock(), ttl=self.ttl)

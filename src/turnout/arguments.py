@@ -100,6 +100,17 @@ def check_options(temperature: object, max_tokens: object) -> None:
             raise InvalidRequest("must be at least 1", path="max_tokens")
 
 
+def cache_key_of(value: object) -> str | None:
+    """``cache_key``: the caller's name for the conversation, a non-empty string (None: not given).
+
+    Raises:
+        ArgumentError: Naming ``cache_key``.
+    """
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise ArgumentError("cache_key", "must be a non-empty string (the conversation's name)")
+
+
 def response_format_of(value: object) -> ResponseFormat | None:
     """Structured output from a :class:`ResponseFormat` or the OpenAI ``response_format`` dict.
 
@@ -227,6 +238,7 @@ def request_of(
     tool_choice: object = None,
     response_format: object = None,
     native: NativeRequest | None = None,
+    cache_key: object = None,
 ) -> ChatRequest:
     """The request of one call, every argument checked (see the module's docstring).
 
@@ -238,6 +250,7 @@ def request_of(
         specs = coerce_tools(raw_tools) if raw_tools else ()
         fmt = response_format_of(response_format)
         check_options(temperature, max_tokens)
+        name = cache_key_of(cache_key)
         for i, tool in enumerate(specs):
             check_json(tool.parameters, _schema_path(raw_tools, i))  # type: ignore[arg-type]  # not empty here
         return ChatRequest.of(
@@ -247,6 +260,7 @@ def request_of(
             tool_choice=tool_choice_of(tool_choice, specs, native),
             response_format=fmt,
             native=native,
+            cache_key=name,
         )
     except ArgumentError as exc:
         raise InvalidRequest(exc.reason, path=exc.path) from None

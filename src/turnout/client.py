@@ -230,6 +230,7 @@ class Client:
         native: NativeRequest | None = None,
         call_id: str | None = None,
         caller: str | None = None,
+        cache_key: str | None = None,
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
@@ -249,6 +250,9 @@ class Client:
             native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
             call_id: The call's id (default: a new one); the gateway passes its request id.
             caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
+            cache_key: Your own name for the conversation (a session id): a pool sends every call with it back to
+                the member that served it last, where its prompt is cached (default: the conversation is known by
+                its request, see :mod:`turnout.affinity`). Never sent to a provider.
 
         Raises:
             InvalidRequest: An argument cannot be sent (``.path`` names it); raised before any attempt.
@@ -265,6 +269,7 @@ class Client:
             tool_choice=tool_choice,
             response_format=response_format,
             native=native,
+            cache_key=cache_key,
         )
         target, call = self._call(
             model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
@@ -339,6 +344,7 @@ class Client:
         native: NativeRequest | None = None,
         call_id: str | None = None,
         caller: str | None = None,
+        cache_key: str | None = None,
     ) -> ReplyStream:
         """Stream one answer: iterate the result for events; then ``.response`` is the :class:`Reply`.
 
@@ -356,6 +362,7 @@ class Client:
             tool_choice=tool_choice,
             response_format=response_format,
             native=native,
+            cache_key=cache_key,
         )
         target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller, request=request)
         return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
@@ -374,6 +381,7 @@ class Client:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_choice: ToolChoiceArg = None,
+        cache_key: str | None = None,
     ) -> Reply:
         """Run one streamed turn through two sinks and return the accepted reply.
 
@@ -391,9 +399,15 @@ class Client:
             temperature: As for :meth:`chat`.
             max_tokens: As for :meth:`chat`.
             tool_choice: As for :meth:`chat`.
+            cache_key: As for :meth:`chat`.
         """
         request = request_of(
-            messages, tools=tools, temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice
+            messages,
+            tools=tools,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            cache_key=cache_key,
         )
         target, call = self._call(model, provider, sender, stream=True, request=request, operation="turn")
         turn = Turn(

@@ -12,6 +12,10 @@ however slow, barely move the median and its deviation while they are fewer than
 hedged (a 95th percentile would land inside any tail of more than 5 % of the answers, and stop hedging it). A token
 bucket caps the extra requests: each call that could hedge adds ``budget`` tokens (at most ``burst``), each hedge
 takes one, so in the long run at most ``budget`` of the calls hedge.
+
+A call whose conversation is pinned to the member it starts on (:mod:`turnout.affinity`: its prompt is cached
+there) is not hedged within that member's normal latency (:func:`normal_latency`), whatever ``after_ms`` says: a
+hedge that won would move the conversation off its cache for an answer the member gives in its ordinary time.
 """
 
 from __future__ import annotations
@@ -40,19 +44,42 @@ class HedgeSettings:
     burst: float = 5.0
     other_keys: bool = False
 
-    def delay(self, stats: EntryStats | None) -> float | None:
-        """Seconds to wait before hedging a call to an entry with ``stats`` (None: do not hedge it)."""
+    def delay(self, stats: EntryStats | None, *, pinned: bool = False) -> float | None:
+        """Seconds to wait before hedging a call to an entry with ``stats`` (None: do not hedge it).
+
+        Args:
+            stats: The entry's recent times to first token (None: not kept).
+            pinned: The call's conversation is pinned to the entry's member (its prompt is cached there): the hedge
+                waits at least the entry's :func:`normal_latency`, so a conversation is raced on another member (and
+                may move there) only when its own member is far slower than its ordinary answers.
+        """
         if not self.enabled:
             return None
         if self.after_ms != "auto":
-            return self.after_ms / 1000.0
+            fixed = self.after_ms / 1000.0
+            normal = normal_latency(stats) if pinned and stats is not None else None
+            return fixed if normal is None else max(fixed, normal)
         if stats is None:
             return None
         spread = stats.spread()
         if spread is None:
             return None  # too few answers seen to know what is ordinary
         median, deviation = spread
-        return max(2.0 * median, median + 3.0 * deviation)
+        return max(2.0 * median, median + 3.0 * deviation)  # never below :func:`normal_latency`
+
+
+def normal_latency(stats: EntryStats) -> float | None:
+    """The longest ordinary time to first token of an entry: its recent median plus three median absolute deviations.
+
+    For normally varying answers, about their 98th percentile; a tail of slow answers, however slow, barely moves it
+    while they are fewer than half. None while too few answers were seen (fewer than
+    :data:`~turnout.stats.MIN_SAMPLES`).
+    """
+    spread = stats.spread()
+    if spread is None:
+        return None
+    median, deviation = spread
+    return median + 3.0 * deviation
 
 
 class Hedging:

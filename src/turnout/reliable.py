@@ -71,6 +71,11 @@ def cooldown_seconds(hint: float | None) -> float:
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
 
+def _healthy(member: str) -> bool:
+    """Every pool member is healthy (the store is calm)."""
+    return True
+
+
 class ReliableProvider(Provider):
     """Walks the entries of one route with retries, backoff, cooldowns and key rotation.
 
@@ -173,8 +178,11 @@ class ReliableProvider(Provider):
                 by_member.setdefault(self.entries[i].profile, []).append(i)
             members = pool.arrange(list(by_member), self.stats)
             if affinity is not None:
-                first = {m: self.entries[found[0]] for m, found in by_member.items()}
-                healthy = functools.partial(self._ready, first, requested, self.clock())
+                if self.store.calm():  # nothing cools down, no breaker is open: every member is healthy
+                    healthy: Callable[[str], bool] = _healthy
+                else:
+                    first = {m: self.entries[found[0]] for m, found in by_member.items()}
+                    healthy = functools.partial(self._ready, first, requested, self.clock())
                 members = affinity.arrange(members, pin, healthy, pool.weights)
             for member in members:
                 out.extend(by_member[member])
@@ -411,7 +419,7 @@ class ReliableProvider(Provider):
         goes on after them (the hedge's entry is not tried again).
         """
         hedging = self.hedging
-        plan = self._hedge_of(entry, served)
+        plan = self._hedge_of(entry, served, walk.pin)
         if hedging is None or plan is None:
             return await self._complete(walk, i, entry, served, tries, request, temperature)
         delay, other_keys = plan
@@ -480,7 +488,7 @@ class ReliableProvider(Provider):
             if admission is TRY or (admission is PROBE and await walk.probe(i, entry, served)):
                 if walk.probing:
                     return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
-                hedge = self._hedge_of(entry, served)
+                hedge = self._hedge_of(entry, served, walk.pin)
                 return ReliableStream(walk, i, entry, served, request, temperature, hedge=hedge, images=images)
         panic = walk.panic_order()
         if panic:
@@ -490,13 +498,18 @@ class ReliableProvider(Provider):
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
 
-    def _hedge_of(self, entry: Entry, served: str) -> tuple[float, bool] | None:
-        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget)."""
+    def _hedge_of(self, entry: Entry, served: str, pin: Pin | None) -> tuple[float, bool] | None:
+        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget).
+
+        ``pin``: the call's conversation's pin (the hedge waits longer on the member it names, see
+        :meth:`HedgeSettings.delay <turnout.hedge.HedgeSettings.delay>`).
+        """
         hedging = self.hedging
         if hedging is None:
             return None
         settings = hedging.settings(entry.profile)
-        delay = settings.delay(self.stats.of(entry.health_key(served)) if self.stats is not None else None)
+        stats = self.stats.of(entry.health_key(served)) if self.stats is not None else None
+        delay = settings.delay(stats, pinned=pin is not None and pin.member == entry.profile)
         if delay is None:
             return None
         hedging.credit(settings)

@@ -270,6 +270,8 @@ class ChatRequest:
         stop: Stop sequences.
         response_format: Structured output; entries that cannot honour it are skipped, never ignore it.
         native: The caller's own wire request, passed through to entries that speak its protocol.
+        cache_key: The caller's own name for the conversation (``cache_key=``, a gateway client's session header):
+            what pool affinity keys it by (:func:`turnout.affinity.conversation_key`); never sent to a provider.
     """
 
     messages: tuple[Message, ...]
@@ -279,6 +281,7 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat | None = None
     native: NativeRequest | None = None
+    cache_key: str | None = None
 
     @classmethod
     def of(
@@ -291,6 +294,7 @@ class ChatRequest:
         stop: Sequence[str] = (),
         response_format: ResponseFormat | None = None,
         native: NativeRequest | None = None,
+        cache_key: str | None = None,
     ) -> ChatRequest:
         """Build a request from messages (or a single user prompt) and tools in any accepted form."""
         return cls(
@@ -301,6 +305,7 @@ class ChatRequest:
             stop=tuple(stop) if stop else (),
             response_format=response_format,
             native=native,
+            cache_key=cache_key,
         )
 
     @property

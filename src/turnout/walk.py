@@ -209,7 +209,7 @@ class Walk:
         """``entry`` served this walk's turn with ``choice``: the conversation is pinned there."""
         affinity, conversation = self.owner.affinity, self.conversation
         if affinity is not None and conversation is not None:
-            affinity.served(conversation, entry.profile, choice.index)
+            affinity.served(conversation, entry.profile, choice.index, self.pin)
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from fakes import Fleet
+from turnout import Client
+from turnout.affinity import conversation_key
 from turnout.state.pins import Pin
 from turnout.state.redis import RedisStore
+from turnout.types import ChatRequest
 
 pytestmark = pytest.mark.redis
 
@@ -40,3 +46,55 @@ async def test_a_malformed_announcement_is_ignored(redis_url: str) -> None:
         assert store.pin_counts(store.clock()) == {}
     finally:
         await store.aclose()
+
+
+POOL = """
+default_provider = "trio"
+[reliability]
+provider_retries = 0
+[state]
+backend = "redis"
+url = "{url}"
+key_prefix = "aff3:"
+[providers.models.openai.a]
+api_key = "sk-a"
+model = "gpt-4.1"
+[providers.models.openai.b]
+api_key = "sk-b"
+model = "gpt-4.1"
+[providers.models.openai.c]
+api_key = "sk-c"
+model = "gpt-4.1"
+[pools.trio]
+members = ["openai.a", "openai.b", "openai.c"]
+strategy = "weighted"
+"""
+
+
+def talk(topic: int, turn: int) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "s"}, {"role": "user", "content": f"topic {topic}"}] + [
+        {"role": r, "content": f"{r} {i}"} for i in range(1, turn) for r in ("assistant", "user")
+    ]
+
+
+async def test_two_clients_sharing_redis_send_a_conversation_to_the_same_member(redis_url: str) -> None:
+    """Client A serves turn 1 of 8 conversations; client B serves turns 2-4 of each on the member A pinned.
+
+    Each client draws its own weighted order (B's draws differ from A's), so only the shared pins agree.
+    """
+    text = POOL.format(url=redis_url)
+    first = random.Random(1)
+    second = random.Random(2)
+    async with (
+        Client.from_toml(text, adapter_builder=Fleet(), ledger=False, chance=first.random) as a,
+        Client.from_toml(text, adapter_builder=Fleet(), ledger=False, chance=second.random) as b,
+    ):
+        where = {n: (await a.chat(talk(n, 1))).served.provider for n in range(8)}
+        assert len(set(where.values())) > 1  # spread by the strategy, not all on one member
+        keys = {n: conversation_key(ChatRequest.of(talk(n, 1))) for n in range(8)}
+        store = b.factory.store
+        assert await store.wait_until(
+            lambda: all(store.pinned(k, store.clock()) is not None for k in keys.values() if k is not None), 5.0
+        )
+        later = {n: [(await b.chat(talk(n, t))).served.provider for t in (2, 3, 4)] for n in range(8)}
+    assert later == {n: [where[n]] * 3 for n in range(8)}

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from turnout.affinity import session_of
 from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.policy import Admitted
@@ -59,7 +60,7 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
     ex.route = call.model
-    options = _options(admitted, call, ex)
+    options = _options(admitted, call, ex, session_of(request.headers))
     if call.stream:
         return await _stream(gw, surface, request, call, options, ex)
     try:
@@ -86,8 +87,8 @@ async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -
     return await gw.policy.reserve(ex.caller, amount, ex.request_id)
 
 
-def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]:
-    """The client options of one admitted call, whole or streamed alike."""
+def _options(admitted: Admitted, call: ChatCall, ex: Exchange, session: str | None) -> dict[str, Any]:
+    """The client options of one admitted call, whole or streamed alike (``session``: a header's conversation)."""
     assert ex.caller is not None
     return {
         "model": admitted.model,
@@ -101,6 +102,7 @@ def _options(admitted: Admitted, call: ChatCall, ex: Exchange) -> dict[str, Any]
         "native": call.native,
         "call_id": ex.request_id,
         "caller": ex.caller.name,
+        "cache_key": session,
     }
 
 

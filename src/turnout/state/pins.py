@@ -73,7 +73,13 @@ class PinTable:
 
     def put(self, key: str, pin: Pin, until: float, now: float) -> Pin | None:
         """Pin ``key`` until ``until`` as the most recently used; returns the pin it had (None: a new one)."""
-        old = self._pins.pop(key, None)
+        pins = self._pins
+        found = pins.get(key)
+        if found is not None and found[0] is pin and found[1] > now:  # the same pin, renewed: counts unchanged
+            pins[key] = (pin, until)
+            pins.move_to_end(key)
+            return pin
+        old = pins.pop(key, None)
         if old is not None:
             self._counts[old[0].member] -= 1
         self._pins[key] = (pin, until)
