@@ -91,11 +91,6 @@ def test_the_package_has_no_import_cycle() -> None:
     assert _cycles(graph) == []
 
 
-#: Type-only imports that still point back up the layering, in the reliable walk's modules (the walk and the reliable
-#: provider are made one-directional separately). This list may only shrink.
-KNOWN_TYPE_ONLY_BACK_REFERENCES = {("turnout.walk", "turnout.reliable")}
-
-
 def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
     seen: set[str] = set()
     todo = [start]
@@ -121,9 +116,17 @@ def test_no_type_only_import_points_back_up_the_layering() -> None:
     known = set(paths)
     graph = {name: _imports(path, name, known) for name, path in paths.items()}
     type_only = {name: _imports(path, name, known, type_only=True) for name, path in paths.items()}
-    found = _back_references(graph, type_only)
-    assert found - KNOWN_TYPE_ONLY_BACK_REFERENCES == set()
-    assert found >= KNOWN_TYPE_ONLY_BACK_REFERENCES, "a known exception is gone: remove it from the list"
+    assert _back_references(graph, type_only) == set()
+
+
+def test_the_walk_does_not_know_the_reliable_provider() -> None:
+    """One direction: the reliable provider and its stream start walks; the walk and its context name neither."""
+    paths = {_module_name(p): p for p in (SRC / "turnout").rglob("*.py")}
+    known = set(paths)
+    higher = {"turnout.reliable", "turnout.reliable_stream"}
+    for low in ("turnout.walk", "turnout.walk_context"):
+        names = _imports(paths[low], low, known) | _imports(paths[low], low, known, type_only=True)
+        assert names & higher == set(), low
 
 
 def test_the_back_reference_check_sees_a_type_only_loop() -> None:

@@ -301,7 +301,7 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
     worst = 0.0
     for entry in walk.entries:
         usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
-        cost = walk.cost(entry, entry.served_model(target.model), usage)
+        cost = walk.context.cost(entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst
