@@ -140,3 +140,36 @@ def test_the_cycle_check_sees_a_function_level_import() -> None:
     """The check itself: a loop closed by an import inside a function is found."""
     graph = {"a": {"b"}, "b": {"a"}, "c": set()}
     assert _cycles(graph) == [["a", "b"]]
+
+
+#: The longest a function of the package may be, in lines (its signature, docstring and body).
+MAX_FUNCTION_LINES = 100
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """``(name, lines)`` of every function (nested ones and methods too) longer than ``limit`` lines."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                found.append((node.name, lines))
+    return found
+
+
+def test_no_function_is_over_a_hundred_lines() -> None:
+    """Every function of the package reads in one screenful or two: none is longer than 100 lines."""
+    long = {
+        f"{path.relative_to(SRC)}:{name}": lines
+        for path in sorted((SRC / "turnout").rglob("*.py"))
+        for name, lines in _long_functions(path.read_text(encoding="utf-8"), MAX_FUNCTION_LINES)
+    }
+    assert long == {}
+
+
+def test_the_length_check_sees_a_long_method() -> None:
+    """The check itself: a method one line over the limit is found, one at the limit is not."""
+    body = "".join(f"        x{n} = {n}\n" for n in range(4))
+    source = f"class A:\n    def at(self):\n{body}\n    async def over(self):\n{body}        return 0\n"
+    assert _long_functions(source, 5) == [("over", 6)]
