@@ -91,11 +91,6 @@ def test_the_package_has_no_import_cycle() -> None:
     assert _cycles(graph) == []
 
 
-#: Type-only imports that still point back up the layering, in the reliable walk's modules (the walk and the reliable
-#: provider are made one-directional separately). This list may only shrink.
-KNOWN_TYPE_ONLY_BACK_REFERENCES = {("turnout.walk", "turnout.reliable")}
-
-
 def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
     seen: set[str] = set()
     todo = [start]
@@ -121,9 +116,17 @@ def test_no_type_only_import_points_back_up_the_layering() -> None:
     known = set(paths)
     graph = {name: _imports(path, name, known) for name, path in paths.items()}
     type_only = {name: _imports(path, name, known, type_only=True) for name, path in paths.items()}
-    found = _back_references(graph, type_only)
-    assert found - KNOWN_TYPE_ONLY_BACK_REFERENCES == set()
-    assert found >= KNOWN_TYPE_ONLY_BACK_REFERENCES, "a known exception is gone: remove it from the list"
+    assert _back_references(graph, type_only) == set()
+
+
+def test_the_walk_does_not_know_the_reliable_provider() -> None:
+    """One direction: the reliable provider and its stream start walks; the walk and its context name neither."""
+    paths = {_module_name(p): p for p in (SRC / "turnout").rglob("*.py")}
+    known = set(paths)
+    higher = {"turnout.reliable", "turnout.reliable_stream"}
+    for low in ("turnout.walk", "turnout.walk_context"):
+        names = _imports(paths[low], low, known) | _imports(paths[low], low, known, type_only=True)
+        assert names & higher == set(), low
 
 
 def test_the_back_reference_check_sees_a_type_only_loop() -> None:
@@ -137,3 +140,36 @@ def test_the_cycle_check_sees_a_function_level_import() -> None:
     """The check itself: a loop closed by an import inside a function is found."""
     graph = {"a": {"b"}, "b": {"a"}, "c": set()}
     assert _cycles(graph) == [["a", "b"]]
+
+
+#: The longest a function of the package may be, in lines (its signature, docstring and body).
+MAX_FUNCTION_LINES = 100
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """``(name, lines)`` of every function (nested ones and methods too) longer than ``limit`` lines."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                found.append((node.name, lines))
+    return found
+
+
+def test_no_function_is_over_a_hundred_lines() -> None:
+    """Every function of the package reads in one screenful or two: none is longer than 100 lines."""
+    long = {
+        f"{path.relative_to(SRC)}:{name}": lines
+        for path in sorted((SRC / "turnout").rglob("*.py"))
+        for name, lines in _long_functions(path.read_text(encoding="utf-8"), MAX_FUNCTION_LINES)
+    }
+    assert long == {}
+
+
+def test_the_length_check_sees_a_long_method() -> None:
+    """The check itself: a method one line over the limit is found, one at the limit is not."""
+    body = "".join(f"        x{n} = {n}\n" for n in range(4))
+    source = f"class A:\n    def at(self):\n{body}\n    async def over(self):\n{body}        return 0\n"
+    assert _long_functions(source, 5) == [("over", 6)]

@@ -189,9 +189,9 @@ def test_a_zero_retry_hint_writes_no_cooldown_and_makes_no_coroutine() -> None:
     pool = KeyPool("openai.a", [], store)
     entry = Entry(profile="openai.a", model="m", providers=(), keys=pool)
     walk = ReliableProvider([entry], store=store, clock=lambda: 100.0)
-    assert walk.cool_down("openai.a", 0.0) is None
+    assert walk.context.cool_down("openai.a", 0.0) is None
     assert store.cooldown_until("openai.a", 100.0) is None
-    write = walk.cool_down("openai.a", 5.0)
+    write = walk.context.cool_down("openai.a", 5.0)
     assert write is not None
     asyncio.run(write)  # type: ignore[arg-type]
     assert store.cooldown_until("openai.a", 100.0) == 105.0

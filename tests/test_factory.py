@@ -126,9 +126,10 @@ def test_walks_get_the_reliability_settings_and_the_injected_time() -> None:
     )
     router = f.router()
     for walk, name in ((router.default, "anthropic.prod"), (router.resolve("hint:side").walk, "side")):
-        assert (walk.tries, walk.base_backoff, walk.name) == (2, 0.2, name)
-        assert walk.clock is clock and walk.sleep == clock.sleep and walk.jitter() == 0.25
-        assert walk.store is store and walk.catalogue is f.catalogue
+        context = walk.context
+        assert (context.tries, context.base_backoff, walk.name) == (2, 0.2, name)
+        assert context.clock is clock and context.sleep == clock.sleep and context.jitter() == 0.25
+        assert context.store is store and context.catalogue is f.catalogue
 
 
 # --- adapters and key pools ----------------------------------------------------------------------
@@ -320,5 +321,5 @@ def test_walks_get_the_breakers_only_when_some_entry_has_one(extra: str, walks_h
     f, _ = factory(CONFIG + extra)
     walks = f.router().targets()
     assert len(walks) == 2
-    assert all((w.breakers is f.breakers) is walks_have_them for w in walks)
-    assert all((w.breakers is None) is not walks_have_them for w in walks)
+    assert all((w.context.breakers is f.breakers) is walks_have_them for w in walks)
+    assert all((w.context.breakers is None) is not walks_have_them for w in walks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 import pytest
 
@@ -47,7 +48,7 @@ def hedged(
     hedging = Hedging(HedgeSettings(enabled=True, after_ms=after_ms, **settings))  # type: ignore[arg-type]
     store = store if store is not None else MemoryStore()
     r = walk(*specs, clock=FakeClock(), store=store, breakers=Breakers(store))
-    r.hedging, r.stats = hedging, Stats()
+    r.context = replace(r.context, hedging=hedging, stats=Stats())
     return r, hedging
 
 
@@ -110,7 +111,7 @@ async def test_no_hedge_to_an_entry_whose_breaker_is_open_or_that_cools_down() -
         store = MemoryStore()
         slow, other = Slow("slow", delay=0.05), Scripted("never")
         r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [other]), store=store)
-        now = r.clock()
+        now = r.context.clock()
         if prepare == "breaker":
             await store.open_breaker("anthropic.b/m", BreakerRecord(opened_at=now, until=now + 60, interval=5))
         else:
@@ -130,7 +131,7 @@ async def test_when_both_sides_fail_the_walk_goes_on_without_trying_the_hedge_ag
 
     first, hedge, third = LateFailure(), Scripted(err(500)), Scripted("third")
     r, _ = hedged(E("openai.a", "m", [first]), E("anthropic.b", "m", [hedge]), E("gemini.c", "m", [third]))
-    r.tries = 1
+    r.context = replace(r.context, tries=1)
     scope = DispatchScope()
     served = await r.run(req(), "m", None, scope)
     assert served.response.text == "third"
@@ -152,7 +153,7 @@ async def test_other_keys_hedges_on_another_key_of_the_same_entry() -> None:
 async def test_all_fail_still_raises_with_every_attempt() -> None:
     """A hedged walk that fails everywhere raises AllProvidersFailed with both sides' attempts."""
     r, _ = hedged(E("openai.a", "m", [Scripted(err(500))]), E("anthropic.b", "m", [Scripted(err(500))]))
-    r.tries = 1
+    r.context = replace(r.context, tries=1)
     with pytest.raises(AllProvidersFailed) as info:
         await r.run(req(), "m", None, DispatchScope())
     assert sorted(a.provider for a in info.value.attempts) == ["anthropic.b", "openai.a"]

@@ -226,7 +226,7 @@ def test_without_pools_no_stats_are_kept_and_the_walk_order_is_precomputed() -> 
     """No pool configured: the factory keeps no stats and each walk visits entries in a tuple made once."""
     client = Client.from_toml('default_provider = "openai.a"\n' + PROFILES, adapter_builder=Fleet(), ledger=False)
     walk = client.router.default
-    assert client.factory.stats is None and walk.stats is None
+    assert client.factory.stats is None and walk.context.stats is None
     assert walk.visit_order() is walk.visit_order()
     assert tuple(walk.visit_order()) == tuple(range(len(walk.entries)))
     assert client.status()["pools"] == []

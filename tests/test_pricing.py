@@ -99,11 +99,11 @@ def test_profile_pricing_overrides_the_catalogue() -> None:
     catalogue = FakeCatalogue({("openai", "gpt-4o"): (Rates(input=_Rate(100.0), output=_Rate(100.0)), None)})
     usage = Usage(input_tokens=1_000, output_tokens=1_000)
     walk, entry = _walk_over(rates_from_pricing(Pricing(input=1.0, output=2.0)), catalogue)
-    assert walk.cost(entry, "gpt-4o", usage) == pytest.approx(3_000 / M)
+    assert walk.context.cost(entry, "gpt-4o", usage) == pytest.approx(3_000 / M)
     walk, entry = _walk_over(None, catalogue)
-    assert walk.cost(entry, "gpt-4o", usage) == pytest.approx(200_000 / M)
-    assert walk.cost(entry, "unlisted", usage) is None
-    assert walk.cost(entry, "gpt-4o", None) is None
+    assert walk.context.cost(entry, "gpt-4o", usage) == pytest.approx(200_000 / M)
+    assert walk.context.cost(entry, "unlisted", usage) is None
+    assert walk.context.cost(entry, "gpt-4o", None) is None
 
 
 class FakeCatalogue(Catalogue):

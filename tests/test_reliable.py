@@ -80,10 +80,10 @@ async def test_jitter_keeps_at_least_half_the_backoff() -> None:
 def test_backoff_sleep_uses_retry_after_and_caps_it() -> None:
     """Retry-After raises the sleep to max(backoff, min(hint, 30 s))."""
     r = walk(E("openai.a", "m", [Scripted()]))
-    assert r.backoff_sleep(0.5, 3.0) == 3.0
-    assert r.backoff_sleep(0.5, 120.0) == 30.0
-    assert r.backoff_sleep(0.5, None) == 0.5
-    assert r.backoff_sleep(5.0, 1.0) == 5.0
+    assert r.context.backoff_sleep(0.5, 3.0) == 3.0
+    assert r.context.backoff_sleep(0.5, 120.0) == 30.0
+    assert r.context.backoff_sleep(0.5, None) == 0.5
+    assert r.context.backoff_sleep(5.0, 1.0) == 5.0
 
 
 # --- non-retryable, refusals, timeouts --------------------------------------------------------
@@ -323,7 +323,7 @@ async def test_rate_limit_cools_down_profile_and_uses_fallback() -> None:
     r = walk(E("openai.a", "m", [primary]), E("anthropic.b", "c", [backup]), retries=5, clock=clock)
     assert (await r.chat(req(), "m")).text == "ok"
     assert len(primary.calls) == 1
-    assert r.store.cooldown_until("openai.a", clock.now) == clock.now + 30
+    assert r.context.store.cooldown_until("openai.a", clock.now) == clock.now + 30
 
 
 async def test_cooldown_is_capped_at_60s_and_defaults_to_10s() -> None:
@@ -397,8 +397,8 @@ async def test_expired_cooldown_cleans_itself() -> None:
         clock=clock,
     )
     await r.chat(req(), "m")
-    assert r.store.cooldown_until("openai.a", clock.now) is None
-    assert r.store.cooldowns(clock.now) == {}
+    assert r.context.store.cooldown_until("openai.a", clock.now) is None
+    assert r.context.store.cooldowns(clock.now) == {}
 
 
 class _RecordingStore(MemoryStore):
@@ -479,8 +479,8 @@ async def test_429_retry_uses_the_next_key_and_cools_only_that_key() -> None:
     assert first.key_id != second.key_id and None not in (first.key_id, second.key_id)
     assert clock.sleeps == []
     pool = r.entries[0].keys
-    assert r.store.cooldown_until(pool.key_cooldown(first.key_id), clock.now) == clock.now + 20  # type: ignore[arg-type]
-    assert r.store.cooldown_until("openai.a", clock.now) is None
+    assert r.context.store.cooldown_until(pool.key_cooldown(first.key_id), clock.now) == clock.now + 20  # type: ignore[arg-type]
+    assert r.context.store.cooldown_until("openai.a", clock.now) is None
 
 
 async def test_rotation_is_round_robin_and_skips_cooling_keys() -> None:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from fakes import E, Scripted, walk
 from turnout.types import Capabilities, ChatRequest, NativeRequest, ResponseFormat
-from turnout.walk import SKIP, Walk
+from turnout.walk import SKIP
 
 _caps = st.builds(
     Capabilities,
@@ -37,7 +37,7 @@ def test_an_entry_is_skipped_exactly_when_it_cannot_take_the_request(
     """Whatever the entry can do and the request asks (native body, schema, images, stream): skipped iff incapable."""
     route = walk(E("openai.a", "m", [Scripted("ok", caps=caps)]))
     request = ChatRequest.of("hello", response_format=response_format, native=native)
-    w = Walk(route, None, "m", None)
+    w = route.new_walk(None, "m")
     entry = route.entries[0]
     skipped = w.admits(0, entry, "m", request, images, stream=stream) is SKIP
     assert skipped == (not w.capable(entry, "m", request, images, stream=stream))

@@ -32,11 +32,12 @@ from turnout.errors import (
 from turnout.health import Breakers
 from turnout.keys import KeyChoice
 from turnout.policy import Position, Step, decide
-from turnout.reliable import ReliableProvider, cooldown_seconds
+from turnout.reliable import ReliableProvider
 from turnout.report import outcome_of
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatRequest, ChatResponse, NativeRequest, ResponseFormat, Usage
 from turnout.walk import TRY, Admission, Walk, asks_capabilities
+from turnout.walk_context import cooldown_seconds
 
 NOW = 1_000_000.0
 #: ``(profile, keys)`` of the route's entries, in order (a rotating pool, a one-key pool, a keyless profile).
@@ -116,7 +117,7 @@ async def _admissions(store: MemoryStore, state: State) -> tuple[list[Admission]
     """Each entry's admission by one walk and the skips it recorded; the outcome and attempts of a call on a twin."""
     route = _route(store)
     await _fill(store, route, state)
-    w = Walk(route, None, "m", None)
+    w = route.new_walk(None, "m")
     request = req()
     admissions = [w.admits(i, e, "m", request, False, stream=False) for i, e in enumerate(route.entries)]
     twin_store = type(store)()
@@ -182,7 +183,7 @@ def test_accept_gives_the_notice_the_fallback_rule_gives(
 async def test_the_ok_record_is_what_attempt_makes_of_a_success(
     keys: tuple[str, ...], price: tuple[float, float] | None, failures: int
 ) -> None:
-    """A success is recorded as ``ReliableProvider.attempt`` records it (key, price, try number, entry)."""
+    """A success is recorded as ``WalkContext.attempt`` records it (key, price, try number, entry)."""
     provider = Scripted(*[err(503)] * failures, "ok")  # one script, whichever key a try uses
     providers = [provider for _ in keys or ("",)]
     route = walk(E("openai.x", "m", [Scripted(err(400))]), E("openai.a", "m", providers, keys=list(keys), price=price))
@@ -191,7 +192,7 @@ async def test_the_ok_record_is_what_attempt_makes_of_a_success(
     ok = scope.attempts[-1]
     entry = route.entries[ok.entry]
     index = entry.keys.ids.index(ok.key_id) if ok.key_id is not None else 0
-    general = route.attempt(
+    general = route.context.attempt(
         entry,
         ok.entry,
         ok.model,
@@ -244,7 +245,7 @@ def test_a_failed_try_is_recorded_as_attempt_records_it(failure: Exception, keys
     failed = attempts[0]
     entry = route.entries[0]
     index = entry.keys.ids.index(failed.key_id) if failed.key_id is not None else 0
-    general = route.attempt(
+    general = route.context.attempt(
         entry,
         0,
         "m",
@@ -285,20 +286,20 @@ def test_a_kept_notice_is_the_notice_the_rule_makes(
 @settings(max_examples=200, deadline=None)
 @given(_states)
 def test_a_skip_is_recorded_as_attempt_records_it(state: State) -> None:
-    """Every cooldown or breaker skip is the record ``ReliableProvider.attempt`` makes of that skip."""
+    """Every cooldown or breaker skip is the record ``WalkContext.attempt`` makes of that skip."""
 
     async def skips() -> tuple[ReliableProvider, list[Attempt]]:
         store = LongWay()
         route = _route(store)
         await _fill(store, route, state)
-        w = Walk(route, None, "m", None)
+        w = route.new_walk(None, "m")
         for i, e in enumerate(route.entries):
             w.admits(i, e, "m", req(), False, stream=False)
         return route, w.attempts
 
     route, attempts = asyncio.run(skips())
     for a in attempts:
-        general = route.attempt(
+        general = route.context.attempt(
             route.entries[a.entry],
             a.entry,
             a.model,
@@ -322,8 +323,8 @@ def test_an_entry_is_skipped_as_cooling_exactly_when_cooling_until_says_so(state
         route = _route(store)
         await _fill(store, route, state)
         for i, entry in enumerate(route.entries):
-            until = route.cooling_until(entry, NOW)
-            w = Walk(route, None, "m", None)
+            until = route.context.cooling_until(entry, NOW)
+            w = route.new_walk(None, "m")
             w.admits(i, entry, "m", req(), False, stream=False)
             skips = [a for a in w.attempts if a.outcome == "cooldown_skip"]
             if until is None:
@@ -343,8 +344,8 @@ def _settling(
     """A route on ``store``, a walk on it, its entry ``index`` and that entry's key: what ``settle`` is given."""
     route = _route(store)
     if not with_breakers:
-        route.breakers = None
-    w = Walk(route, None, "m", None)
+        route.context = replace(route.context, breakers=None)
+    w = route.new_walk(None, "m")
     w.probing = probing
     entry = route.entries[index]
     choice = entry.keys.pick(NOW)
@@ -377,11 +378,11 @@ def test_a_failure_settled_without_updates_has_none_to_make(
         store = MemoryStore()
         route, w, entry, choice = _settling(store, index, probing=probing, with_breakers=with_breakers)
         exc = ProviderError("failed", error_class=cls, status=429, retry_after=hint, auth_failure=auth)
-        action, updates = route.settle(w, index, entry, "m", choice, exc, cls, tries_left)
-        before = _snapshot(store, route.breakers, w)
+        action, updates = w.decide_failure(index, entry, "m", choice, exc, cls, tries_left)
+        before = _snapshot(store, route.context.breakers, w)
         if updates is None:
-            await route._update(w, entry, "m", choice.key_id, action, hint)
-            assert _snapshot(store, route.breakers, w) == before
+            await w.apply(entry, "m", choice.key_id, action, hint)
+            assert _snapshot(store, route.context.breakers, w) == before
         else:
             await updates
 
@@ -497,12 +498,12 @@ def test_settle_decides_by_the_rule_and_has_updates_exactly_when_some_are_due(
     store = MemoryStore()
     route, w, entry, choice = _settling(store, index, probing=probing, with_breakers=with_breakers)
     cls = error_class_of(failure)
-    action, updates = route.settle(w, index, entry, "m", choice, failure, cls, tries_left)
+    action, updates = w.decide_failure(index, entry, "m", choice, failure, cls, tries_left)
     pool = entry.keys
     position = Position(
         tries_left,
         index == w.order[-1],
-        route.single,
+        route.context.single,
         pool.rotates,
         pool.rotates and pool.other_usable(choice.index, NOW),
         pool.rotates and pool.other_live(choice.index, NOW),
@@ -515,7 +516,7 @@ def test_settle_decides_by_the_rule_and_has_updates_exactly_when_some_are_due(
     kid = choice.key_id
     due = (
         # a health failure is the call's one signal when the walk leaves the entry (its retries are not counted)
-        (route.breakers is not None and ((action.health and action.step is Step.NEXT_ENTRY) or probing))
+        (route.context.breakers is not None and ((action.health and action.step is Step.NEXT_ENTRY) or probing))
         or (action.report_key and kid is not None)
         or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
     )
@@ -559,12 +560,12 @@ def test_a_request_asking_no_capabilities_is_admitted_by_availability_alone(
         route = walk(*(specs[:1] if single else specs), clock=clock, store=store, breakers=Breakers(store))
         await _fill(store, route, state)
         for i, entry in enumerate(route.entries):
-            general, shortcut = Walk(route, None, "m", None), Walk(route, None, "m", None)
+            general, shortcut = route.new_walk(None, "m"), route.new_walk(None, "m")
             admitted = general.admits(i, entry, "m", request, images, stream=False)
             if asks_capabilities(request, images):
                 continue
             assert general.capable(entry, "m", request, images, stream=False)
-            short = TRY if route.single or store.calm() else shortcut.availability(i, entry, "m", False)
+            short = TRY if route.context.single or store.calm() else shortcut.availability(i, entry, "m", False)
             assert short is admitted and shortcut.attempts == general.attempts
             assert shortcut.unavailable == general.unavailable
 
@@ -610,7 +611,7 @@ def test_the_panic_order_is_every_unavailable_entry_in_the_walk_s_order(state: S
         store = LongWay()
         route = _route(store)
         await _fill(store, route, state)
-        w = Walk(route, None, "m", None)
+        w = route.new_walk(None, "m")
         skipped = []
         for i, entry in enumerate(route.entries):
             before = len(w.attempts)
@@ -626,9 +627,9 @@ def test_the_panic_order_is_every_unavailable_entry_in_the_walk_s_order(state: S
 def test_a_walk_s_witness_made_when_asked_is_its_call_s_or_its_own_shared_with_its_side() -> None:
     """A logged walk's witness is its call id; unlogged walks get distinct ones; a hedge's side walk shares it."""
     route = _route(MemoryStore())
-    logged = Walk(route, DispatchScope([], "call-1"), "m", None)
+    logged = route.new_walk(DispatchScope([], "call-1"), "m")
     assert logged.witness == "call-1" and logged.side().witness == "call-1"
-    first, second = Walk(route, None, "m", None), Walk(route, None, "m", None)
+    first, second = route.new_walk(None, "m"), route.new_walk(None, "m")
     assert first.witness != second.witness and first.witness == first.witness
     side = second.side()
     assert side.witness == second.witness

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -34,6 +34,11 @@ from turnout.config import (
 from turnout.errors import ConfigError, TurnoutError
 from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 from turnout.types import Usage
+
+if TYPE_CHECKING:
+    from turnout.ledger_cache import CacheSummary
+    from turnout.ledger_summary import LedgerSummary
+    from turnout.pricing import ProfileRates
 
 #: The id a profile sends for a model name: ``(profile, model) -> id``.
 WireIds = Callable[[str, str], str]
@@ -386,6 +391,25 @@ def ledger(
     """Summarise the ledger: attempts, fallbacks, failure classes and cost per profile and model."""
     from turnout.ledger import summarize
     from turnout.ledger_cache import cache_summary
+
+    path, rates = _ledger_source(config, path, as_json)
+    summary = summarize(path, since=_since(since))
+    caching = cache_summary(path, rates.rates, since=_since(since))
+    if as_json:
+        body = _ledger_json(summary, caching)
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    out = _out()
+    _print_ledger_totals(out, summary)
+    out.print(_ledger_routes_table(summary))
+    cached = [c for c in caching if c.cached_input_tokens or c.cache_write_tokens]
+    if cached:
+        out.print("prompt cache:", markup=False)
+        out.print(_ledger_cache_table(cached))
+
+
+def _ledger_source(config: str | None, path: str | None, as_json: bool) -> tuple[str, ProfileRates]:
+    """The ledger file to read (``path``, else the config's) and the rates that price its cache savings."""
     from turnout.pricing import ProfileRates, profile_rates
 
     rates = ProfileRates({})  # with only a ledger file: no profile is known, so no saving is priced
@@ -394,53 +418,56 @@ def ledger(
             cfg = load(config)
         except ConfigError as exc:
             raise _fail(exc, as_json) from None
-        path, rates = cfg.ledger.path, profile_rates(cfg)
-    elif config is not None:
+        return cfg.ledger.path, profile_rates(cfg)
+    if config is not None:
         try:
             rates = profile_rates(load(config))
         except ConfigError as exc:
             raise _fail(exc, as_json) from None
-    summary = summarize(path, since=_since(since))
-    caching = cache_summary(path, rates.rates, since=_since(since))
-    if as_json:
-        body = {
-            "calls": summary.calls,
-            "failed_calls": summary.failed_calls,
-            "fallbacks": summary.fallbacks,
-            "attempts": summary.attempts,
-            "failure_classes": summary.failure_classes,
-            "skips": summary.skips,
-            "cost_usd": summary.cost_usd,
-            "usage_notes": {note: {"attempts": n, "cost_usd": cost} for note, (n, cost) in summary.usage_notes.items()},
-            "routes": [
-                {
-                    "provider": r.provider,
-                    "model": r.model,
-                    "attempts": r.attempts,
-                    "outcomes": r.outcomes,
-                    "input_tokens": r.input_tokens,
-                    "output_tokens": r.output_tokens,
-                    "cost_usd": r.cost_usd,
-                    "avg_duration_ms": r.avg_duration_ms,
-                }
-                for r in summary.routes
-            ],
-            "cache": [
-                {
-                    "provider": c.provider,
-                    "model": c.model,
-                    "input_tokens": c.input_tokens,
-                    "cached_input_tokens": c.cached_input_tokens,
-                    "cache_write_tokens": c.cache_write_tokens,
-                    "hit_rate": c.hit_rate,
-                    "saved_usd": c.saved_usd,
-                }
-                for c in caching
-            ],
-        }
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return
-    out = _out()
+    return path, rates
+
+
+def _ledger_json(summary: LedgerSummary, caching: list[CacheSummary]) -> dict[str, Any]:
+    """``turnout ledger --json``: the totals, each route's and each route's prompt caching."""
+    return {
+        "calls": summary.calls,
+        "failed_calls": summary.failed_calls,
+        "fallbacks": summary.fallbacks,
+        "attempts": summary.attempts,
+        "failure_classes": summary.failure_classes,
+        "skips": summary.skips,
+        "cost_usd": summary.cost_usd,
+        "usage_notes": {note: {"attempts": n, "cost_usd": cost} for note, (n, cost) in summary.usage_notes.items()},
+        "routes": [
+            {
+                "provider": r.provider,
+                "model": r.model,
+                "attempts": r.attempts,
+                "outcomes": r.outcomes,
+                "input_tokens": r.input_tokens,
+                "output_tokens": r.output_tokens,
+                "cost_usd": r.cost_usd,
+                "avg_duration_ms": r.avg_duration_ms,
+            }
+            for r in summary.routes
+        ],
+        "cache": [
+            {
+                "provider": c.provider,
+                "model": c.model,
+                "input_tokens": c.input_tokens,
+                "cached_input_tokens": c.cached_input_tokens,
+                "cache_write_tokens": c.cache_write_tokens,
+                "hit_rate": c.hit_rate,
+                "saved_usd": c.saved_usd,
+            }
+            for c in caching
+        ],
+    }
+
+
+def _print_ledger_totals(out: Console, summary: LedgerSummary) -> None:
+    """The ledger's totals line, then its failure classes, skips and usage notes, where there are any."""
     total = usd(summary.cost_usd, "unknown")
     out.print(
         f"{summary.calls} calls ({summary.failed_calls} failed, {summary.fallbacks} served by a fallback), "
@@ -454,6 +481,10 @@ def ledger(
     if summary.usage_notes:
         notes = (f"{k}={n} (${c or 0.0:.6f})" for k, (n, c) in summary.usage_notes.items())
         out.print(shown("usage not reported by the provider: " + ", ".join(notes)))
+
+
+def _ledger_routes_table(summary: LedgerSummary) -> FittedTable:
+    """One row per profile and model: attempts, outcomes, tokens, cost and average duration."""
     table = FittedTable(
         [
             Column(name="profile", identifies=True),
@@ -475,32 +506,33 @@ def ledger(
             usd(r.cost_usd),
             f"{r.avg_duration_ms:.0f}" if r.avg_duration_ms is not None else "-",
         )
-    out.print(table)
-    cached = [c for c in caching if c.cached_input_tokens or c.cache_write_tokens]
-    if cached:
-        out.print("prompt cache:", markup=False)
-        caches = FittedTable(
-            [
-                Column(name="profile", identifies=True),
-                Column(name="model", identifies=True),
-                Column(name="input tokens", right=True),
-                Column(name="cached", right=True),
-                Column(name="written", right=True),
-                Column(name="hit rate", right=True),
-                Column(name="saved", right=True),
-            ]
+    return table
+
+
+def _ledger_cache_table(cached: list[CacheSummary]) -> FittedTable:
+    """One row per profile and model that read or wrote the prompt cache: tokens, hit rate and what it saved."""
+    caches = FittedTable(
+        [
+            Column(name="profile", identifies=True),
+            Column(name="model", identifies=True),
+            Column(name="input tokens", right=True),
+            Column(name="cached", right=True),
+            Column(name="written", right=True),
+            Column(name="hit rate", right=True),
+            Column(name="saved", right=True),
+        ]
+    )
+    for c in cached:
+        caches.add_row(
+            shown(c.provider),
+            shown(c.model),
+            str(c.input_tokens),
+            str(c.cached_input_tokens),
+            str(c.cache_write_tokens),
+            f"{c.hit_rate:.0%}" if c.hit_rate is not None else "-",
+            usd(c.saved_usd),
         )
-        for c in cached:
-            caches.add_row(
-                shown(c.provider),
-                shown(c.model),
-                str(c.input_tokens),
-                str(c.cached_input_tokens),
-                str(c.cache_write_tokens),
-                f"{c.hit_rate:.0%}" if c.hit_rate is not None else "-",
-                usd(c.saved_usd),
-            )
-        out.print(caches)
+    return caches
 
 
 GatewayOption = Annotated[

@@ -193,24 +193,31 @@ class Tour:
     seed: int | None = None
 
 
-def _steps() -> list[Step | Tour]:
-    async def chat(c: Client, **kw: Any) -> Reply:
-        return await c.chat(PROMPT, **kw)
+async def _chat(c: Client, **kw: Any) -> Reply:
+    """One call of the tour's prompt."""
+    return await c.chat(PROMPT, **kw)
 
-    async def cut_stream(c: Client) -> Reply:
-        stream = c.stream(PROMPT)
-        shown = []
-        async for event in stream:
-            if event.type == "text":
-                shown.append(event.text)
-        return stream.response
 
-    async def pool_calls(c: Client) -> Reply:
-        reply = await chat(c, model="hint:pool")
-        for _ in range(POOL_CALLS - 1):
-            reply = await chat(c, model="hint:pool")
-        return reply
+async def _cut_stream(c: Client) -> Reply:
+    """The tour's prompt streamed to its end (the simulator cuts it)."""
+    stream = c.stream(PROMPT)
+    shown = []
+    async for event in stream:
+        if event.type == "text":
+            shown.append(event.text)
+    return stream.response
 
+
+async def _pool_calls(c: Client) -> Reply:
+    """The pool stop's calls through ``hint:pool``; the last one's reply."""
+    reply = await _chat(c, model="hint:pool")
+    for _ in range(POOL_CALLS - 1):
+        reply = await _chat(c, model="hint:pool")
+    return reply
+
+
+def _conversation_step() -> Step:
+    """The prompt-cache stop: a conversation's two turns, and the table of what each read from the cache."""
     turns: list[Reply] = []
 
     async def conversation(c: Client) -> Reply:
@@ -220,48 +227,58 @@ def _steps() -> list[Step | Tour]:
         turns.append(await c.chat([*first, {"role": "assistant", "content": turns[0].text}, *FOLLOW_UP]))
         return turns[-1]
 
+    return Step(
+        "A conversation's second turn reads the prompt cache",
+        "The simulator caches prompt prefixes per deployment for 5 minutes, as Anthropic does. Turn 1 writes "
+        "the system prompt and question to the cache; turn 2 repeats them, so they are cached input, priced at "
+        "the cache-read rate.",
+        {},
+        conversation,
+        lambda c: cache_table(c, turns),
+        cache_ttl=300,
+    )
+
+
+def _steps() -> list[Step | Tour]:
+    """The tour's stops, in order."""
+    return [*_first_steps(), *_later_steps()]
+
+
+def _first_steps() -> list[Step | Tour]:
+    """From a clean answer to one model on three clouds."""
     return [
-        Step("A clean answer", "The primary profile answers on the first try.", {}, chat),
-        Step(
-            "A conversation's second turn reads the prompt cache",
-            "The simulator caches prompt prefixes per deployment for 5 minutes, as Anthropic does. Turn 1 writes "
-            "the system prompt and question to the cache; turn 2 repeats them, so they are cached input, priced at "
-            "the cache-read rate.",
-            {},
-            conversation,
-            lambda c: cache_table(c, turns),
-            cache_ttl=300,
-        ),
+        Step("A clean answer", "The primary profile answers on the first try.", {}, _chat),
+        _conversation_step(),
         Step(
             "A 429 with Retry-After, then recovery",
             "A single-entry profile gets 429 with Retry-After: 1; the walk waits the hinted second and retries.",
             {"gpt-4.1-mini": {"steps": ["429-ra1", "ok"]}},
-            lambda c: chat(c, provider="openai.solo"),
+            lambda c: _chat(c, provider="openai.solo"),
         ),
         Step(
             "An empty answer is retried",
             "A 200 with no text is not an answer: it is retried with backoff, and its usage stays on that attempt.",
             {"claude-sonnet-4-5": {"steps": ["empty", "ok"]}},
-            chat,
+            _chat,
         ),
         Step(
             "A hint route",
             "model='hint:reasoning' selects the deepseek.reasoner route, with its own reliability policy.",
             {"deepseek-reasoner": {"steps": ["ok-r12-t20"]}},
-            lambda c: chat(c, model="hint:reasoning"),
+            lambda c: _chat(c, model="hint:reasoning"),
         ),
         Step(
             "A context-window overflow goes to a larger model",
             "claude-sonnet-4-5 (200k) rejects the prompt; claude-haiku-4-5 (also 200k) is skipped without a call; "
             "gpt-4.1 (1M) answers.",
             {"claude-sonnet-4-5": {"steps": ["context-lim200000"]}},
-            chat,
+            _chat,
         ),
         Step(
             "A refusal is not routed around",
             "The model refuses; Turnout returns the refusal instead of shopping for another model.",
             {"claude-sonnet-4-5": {"steps": ["refusal"]}},
-            chat,
+            _chat,
         ),
         Tour(
             "An outage is learned and forgotten (circuit breaker)",
@@ -282,25 +299,31 @@ def _steps() -> list[Step | Tour]:
             {},
             clouds_tour,
         ),
+    ]
+
+
+def _later_steps() -> list[Step | Tour]:
+    """From a truncated stream to a hedged slow first token."""
+    return [
         Step(
             "A truncated stream",
             "The stream ends after 8 words without message_stop. The user saw those words, so nothing is "
             "replayed: the caller gets exactly the text shown.",
             {"claude-sonnet-4-5": {"steps": ["cut-a8-t30"]}},
-            cut_stream,
+            _cut_stream,
         ),
         Step(
             "A rate-limited profile cools down; another family serves",
             "anthropic.main answers 429 (Retry-After 30): the profile cools down, its second model is skipped, and "
             "openai.backup serves with a notice.",
             {"claude-sonnet-4-5": {"steps": ["429-ra30"]}},
-            chat,
+            _chat,
         ),
         Step(
             "While it cools down, the profile is skipped without a call",
             "The next call skips both anthropic.main entries (cooldown_skip) and goes straight to the fallback.",
             {"claude-sonnet-4-5": {"steps": ["429-ra30"]}},
-            chat,
+            _chat,
         ),
         Step(
             "A latency pool picks the faster of two equivalent deployments",
@@ -311,7 +334,7 @@ def _steps() -> list[Step | Tour]:
                 "gpt-4o": {"steps": [{"do": "ok", "delay": 0.15}]},
                 "gpt-4o-west": {"steps": [{"do": "ok", "delay": 0.03}]},
             },
-            pool_calls,
+            _pool_calls,
             lambda c: pool_table(c, "gpt-4o"),
         ),
         Tour(

@@ -30,6 +30,7 @@ from turnout.embeddings import (
 from turnout.entry import Entry
 from turnout.errors import AllProvidersFailed, ContextWindowExceeded, UnsupportedRequest
 from turnout.keys import KeyChoice
+from turnout.pricing import Catalogue
 from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
 from turnout.report import aggregate_message
@@ -124,9 +125,9 @@ class EmbedServed:
     batches: int
 
 
-def embedding_cost(owner: ReliableProvider, entry: Entry, served: str, usage: Usage) -> float | None:
+def embedding_cost(catalogue: Catalogue, entry: Entry, served: str, usage: Usage) -> float | None:
     """What ``usage`` costs on ``entry``: the profile's ``pricing``, else the catalogue's price per input token."""
-    rates = entry.rates if entry.rates is not None else owner.catalogue.embedding_rates(entry.family, served)
+    rates = entry.rates if entry.rates is not None else catalogue.embedding_rates(entry.family, served)
     return rates.cost(usage) if rates is not None else None
 
 
@@ -225,27 +226,28 @@ async def _walk_batch(
     eligible: frozenset[int],
 ) -> tuple[Embeddings, int, RouteRef]:
     """One batch through the entries of its space, in the walk's order; the answer, its entry and route."""
-    walk = Walk(owner, log, model, None)
-    store = owner.store
+    walk = owner.new_walk(log, model)
+    context = walk.context
+    store = context.store
     for i in walk.order:
         if i not in eligible:
             continue
-        entry = owner.entries[i]
+        entry = context.entries[i]
         served = entry.served_model(model)
         limits = walk.limits
-        if limits is not None and limits.too_small(entry, served, owner.context_window(entry, served)):
+        if limits is not None and limits.too_small(entry, served, context.context_window(entry, served)):
             continue  # the same model already said the batch is too large
-        admission = TRY if owner.single or store.calm() else walk.availability(i, entry, served, False)
+        admission = TRY if context.single or store.calm() else walk.availability(i, entry, served, False)
         if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
             continue
-        done = await walk.tries(i, entry, served, 1 if walk.probing else owner.tries, _try_embed, request, None)
+        done = await walk.tries(i, entry, served, 1 if walk.probing else context.tries, _try_embed, request, None)
         if done is not None:
             return await _accepted(walk, i, entry, served, request, done)
         walk.probing = False
     for i in walk.panic_order():  # every entry of the space was open or cooling down: all tried as if closed
-        entry = owner.entries[i]
+        entry = context.entries[i]
         served = entry.served_model(model)
-        done = await walk.tries(i, entry, served, owner.tries, _try_embed, request, None)
+        done = await walk.tries(i, entry, served, context.tries, _try_embed, request, None)
         if done is not None:
             return await _accepted(walk, i, entry, served, request, done)
     failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)
@@ -253,7 +255,7 @@ async def _walk_batch(
     if walk.limits is not None:  # an input is too long for every entry of the space
         raise ContextWindowExceeded(limit=walk.limits.limit, attempts=attempts)
     raise AllProvidersFailed(
-        aggregate_message(attempts, owner.tries),
+        aggregate_message(attempts, context.tries),
         attempts=list(attempts),
         last_error=failure[0] if failure is not None else None,
         retry_at=walk.usable_at(),
@@ -279,7 +281,7 @@ async def _accepted(
             outcome="ok",
             key_id=choice.key_id,
             usage=usage,
-            cost_usd=embedding_cost(walk.owner, entry, served, usage),
+            cost_usd=embedding_cost(walk.context.catalogue, entry, served, usage),
             started_at=started,
             duration_ms=(time.perf_counter() - t0) * 1000.0,
             entry=i,

@@ -28,10 +28,11 @@ from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.provider import Provider
 from turnout.providers import HTTPAdapter, build_adapter
 from turnout.providers.http import HttpClient
-from turnout.reliable import MAX_COOLDOWN_S, Entry, ReliableProvider
+from turnout.reliable import Entry, ReliableProvider
 from turnout.router import Router
 from turnout.state import MemoryStore, StateStore
 from turnout.stats import Stats
+from turnout.walk_context import MAX_COOLDOWN_S
 
 #: Builds the provider for one profile and credential (the test seam: unit tests inject fakes).
 AdapterBuilder = Callable[[str, Profile, str | None], Provider]

@@ -11,9 +11,11 @@ other provider. It answers in two ways:
   is the streaming runtime's decision (:mod:`turnout.runtime`); :meth:`ReliableStream.resume_after`
   says where such a recovery continues, and :meth:`run` takes it as ``resume``.
 
-What a failure means comes from :mod:`turnout.classify`; what the walk does about it comes from
-:func:`turnout.policy.decide`, for both forms, and is applied in one place (:meth:`ReliableProvider._settle`).
-Every attempt is recorded in the call's :class:`~turnout.attribution.DispatchScope`.
+The provider orders the entries for each call (:meth:`ReliableProvider.visit_order`), starts its
+:class:`~turnout.walk.Walk` with the route's :class:`~turnout.walk_context.WalkContext` (made once here), and runs
+hedges. The walk makes the tries: what a failure means comes from :mod:`turnout.classify`, what the walk does
+about it from :func:`turnout.policy.decide`, for both forms, applied in one place (:meth:`Walk.settle
+<turnout.walk.Walk.settle>`). Every attempt is recorded in the call's :class:`~turnout.attribution.DispatchScope`.
 """
 
 from __future__ import annotations
@@ -25,47 +27,24 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from turnout.affinity import Affinity
-from turnout.attribution import Attempt, DispatchScope, Outcome, current_scope, new_attempt
-from turnout.classify import is_dead_key_error
-from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, new_served, pool_blocks
-from turnout.errors import (
-    AllProvidersFailed,
-    ContextWindowExceeded,
-    ErrorClass,
-    ProviderError,
-    ResponseTooLarge,
-    StreamingUnsupported,
-    UnsupportedRequest,
-)
+from turnout.affinity import Affinity, conversation_key
+from turnout.attribution import DispatchScope, current_scope
+from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, pool_blocks
+from turnout.errors import AllProvidersFailed, ContextWindowExceeded, StreamingUnsupported, UnsupportedRequest
 from turnout.health import Breakers
 from turnout.hedge import Hedging
-from turnout.keys import KeyChoice, KeyPool
-from turnout.policy import Action, Position, Step, decide
 from turnout.pricing import Catalogue, default_catalogue
 from turnout.provider import Provider, flatten
 from turnout.reliable_stream import ReliableStream
-from turnout.report import aggregate_message, error_detail, failure_reason
+from turnout.report import aggregate_message
 from turnout.state import MemoryStore, StateStore
 from turnout.state.pins import Pin
 from turnout.stats import Stats
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage, can_serve, unservable_reason
+from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, can_serve, unservable_reason
 from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, asks_capabilities, refuse_empty
+from turnout.walk_context import WalkContext
 
 MIN_BACKOFF_S = 0.05
-MAX_RETRY_AFTER_S = 30.0
-MAX_COOLDOWN_S = 60.0
-DEFAULT_COOLDOWN_S = 10.0
-
-_tuple_new = tuple.__new__
-#: A global: reading a member off its enum class costs about 900 instructions on CPython 3.11 (see ``walk.TRY``).
-_CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
-_NEXT_ENTRY_STEP = Step.NEXT_ENTRY
-
-
-def cooldown_seconds(hint: float | None) -> float:
-    """How long a cooldown for a retry hint lasts: the hint (capped at 60 s), else 10 s (0 or less: none at all)."""
-    return min(hint, MAX_COOLDOWN_S) if hint is not None else DEFAULT_COOLDOWN_S
 
 
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
@@ -117,27 +96,28 @@ class ReliableProvider(Provider):
         if not entries:
             raise ValueError("a reliable provider needs at least one entry")
         self.entries = tuple(entries)
-        #: The route has one entry (it never skips one: read on every walk).
-        self.single = len(self.entries) == 1
-        self.tries = provider_retries + 1
-        self.retries = provider_retries
-        self.base_backoff = max(provider_backoff_ms / 1000.0, MIN_BACKOFF_S)
-        self.store = store if store is not None else MemoryStore()
-        self.catalogue = catalogue if catalogue is not None else default_catalogue()
-        self.clock = clock
-        self.sleep = sleep
-        self.jitter = jitter
         self.name = name
-        self.breakers = breakers
-        self.stats = stats
-        self.hedging = hedging if hedging is not None and hedging.enabled else None
         self._vision: dict[str, bool] = {}
         #: The entries' indices in configured order, and whether some run of them stands for a pool.
         self.entry_order = tuple(range(len(self.entries)))
         self._blocks = pool_blocks(self.entries)
         self.pooled = self._blocks is not None
-        #: Pins of conversations to members, kept only when some pool leads or falls back here.
-        self.affinity = affinity if self.pooled else None
+        #: What every walk of this route reaches (its walks read it; replace it to change a setting).
+        self.context = WalkContext(
+            entries=self.entries,
+            tries=provider_retries + 1,
+            base_backoff=max(provider_backoff_ms / 1000.0, MIN_BACKOFF_S),
+            store=store if store is not None else MemoryStore(),
+            catalogue=catalogue if catalogue is not None else default_catalogue(),
+            clock=clock,
+            sleep=sleep,
+            jitter=jitter,
+            breakers=breakers,
+            stats=stats,
+            hedging=hedging if hedging is not None and hedging.enabled else None,
+            # pins of conversations to members, kept only when some pool leads or falls back here
+            affinity=affinity if self.pooled else None,
+        )
 
     # --- what the route can do ----------------------------------------------------------------
 
@@ -167,7 +147,8 @@ class ReliableProvider(Provider):
         blocks = self._blocks
         if blocks is None:
             return self.entry_order
-        affinity = self.affinity if keyed else None
+        context = self.context
+        affinity = context.affinity if keyed else None
         out: list[int] = []
         for indices, pool in blocks:
             if pool is None:
@@ -176,13 +157,13 @@ class ReliableProvider(Provider):
             by_member: dict[str, list[int]] = {}
             for i in indices:
                 by_member.setdefault(self.entries[i].profile, []).append(i)
-            members = pool.arrange(list(by_member), self.stats)
+            members = pool.arrange(list(by_member), context.stats)
             if affinity is not None:
-                if self.store.calm():  # nothing cools down, no breaker is open: every member is healthy
+                if context.store.calm():  # nothing cools down, no breaker is open: every member is healthy
                     healthy: Callable[[str], bool] = _healthy
                 else:
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
-                    healthy = functools.partial(self._ready, first, requested, self.clock())
+                    healthy = functools.partial(self._ready, first, requested, context.clock())
                 members = affinity.arrange(members, pin, healthy, pool.weights)
             for member in members:
                 out.extend(by_member[member])
@@ -191,27 +172,31 @@ class ReliableProvider(Provider):
     def _ready(self, first: dict[str, Entry], requested: str, now: float, member: str) -> bool:
         """Whether pool ``member`` (its first entry in ``first``) is neither cooling down nor behind an open breaker."""
         entry = first[member]
-        if self.cooling_until(entry, now) is not None:
+        if self.context.cooling_until(entry, now) is not None:
             return False
-        return self.store.breaker(entry.health_key(entry.served_model(requested))) is None
+        return self.context.store.breaker(entry.health_key(entry.served_model(requested))) is None
 
-    def context_window(self, entry: Entry, model: str) -> int | None:
-        """The entry's context window: the profile's setting, else the catalogue's, else None."""
-        if entry.context_window is not None:
-            return entry.context_window
-        return self.catalogue.context_window(entry.family, model)
+    def new_walk(
+        self,
+        log: DispatchScope | None,
+        requested: str,
+        limits: ContextLimits | None = None,
+        request: ChatRequest | None = None,
+    ) -> Walk:
+        """A walk of one call (recorded in ``log``) over the entries, in the order :meth:`visit_order` gives it.
 
-    def cost(self, entry: Entry, model: str, usage: Usage | None) -> float | None:
-        """The cost of ``usage`` on this entry, or None when the price is unknown."""
-        if usage is None:
-            return None
-        rates = entry.rates
-        if rates is None:  # the catalogue's, kept on the entry for the model it last priced
-            priced = entry.priced
-            if priced is None or priced[0] != model:
-                priced = entry.priced = (model, self.catalogue.rates(entry.family, model))
-            rates = priced[1]
-        return rates.cost(usage) if rates is not None else None
+        ``request``: the call's chat request, whose conversation the affinity looks up (None: no conversation).
+        """
+        context = self.context
+        affinity = context.affinity
+        if affinity is None or request is None:
+            return Walk(
+                context, log, requested, limits, self.visit_order(None, requested) if self.pooled else self.entry_order
+            )
+        conversation = conversation_key(request)
+        pin = affinity.pinned(conversation) if conversation else None
+        order = self.visit_order(pin, requested, keyed=conversation is not None)
+        return Walk(context, log, requested, limits, order, conversation, pin)
 
     def may_hold_images(self, request: ChatRequest, model: str) -> bool:
         """Whether ``request`` has images and some entry does not accept them for ``model``.
@@ -225,38 +210,6 @@ class ReliableProvider(Provider):
                 self._vision.clear()
             every = self._vision[model] = all(e.capabilities(model).vision for e in self.entries)
         return not every and has_images(request.messages)
-
-    def cooling_until(self, entry: Entry, now: float) -> float | None:
-        """When the entry's profile stops cooling down (profile cooldown, or every live key cooling)."""
-        until = self.store.cooldown_until(entry.profile, now)
-        if until is not None:
-            return until
-        return self.keys_cooling_until(entry.keys, now)
-
-    @staticmethod
-    def keys_cooling_until(pool: KeyPool, now: float) -> float | None:
-        """When the first key of a pool whose every live key is cooling down is free again (None: one is usable)."""
-        if pool.rotates and not pool.all_dead() and not pool.has_usable(now):
-            return pool.soonest_key_free(now)
-        return None
-
-    def backoff_sleep(self, backoff: float, hint: float | None) -> float:
-        """A jittered backoff (at least half of it), raised to the Retry-After hint (capped at 30 s)."""
-        wait = backoff * (0.5 + 0.5 * self.jitter())
-        if hint is not None:
-            wait = max(wait, min(hint, MAX_RETRY_AFTER_S))
-        return wait
-
-    def cool_down(self, key: str, hint: float | None) -> Awaitable[None] | None:
-        """Cool ``key`` down for the hint (capped at 60 s), else 10 s: the store's write to await.
-
-        A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written (None), so a shared
-        store is not asked to keep a deadline that has already passed, and no coroutine is made for it.
-        """
-        seconds = cooldown_seconds(hint)
-        if seconds > 0:
-            return self.store.set_cooldown(key, self.clock() + seconds)
-        return None
 
     # --- the non-streaming walk -------------------------------------------------------------------
 
@@ -294,15 +247,16 @@ class ReliableProvider(Provider):
             UnsupportedRequest: The request has images and no entry accepts them.
             AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
         """
-        walk = Walk(self, log, model, resume.limits if resume is not None else None, request)
+        context = self.context
+        walk = self.new_walk(log, model, resume.limits if resume is not None else None, request)
         images = self.may_hold_images(request, model)
         # Whether :meth:`Walk.admits` has no capability to check (while the walk knows no context window): then it
         # is asked only for the lookups, or, with nothing cooling down and no breaker open, not at all.
         plain = not asks_capabilities(request, images)
-        store = self.store
+        store = context.store
         for i in walk.order:
             entry = self.entries[i]
-            tries = self.tries
+            tries = context.tries
             if resume is not None and resume.entry == i:
                 tries = resume.tries
                 if tries == 0:
@@ -311,12 +265,12 @@ class ReliableProvider(Provider):
             if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
             if plain and walk.limits is None:  # what ``walk.admits`` answers, without its call and its checks
-                admission = TRY if self.single or store.calm() else walk.availability(i, entry, served, False)
+                admission = TRY if context.single or store.calm() else walk.availability(i, entry, served, False)
             else:
                 admission = walk.admits(i, entry, served, request, images, stream=False)
             if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
                 continue
-            if self.hedging is not None and not walk.tried and not walk.probing and resume is None:
+            if context.hedging is not None and not walk.tried and not walk.probing and resume is None:
                 answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
                 if answer is not None:
                     return answer
@@ -326,14 +280,14 @@ class ReliableProvider(Provider):
                 i, entry, served, 1 if walk.probing else tries, answer_of, request, temperature, check=refuse_empty
             )
             if done is not None:
-                answer, closing = self._served(walk, i, entry, served, done)
+                answer, closing = walk.served(i, entry, served, done)
                 if closing is not None:
                     await closing
                 return answer
             walk.probing = False
         for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed (SPEC 6.7)
             entry = self.entries[i]
-            tries = resume.tries if resume is not None and resume.entry == i else self.tries
+            tries = resume.tries if resume is not None and resume.entry == i else context.tries
             answer = await self._complete(walk, i, entry, entry.served_model(model), tries, request, temperature)
             if answer is not None:
                 return answer
@@ -347,7 +301,7 @@ class ReliableProvider(Provider):
             raise UnsupportedRequest(unservable_reason(request))
         last = failure[0] if failure is not None else None
         raise AllProvidersFailed(
-            aggregate_message(walk.attempts, self.tries),
+            aggregate_message(walk.attempts, context.tries),
             attempts=walk.attempts,
             last_error=last,
             retry_at=walk.usable_at(),
@@ -368,39 +322,10 @@ class ReliableProvider(Provider):
         if done is None:
             walk.probing = False
             return None
-        answer, closing = self._served(walk, i, entry, served, done)
+        answer, closing = walk.served(i, entry, served, done)
         if closing is not None:
             await closing
         return answer
-
-    def _served(
-        self, walk: Walk, i: int, entry: Entry, served: str, done: tuple[ChatResponse, KeyChoice, float, float]
-    ) -> tuple[Served, Awaitable[None] | None]:
-        """Entry ``i`` answered: its attempt recorded, the answer, and the closing of a probed breaker to await."""
-        response, choice, started, t0 = done
-        # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
-        # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
-        walk.last_failure = None
-        usage = response.usage
-        attempt = new_attempt(  # what :meth:`attempt` makes of a success, built directly (one per call)
-            provider=entry.profile,
-            model=served,
-            outcome="ok",
-            key_id=choice.key_id,
-            usage=usage,
-            cost_usd=self.cost(entry, served, usage),
-            started_at=started,
-            duration_ms=(time.perf_counter() - t0) * 1000.0,
-            entry=i,
-            try_number=walk.try_number,
-        )
-        walk.attempts.append(attempt)  # what :meth:`Walk.record` does, without its call
-        log = walk.log
-        if log is not None:
-            log.attempts.append(attempt)
-        if walk.conversation is not None:
-            walk.served_by(entry, choice)
-        return new_served(response, entry.route(served), i), walk.healthy(entry, served)
 
     async def _hedged(
         self,
@@ -418,7 +343,7 @@ class ReliableProvider(Provider):
         The first answer wins; the other side is cancelled (``hedge_lost``). When both sides fail, the walk
         goes on after them (the hedge's entry is not tried again).
         """
-        hedging = self.hedging
+        hedging = self.context.hedging
         plan = self._hedge_of(entry, served, walk.pin)
         if hedging is None or plan is None:
             return await self._complete(walk, i, entry, served, tries, request, temperature)
@@ -479,7 +404,7 @@ class ReliableProvider(Provider):
         Raises:
             StreamingUnsupported: No entry can stream this request right now.
         """
-        walk = Walk(self, log, model, None, request)
+        walk = self.new_walk(log, model, None, request)
         images = self.may_hold_images(request, model)
         for i in walk.order:
             entry = self.entries[i]
@@ -504,12 +429,12 @@ class ReliableProvider(Provider):
         ``pin``: the call's conversation's pin (the hedge waits longer on the member it names, see
         :meth:`HedgeSettings.delay <turnout.hedge.HedgeSettings.delay>`).
         """
-        hedging = self.hedging
+        hedging, stats = self.context.hedging, self.context.stats
         if hedging is None:
             return None
         settings = hedging.settings(entry.profile)
-        stats = self.stats.of(entry.health_key(served)) if self.stats is not None else None
-        delay = settings.delay(stats, pinned=pin is not None and pin.member == entry.profile)
+        entry_stats = stats.of(entry.health_key(served)) if stats is not None else None
+        delay = settings.delay(entry_stats, pinned=pin is not None and pin.member == entry.profile)
         if delay is None:
             return None
         hedging.credit(settings)
@@ -532,151 +457,3 @@ class ReliableProvider(Provider):
     ) -> AsyncGenerator[StreamEvent, None]:
         """:meth:`stream_batches`, one event at a time."""
         return flatten(self.stream_batches(request, model, temperature))
-
-    # --- attempts and failures ------------------------------------------------------------------
-
-    def attempt(
-        self,
-        entry: Entry,
-        index: int,
-        model: str,
-        outcome: Outcome,
-        *,
-        try_number: int,
-        choice: KeyChoice | None = None,
-        started: float = 0.0,
-        elapsed: float = 0.0,
-        usage: Usage | None = None,
-        error: BaseException | None = None,
-        retry_after: float | None = None,
-        detail: str | None = None,
-        stream: bool = False,
-        ttft_ms: float | None = None,
-    ) -> Attempt:
-        """The record of one attempt on ``entry`` (its cost is priced here)."""
-        status = reason = None
-        if error is not None:
-            if isinstance(error, ProviderError):
-                status, retry_after = error.status, error.retry_after
-            detail = detail or error_detail(error)
-            reason = failure_reason(error)
-        return new_attempt(
-            provider=entry.profile,
-            model=model,
-            outcome=outcome,
-            status=status,
-            key_id=choice.key_id if choice is not None else None,
-            usage=usage,
-            cost_usd=self.cost(entry, model, usage) if usage is not None else None,  # a failure rarely has usage
-            started_at=started,
-            duration_ms=elapsed * 1000.0,
-            ttft_ms=ttft_ms,
-            retry_after=retry_after,
-            entry=index,
-            try_number=try_number,
-            stream=stream,
-            detail=detail,
-            reason=reason,
-        )
-
-    async def _settle(
-        self,
-        walk: Walk,
-        index: int,
-        entry: Entry,
-        served: str,
-        choice: KeyChoice,
-        exc: Exception,
-        cls: ErrorClass,
-        tries_left: int,
-    ) -> Action:
-        """Decide what follows a failure of class ``cls`` (:func:`turnout.policy.decide`); update the state it names."""
-        action, updates = self.settle(walk, index, entry, served, choice, exc, cls, tries_left)
-        if updates is not None:
-            await updates
-        return action
-
-    def settle(
-        self,
-        walk: Walk,
-        index: int,
-        entry: Entry,
-        served: str,
-        choice: KeyChoice,
-        exc: Exception,
-        cls: ErrorClass,
-        tries_left: int,
-    ) -> tuple[Action, Awaitable[None] | None]:
-        """:meth:`_settle`'s decision, and its state updates to await at once (None: nothing to update).
-
-        A failed try that updates nothing (no breaker to count it, no key to report, and no cooldown, or one that
-        a zero ``Retry-After`` ends as it starts) then costs no coroutine.
-        """
-        pool = entry.keys
-        larger = False
-        if cls is _CONTEXT_WINDOW:
-            if walk.limits is None:
-                walk.limits = ContextLimits()
-            walk.limits.failed(entry, served, self.context_window(entry, served))
-            larger = walk.larger_entry_remains(index)
-        rotates = pool.rotates
-        now = self.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`_update` reads its own)
-        replay = True
-        if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
-            auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
-        else:
-            auth = is_dead_key_error(exc)
-            hint = exc.retry_after if isinstance(exc, ProviderError) else None
-            replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
-        action = decide(
-            cls,
-            _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
-                Position,
-                (
-                    tries_left,
-                    index == walk.order[-1],
-                    self.single,
-                    rotates,
-                    rotates and pool.other_usable(choice.index, now),
-                    rotates and pool.other_live(choice.index, now),
-                    entry.refusal_fallback,
-                    larger,
-                    walk.probing,
-                ),
-            ),
-            auth_failure=auth,
-            replay=replay,
-        )
-        kid = choice.key_id
-        if (
-            # A health failure counts once per call, when the walk leaves the entry (its retries are one signal).
-            (self.breakers is not None and ((action.health and action.step is _NEXT_ENTRY_STEP) or walk.probing))
-            or (action.report_key and kid is not None)
-            # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
-            or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
-        ):
-            return action, self._update(walk, entry, served, kid, action, hint)
-        return action, None
-
-    async def _update(
-        self, walk: Walk, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None
-    ) -> None:
-        """Apply what :meth:`settle` decided: count the call's failure towards the breaker, cool down, report a key."""
-        now = self.clock()
-        breakers = self.breakers
-        unhealthy = action.health and action.step is _NEXT_ENTRY_STEP  # the call's one signal: it leaves the entry
-        if breakers is not None and (unhealthy or walk.probing):
-            key = entry.health_key(served)
-            if unhealthy:
-                await breakers.failed(entry.profile, key, now, probing=walk.probing, reached=walk.reached)
-                walk.probing = False
-            elif not action.health:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable
-                await breakers.succeeded(key, now, probing=True)
-                walk.probing = False
-        pool = entry.keys
-        if action.cool_key and kid is not None and (write := self.cool_down(pool.key_cooldown(kid), hint)) is not None:
-            await write
-        if action.cool_profile and (write := self.cool_down(entry.profile, hint)) is not None:
-            await write
-        if action.report_key and kid is not None:
-            await pool.report_auth_failure(kid, witness=walk.witness)

@@ -53,8 +53,8 @@ class _Side:
         self.entry = entry
         self.served = served
         self.ahead = [first]
-        owner = walk.owner
-        self.stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
+        stats = walk.context.stats
+        self.stats = stats.of(entry.health_key(served)) if stats is not None else None
         self.ttft: float | None = None
 
     def note_output(self, batch: list[StreamEvent]) -> bool:
@@ -72,7 +72,7 @@ class _Side:
         walk = self.walk
         position = len(walk.attempts)
         walk.record(
-            walk.owner.attempt(
+            walk.context.attempt(
                 self.entry,
                 self.index,
                 self.served,
@@ -94,10 +94,7 @@ class _Side:
         cls = error_class_of(exc)
         self.record(outcome_of(cls), error=exc)
         walk = self.walk
-        walk.last_failure = (
-            exc,
-            await walk.owner._settle(walk, self.index, self.entry, self.served, self.choice, exc, cls, 0),
-        )
+        walk.last_failure = (exc, await walk.settle(self.index, self.entry, self.served, self.choice, exc, cls, 0))
 
 
 class ReliableStream:
@@ -147,7 +144,7 @@ class ReliableStream:
         images: bool = False,
     ) -> None:
         self._walk = walk
-        self._tries = tries if tries is not None else walk.owner.tries
+        self._tries = tries if tries is not None else walk.context.tries
         self._entry = entry
         self._request = request
         self._temperature = temperature
@@ -207,9 +204,7 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if batch[-1].__class__ is Final:
                         outcome = "ok"
-                        if side.walk.conversation is not None:
-                            side.walk.served_by(side.entry, side.choice)
-                        if (closing := side.walk.healthy(side.entry, side.served)) is not None:
+                        if (closing := side.walk.answered(side.entry, side.served, side.choice)) is not None:
                             await closing
                     yield batch
                 async for batch in upstream:
@@ -219,9 +214,7 @@ class ReliableStream:
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
                     if batch[-1].__class__ is Final:  # Final is always the last event of a stream
                         outcome = "ok"
-                        if side.walk.conversation is not None:
-                            side.walk.served_by(side.entry, side.choice)
-                        if (closing := side.walk.healthy(side.entry, side.served)) is not None:
+                        if (closing := side.walk.answered(side.entry, side.served, side.choice)) is not None:
                             await closing
                     yield batch
         except (asyncio.CancelledError, GeneratorExit):
@@ -234,7 +227,7 @@ class ReliableStream:
             cls = error_class_of(exc)
             outcome = outcome_of(cls)
             walk = side.walk
-            action = await walk.owner._settle(walk, side.index, side.entry, side.served, side.choice, exc, cls, 0)
+            action = await walk.settle(side.index, side.entry, side.served, side.choice, exc, cls, 0)
             self._stopped = action.step is Step.STOP
             raise
         finally:
@@ -288,8 +281,7 @@ class ReliableStream:
     async def _race(self) -> _Side | None:
         """Open this stream; after the hedge delay without output, race it against the next eligible entry."""
         walk, index, entry = self._walk, self.entry, self._entry
-        owner = walk.owner
-        hedging = owner.hedging
+        hedging = walk.context.hedging
         assert self._hedge is not None and hedging is not None
         delay, other_keys = self._hedge
         primary: asyncio.Future[_Side | None] = asyncio.ensure_future(self._ahead(walk, index, entry, self._tries))
@@ -351,7 +343,7 @@ class ReliableStream:
         if usage is None or usage == old.usage:
             new = replace(old, outcome=outcome)
         else:
-            cost = walk.owner.cost(self._entry, old.model, usage)
+            cost = walk.context.cost(self._entry, old.model, usage)
             new = replace(old, outcome=outcome, usage=usage, cost_usd=cost)
         walk.attempts[self._record] = new
         log = walk.log
@@ -378,9 +370,9 @@ class ReliableStream:
         fetched), so with no other entry there is no recovery.
         """
         walk = self._walk
-        single = len(walk.owner.entries) == 1
+        single = walk.context.single
         if not failed:
-            tries = 1 if walk.owner.retries > 0 or single else 0
+            tries = 1 if walk.context.retries > 0 or single else 0
         elif self._stopped or (self._oversized and single):
             return None
         else:

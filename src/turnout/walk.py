@@ -2,10 +2,11 @@
 
 A :class:`Walk` is made per call (and per stream): it records every attempt in the call's log, decides which
 entries are tried now (capabilities, cooldowns, circuit breakers, context windows), makes the tries on one
-entry (key choice, failure settled by :func:`turnout.policy.decide` through the walk's provider, backoff), and
-knows the entries to try as if closed when every entry was unavailable (the panic rule).
-:class:`~turnout.reliable.ReliableProvider` runs walks; :class:`~turnout.reliable_stream.ReliableStream` opens its
-stream through one.
+entry (key choice, backoff), settles each failure (:func:`turnout.policy.decide`, then the state it names:
+cooldowns, breakers, rejected keys), records and prices each attempt, and knows the entries to try as if closed
+when every entry was unavailable (the panic rule). What it reaches beyond its call (entries, state, breakers,
+clock, backoff, prices) comes from its :class:`~turnout.walk_context.WalkContext`; the reliable provider orders
+the entries, starts walks and runs hedges, and the reliable stream opens its stream through one.
 """
 
 from __future__ import annotations
@@ -13,31 +14,31 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from turnout.affinity import conversation_key
 from turnout.attribution import Attempt, DispatchScope, Outcome, new_attempt
-from turnout.classify import error_class_of
-from turnout.entry import ContextLimits, Entry
+from turnout.classify import error_class_of, is_dead_key_error
+from turnout.entry import ContextLimits, Entry, Served, new_served
 from turnout.errors import (
     ContextWindowExceeded,
     EmptyCompletion,
+    ErrorClass,
     InvalidRequest,
     ProtocolError,
     ProviderError,
     RefusalError,
+    ResponseTooLarge,
 )
 from turnout.estimate import opening_usage, unseen_usage
 from turnout.keys import KeyChoice
-from turnout.policy import Action, Step
+from turnout.policy import Action, Position, Step, decide
 from turnout.provider import Provider, chat_using_tools
 from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, failure_reason, outcome_of, provider_detail
+from turnout.state.pins import Pin
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
-
-if TYPE_CHECKING:
-    from turnout.reliable import ReliableProvider
+from turnout.walk_context import WalkContext, keys_cooling_until
 
 #: The longest a backoff grows (it doubles after each sleep).
 MAX_BACKOFF_S = 10.0
@@ -109,13 +110,27 @@ class Admission(Enum):
 TRY, SKIP, PROBE = Admission.TRY, Admission.SKIP, Admission.PROBE
 _STOP, _NEXT_ENTRY, _RETRY = Step.STOP, Step.NEXT_ENTRY, Step.RETRY
 
+_CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
+_tuple_new = tuple.__new__
+
 
 class Walk:
-    """The progress of one walk: its attempts, what context-window failures taught it, and the last failure."""
+    """The progress of one walk: its attempts, what context-window failures taught it, and the last failure.
+
+    Args:
+        context: What the route's walks share (entries, state, breakers, clock, backoff, prices).
+        log: The call's dispatch scope, where every attempt is recorded too (None: the walk's own list only).
+        requested: The caller's model.
+        limits: What earlier context-window failures taught the call (None: nothing yet).
+        order: The entries' indices in the order this walk tries them (a pool's members arranged for this call).
+        conversation: The call's conversation (:func:`~turnout.affinity.conversation_key`; None: no affinity).
+        pin: Where that conversation was served last (None: nowhere known).
+    """
 
     __slots__ = (
         "_witness",
         "attempts",
+        "context",
         "conversation",
         "hedged",
         "last_failure",
@@ -123,7 +138,6 @@ class Walk:
         "log",
         "lost",
         "order",
-        "owner",
         "panic",
         "pin",
         "probing",
@@ -137,26 +151,21 @@ class Walk:
 
     def __init__(
         self,
-        owner: ReliableProvider,
+        context: WalkContext,
         log: DispatchScope | None,
         requested: str,
         limits: ContextLimits | None,
-        request: ChatRequest | None = None,
+        order: Sequence[int],
+        conversation: str | None = None,
+        pin: Pin | None = None,
     ) -> None:
-        self.owner = owner
+        self.context = context
         self.log = log
         self.requested = requested
         self.limits = limits
-        affinity = owner.affinity
-        #: The call's conversation (:func:`~turnout.affinity.conversation_key`; None: no affinity) and its pin.
-        self.conversation = conversation_key(request) if affinity is not None and request is not None else None
-        self.pin = affinity.pinned(self.conversation) if affinity is not None and self.conversation else None
-        #: The entries in the order this walk tries them (a pool's members arranged for this call).
-        self.order = (
-            owner.visit_order(self.pin, requested, keyed=self.conversation is not None)
-            if owner.pooled
-            else owner.entry_order
-        )
+        self.order = order
+        self.conversation = conversation
+        self.pin = pin
         self.attempts: list[Attempt] = []
         #: The failure that ended the last entry's tries, and what the policy made of it.
         self.last_failure: tuple[Exception, Action] | None = None
@@ -199,17 +208,54 @@ class Walk:
 
     def side(self) -> Walk:
         """A walk for a hedge beside this one: the same call (log, witness, order, context knowledge)."""
-        side = Walk(self.owner, self.log, self.requested, self.limits)
+        side = Walk(self.context, self.log, self.requested, self.limits, self.order, self.conversation)
         side._witness = self.witness
-        side.order = self.order
-        side.conversation = self.conversation
         return side
 
     def served_by(self, entry: Entry, choice: KeyChoice) -> None:
         """``entry`` served this walk's turn with ``choice``: the conversation is pinned there."""
-        affinity, conversation = self.owner.affinity, self.conversation
+        affinity, conversation = self.context.affinity, self.conversation
         if affinity is not None and conversation is not None:
             affinity.served(conversation, entry.profile, choice.index, self.pin)
+
+    def answered(self, entry: Entry, served: str, choice: KeyChoice) -> Awaitable[None] | None:
+        """``entry`` gave this walk's answer with ``choice``: the conversation is pinned there, the entry is healthy.
+
+        Returns what :meth:`healthy` returns: the closing of a probed breaker to await, or None.
+        """
+        if self.conversation is not None:
+            self.served_by(entry, choice)
+        return self.healthy(entry, served)
+
+    def served(
+        self, i: int, entry: Entry, served: str, done: tuple[ChatResponse, KeyChoice, float, float]
+    ) -> tuple[Served, Awaitable[None] | None]:
+        """Entry ``i`` answered (``done``, from :meth:`tries`): its attempt recorded and priced, and the answer.
+
+        Also returns the closing of a probed breaker to await (None: nothing to wait for).
+        """
+        response, choice, started, t0 = done
+        # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
+        # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
+        self.last_failure = None
+        usage = response.usage
+        attempt = new_attempt(  # what :meth:`WalkContext.attempt` makes of a success, built directly (one per call)
+            provider=entry.profile,
+            model=served,
+            outcome="ok",
+            key_id=choice.key_id,
+            usage=usage,
+            cost_usd=self.context.cost(entry, served, usage),
+            started_at=started,
+            duration_ms=(time.perf_counter() - t0) * 1000.0,
+            entry=i,
+            try_number=self.try_number,
+        )
+        self.attempts.append(attempt)  # what :meth:`record` does, without its call
+        log = self.log
+        if log is not None:
+            log.attempts.append(attempt)
+        return new_served(response, entry.route(served), i), self.answered(entry, served, choice)
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""
@@ -221,28 +267,28 @@ class Walk:
         self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
-        owner = self.owner
+        context = self.context
         if (stream or self.limits is not None or asks_capabilities(request, images)) and not self.capable(
             entry, served, request, images, stream=stream
         ):
             return SKIP
-        if owner.single or owner.store.calm():
+        if context.single or context.store.calm():
             return TRY  # nothing is cooling down and no breaker is open: no entry to look up
         return self.availability(i, entry, served, stream)
 
     def availability(self, i: int, entry: Entry, served: str, stream: bool) -> Admission:
         """:meth:`admits` for an entry that can take the request, once the store is not calm: its cooldowns, breaker."""
-        owner = self.owner
-        store = owner.store
-        now = owner.clock()
-        # ``owner.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
+        context = self.context
+        store = context.store
+        now = context.clock()
+        # ``context.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
         until = store.cooldown_until(entry.profile, now)
         if until is None and entry.keys.rotates:
-            until = owner.keys_cooling_until(entry.keys, now)
+            until = keys_cooling_until(entry.keys, now)
         if until is not None:
             self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
             return SKIP
-        if owner.breakers is not None:
+        if context.breakers is not None:
             record = store.breaker(entry.health_key(served))
             if record is not None:  # open, or half-open once its interval is over
                 if now >= record.until:
@@ -265,7 +311,7 @@ class Walk:
             if stream and entry.keys.all_dead():
                 return False
         limits = self.limits
-        return limits is None or not limits.too_small(entry, served, self.owner.context_window(entry, served))
+        return limits is None or not limits.too_small(entry, served, self.context.context_window(entry, served))
 
     def hedge_target(
         self, i: int, request: ChatRequest, images: bool, *, stream: bool, other_keys: bool
@@ -275,34 +321,34 @@ class Walk:
         The next entry that is available now (no cooldown, a closed breaker, a usable key), else, with
         ``other_keys``, entry ``i`` itself when its pool has another usable key.
         """
-        owner = self.owner
-        now = owner.clock()
+        context = self.context
+        now = context.clock()
         order = self.order
         for j in order[order.index(i) + 1 :]:
-            entry = owner.entries[j]
+            entry = context.entries[j]
             served = entry.served_model(self.requested)
             if not self.capable(entry, served, request, images, stream=stream):
                 continue
-            if owner.cooling_until(entry, now) is not None or not entry.keys.has_usable(now):
+            if context.cooling_until(entry, now) is not None or not entry.keys.has_usable(now):
                 continue
-            if owner.breakers is not None and owner.store.breaker(entry.health_key(served)) is not None:
+            if context.breakers is not None and context.store.breaker(entry.health_key(served)) is not None:
                 continue  # open or half-open: a hedge is no probe
             return j, entry, served
-        entry = owner.entries[i]
+        entry = context.entries[i]
         if other_keys and entry.keys.rotates and entry.keys.has_usable(now):
             return i, entry, entry.served_model(self.requested)
         return None
 
     async def probe(self, i: int, entry: Entry, served: str) -> bool:
         """Take the probe of entry ``i``'s half-open breaker (the try after it is the probe); else skip it."""
-        owner = self.owner
-        assert owner.breakers is not None
+        context = self.context
+        assert context.breakers is not None
         key = entry.health_key(served)
-        now = owner.clock()
-        if await owner.breakers.claim_probe(key, now):
+        now = context.clock()
+        if await context.breakers.claim_probe(key, now):
             self.probing = True
             return True
-        record = owner.store.breaker(key)
+        record = context.store.breaker(key)
         since = record.opened_at if record is not None else now
         self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail=PROBE_TAKEN)
         return False
@@ -320,7 +366,7 @@ class Walk:
         detail: str | None = None,
     ) -> None:
         """Record entry ``i`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
-        attempt = new_attempt(  # what ``owner.attempt`` makes of a skip (no key, usage or error), built directly
+        attempt = new_attempt(  # what ``WalkContext.attempt`` makes of a skip (no key, usage or error), built directly
             provider=entry.profile,
             model=served,
             outcome=outcome,
@@ -366,17 +412,17 @@ class Walk:
         soonest key of a pool whose every live key cools down) or of an open breaker's interval. None when one of
         them is usable now (nothing to wait for: a retry may be served) or the walk considered none.
         """
-        owner = self.owner
-        store = owner.store
-        now = owner.clock()
+        context = self.context
+        store = context.store
+        now = context.clock()
         considered = {a.entry for a in self.attempts}
         if not considered:
             return None
         soonest: float | None = None
         for i in considered:
-            entry = owner.entries[i]
-            until = owner.cooling_until(entry, now)
-            if until is None and owner.breakers is not None:
+            entry = context.entries[i]
+            until = context.cooling_until(entry, now)
+            if until is None and context.breakers is not None:
                 record = store.breaker(entry.health_key(entry.served_model(self.requested)))
                 if record is not None and record.until > now:
                     until = record.until
@@ -391,26 +437,27 @@ class Walk:
         Returns the closing of the breaker to await (None: nothing to wait for, the common case, which then costs
         no coroutine).
         """
-        breakers = self.owner.breakers
+        context = self.context
+        breakers = context.breakers
         if breakers is None:
             return None
         if self.probing:
             self.probing = False
-            return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=True)
-        if self.panic and self.owner.store.breaker(entry.health_key(served)) is not None:
-            return breakers.succeeded(entry.health_key(served), self.owner.clock(), probing=False)  # it served
+            return breakers.succeeded(entry.health_key(served), context.clock(), probing=True)
+        if self.panic and context.store.breaker(entry.health_key(served)) is not None:
+            return breakers.succeeded(entry.health_key(served), context.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
-            breakers.streak_ends(entry.health_key(served), self.owner.clock())
+            breakers.streak_ends(entry.health_key(served), context.clock())
         return None
 
     def larger_entry_remains(self, failed: int) -> bool:
         """Whether an entry after ``failed`` (in this walk's order) is not known to be too small."""
-        owner = self.owner
+        context = self.context
         limits = self.limits
         order = self.order
-        for e in (owner.entries[i] for i in order[order.index(failed) + 1 :]):
+        for e in (context.entries[i] for i in order[order.index(failed) + 1 :]):
             model = e.served_model(self.requested)
-            if limits is None or not limits.too_small(e, model, owner.context_window(e, model)):
+            if limits is None or not limits.too_small(e, model, context.context_window(e, model)):
                 return True
         return False
 
@@ -434,13 +481,13 @@ class Walk:
         An :class:`~turnout.errors.InvalidRequest` (the adapter could not build or encode the request: nothing
         was sent) is raised at once, neither recorded as an attempt nor settled.
         """
-        owner = self.owner
-        backoff = owner.base_backoff
+        context = self.context
+        backoff = context.base_backoff
         self.tried = True
-        stats = owner.stats.of(entry.health_key(served)) if owner.stats is not None else None
+        stats = context.stats.of(entry.health_key(served)) if context.stats is not None else None
         for t in range(1, tries + 1):
             self.try_number = t
-            started = owner.clock()
+            started = context.clock()
             if t == 1:
                 self.reached = started
             pin = self.pin
@@ -459,27 +506,7 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
-                # an abandoned call is billed (estimated): a stream not yet open for its input, a whole call for
-                # the most it could generate, since the provider bills what it generated and none of it was seen
-                billed = (
-                    None
-                    if self.lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
-                    else (opening_usage(request) if stream else unseen_usage(request, entry.max_tokens))
-                )
-                self.record(
-                    owner.attempt(
-                        entry,
-                        i,
-                        served,
-                        "hedge_lost" if self.lost else "cancelled",
-                        try_number=t,
-                        choice=choice,
-                        started=started,
-                        elapsed=elapsed,
-                        stream=stream,
-                        usage=billed,
-                    )
-                )
+                self.record(self._abandoned(i, entry, served, request, choice, t, started, elapsed, stream))
                 raise
             except InvalidRequest:  # nothing was sent: the caller's error, no provider failure to record or settle
                 if stats is not None:
@@ -489,42 +516,7 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
-                if type(exc) is ProviderError:  # the usual failed try, an HTTP error answer: no usage, no subclass
-                    cls = exc.error_class
-                    attempt = new_attempt(  # what ``owner.attempt`` makes of it, built directly
-                        provider=entry.profile,
-                        model=served,
-                        outcome=cls._value_,  # ``outcome_of(cls)`` without its call: the class's stored value
-                        status=exc.status,
-                        key_id=choice.key_id,
-                        started_at=started,
-                        duration_ms=elapsed * 1000.0,
-                        retry_after=exc.retry_after,
-                        entry=i,
-                        try_number=t,
-                        stream=stream,
-                        detail=provider_detail(exc),
-                        reason=failure_reason(exc),
-                    )
-                else:
-                    cls = error_class_of(exc)
-                    attempt = owner.attempt(
-                        entry,
-                        i,
-                        served,
-                        outcome_of(cls),
-                        try_number=t,
-                        choice=choice,
-                        started=started,
-                        elapsed=elapsed,
-                        usage=exc.usage if isinstance(exc, EmptyCompletion) else None,
-                        error=exc,
-                        stream=stream,
-                    )
-                self.attempts.append(attempt)  # what :meth:`record` does, without its call
-                if self.log is not None:
-                    self.log.attempts.append(attempt)
-                action, updates = owner.settle(self, i, entry, served, choice, exc, cls, tries - t)
+                action, updates = self._failed(i, entry, served, choice, exc, t, tries - t, started, elapsed, stream)
                 if updates is not None:  # the usual failed try updates nothing: no coroutine to await
                     await updates
                 self.last_failure = (exc, action)
@@ -535,7 +527,7 @@ class Walk:
                     self.stop(exc)
                 if step is _RETRY:
                     hint = exc.retry_after if isinstance(exc, ProviderError) else None
-                    await owner.sleep(owner.backoff_sleep(backoff, hint))
+                    await context.sleep(context.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
             if stats is not None and not stream:  # a stream's try is under way until the stream ends
@@ -543,6 +535,193 @@ class Walk:
                 stats.first_token(time.perf_counter() - t0)
             return result, choice, started, t0
         return None  # pragma: no cover - the last try always settles to a move on
+
+    def _abandoned(
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        request: object,
+        choice: KeyChoice,
+        t: int,
+        started: float,
+        elapsed: float,
+        stream: bool,
+    ) -> Attempt:
+        """The record of try ``t``, cancelled (or, in a hedged race, lost) while it was under way.
+
+        An abandoned call is billed (estimated): a stream not yet open for its input, a whole call for the most it
+        could generate, since the provider bills what it generated and none of it was seen.
+        """
+        billed = (
+            None
+            if self.lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
+            else (opening_usage(request) if stream else unseen_usage(request, entry.max_tokens))
+        )
+        return self.context.attempt(
+            entry,
+            i,
+            served,
+            "hedge_lost" if self.lost else "cancelled",
+            try_number=t,
+            choice=choice,
+            started=started,
+            elapsed=elapsed,
+            stream=stream,
+            usage=billed,
+        )
+
+    def _failed(
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        choice: KeyChoice,
+        exc: Exception,
+        t: int,
+        tries_left: int,
+        started: float,
+        elapsed: float,
+        stream: bool,
+    ) -> tuple[Action, Awaitable[None] | None]:
+        """Try ``t`` failed with ``exc``: its attempt recorded, and :meth:`decide_failure`'s action and updates."""
+        if type(exc) is ProviderError:  # the usual failed try, an HTTP error answer: no usage, no subclass
+            cls = exc.error_class
+            attempt = new_attempt(  # what ``WalkContext.attempt`` makes of it, built directly
+                provider=entry.profile,
+                model=served,
+                outcome=cls._value_,  # ``outcome_of(cls)`` without its call: the class's stored value
+                status=exc.status,
+                key_id=choice.key_id,
+                started_at=started,
+                duration_ms=elapsed * 1000.0,
+                retry_after=exc.retry_after,
+                entry=i,
+                try_number=t,
+                stream=stream,
+                detail=provider_detail(exc),
+                reason=failure_reason(exc),
+            )
+        else:
+            cls = error_class_of(exc)
+            attempt = self.context.attempt(
+                entry,
+                i,
+                served,
+                outcome_of(cls),
+                try_number=t,
+                choice=choice,
+                started=started,
+                elapsed=elapsed,
+                usage=exc.usage if isinstance(exc, EmptyCompletion) else None,
+                error=exc,
+                stream=stream,
+            )
+        self.attempts.append(attempt)  # what :meth:`record` does, without its call
+        if self.log is not None:
+            self.log.attempts.append(attempt)
+        return self.decide_failure(i, entry, served, choice, exc, cls, tries_left)
+
+    async def settle(
+        self,
+        index: int,
+        entry: Entry,
+        served: str,
+        choice: KeyChoice,
+        exc: Exception,
+        cls: ErrorClass,
+        tries_left: int,
+    ) -> Action:
+        """Decide what follows a failure of class ``cls`` (:func:`turnout.policy.decide`); update the state it names."""
+        action, updates = self.decide_failure(index, entry, served, choice, exc, cls, tries_left)
+        if updates is not None:
+            await updates
+        return action
+
+    def decide_failure(
+        self,
+        index: int,
+        entry: Entry,
+        served: str,
+        choice: KeyChoice,
+        exc: Exception,
+        cls: ErrorClass,
+        tries_left: int,
+    ) -> tuple[Action, Awaitable[None] | None]:
+        """:meth:`settle`'s decision, and its state updates to await at once (None: nothing to update).
+
+        A failed try that updates nothing (no breaker to count it, no key to report, and no cooldown, or one that
+        a zero ``Retry-After`` ends as it starts) then costs no coroutine.
+        """
+        context = self.context
+        pool = entry.keys
+        larger = False
+        if cls is _CONTEXT_WINDOW:
+            if self.limits is None:
+                self.limits = ContextLimits()
+            self.limits.failed(entry, served, context.context_window(entry, served))
+            larger = self.larger_entry_remains(index)
+        rotates = pool.rotates
+        now = context.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`apply` reads its own)
+        replay = True
+        if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
+            auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
+        else:
+            auth = is_dead_key_error(exc)
+            hint = exc.retry_after if isinstance(exc, ProviderError) else None
+            replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
+        action = decide(
+            cls,
+            _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
+                Position,
+                (
+                    tries_left,
+                    index == self.order[-1],
+                    context.single,
+                    rotates,
+                    rotates and pool.other_usable(choice.index, now),
+                    rotates and pool.other_live(choice.index, now),
+                    entry.refusal_fallback,
+                    larger,
+                    self.probing,
+                ),
+            ),
+            auth_failure=auth,
+            replay=replay,
+        )
+        kid = choice.key_id
+        if (
+            # A health failure counts once per call, when the walk leaves the entry (its retries are one signal).
+            (context.breakers is not None and ((action.health and action.step is _NEXT_ENTRY) or self.probing))
+            or (action.report_key and kid is not None)
+            # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
+            or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
+        ):
+            return action, self.apply(entry, served, kid, action, hint)
+        return action, None
+
+    async def apply(self, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None) -> None:
+        """Apply what :meth:`decide_failure` decided: count the failure towards the breaker, cool down, report a key."""
+        context = self.context
+        now = context.clock()
+        breakers = context.breakers
+        unhealthy = action.health and action.step is _NEXT_ENTRY  # the call's one signal: it leaves the entry
+        if breakers is not None and (unhealthy or self.probing):
+            key = entry.health_key(served)
+            if unhealthy:
+                await breakers.failed(entry.profile, key, now, probing=self.probing, reached=self.reached)
+                self.probing = False
+            elif not action.health:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable
+                await breakers.succeeded(key, now, probing=True)
+                self.probing = False
+        pool = entry.keys
+        cool = context.cool_down
+        if action.cool_key and kid is not None and (write := cool(pool.key_cooldown(kid), hint)) is not None:
+            await write
+        if action.cool_profile and (write := cool(entry.profile, hint)) is not None:
+            await write
+        if action.report_key and kid is not None:
+            await pool.report_auth_failure(kid, witness=self.witness)
 
     def stop(self, exc: Exception) -> None:
         """End the walk with ``exc``: a refusal as it is, a context-window failure as ``ContextWindowExceeded``.
@@ -562,14 +741,15 @@ class Walk:
             del exc  # nor does this frame keep it, which the traceback holds
 
     def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
-        owner = self.owner
-        now = owner.clock()
+        """The record of entry ``i`` found without a usable key: every key dead, or every live one cooling down."""
+        context = self.context
+        now = context.clock()
         if entry.keys.all_dead():
-            return owner.attempt(
+            return context.attempt(
                 entry, i, served, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream
             )
         free = entry.keys.soonest_key_free(now)
-        return owner.attempt(
+        return context.attempt(
             entry,
             i,
             served,

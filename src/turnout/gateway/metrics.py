@@ -157,6 +157,37 @@ class _Histogram:
         return out
 
 
+def _cache_counters() -> tuple[_Counter, _Counter, _Counter, _Counter]:
+    """Input tokens of answered attempts, the part read from and written to the prompt cache, and what it saved."""
+    pm = ("provider", "model")
+    return (
+        _Counter("turnout_input_tokens", "Input tokens of answered attempts.", pm),
+        _Counter("turnout_cached_input_tokens", "Input tokens of answered attempts read from the prompt cache.", pm),
+        _Counter("turnout_cache_write_tokens", "Input tokens of answered attempts written to the prompt cache.", pm),
+        _Counter(
+            "turnout_cache_saved_usd",
+            "USD the prompt cache saved: cached tokens at the input price minus at theirs.",
+            pm,
+        ),
+    )
+
+
+def _edge_counters() -> tuple[_Counter, _Counter]:
+    """Status page sign-ins by outcome, and requests refused at the gateway's edge by reason."""
+    return (
+        _Counter(
+            "turnout_gateway_logins",
+            "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
+            ("outcome",),
+        ),
+        _Counter(
+            "turnout_gateway_refused",
+            "Requests refused before any work, by reason: host, cross_site or content_type.",
+            ("reason",),
+        ),
+    )
+
+
 class Metrics:
     """The gateway's metrics.
 
@@ -247,30 +278,9 @@ class Metrics:
             "Calls of a limited client key refused: daily_limit, reservation, max_call, ledger_unavailable, rpm, tpm.",
             ("key", "reason"),
         )
-        pm = ("provider", "model")
-        self.input_tokens = _Counter("turnout_input_tokens", "Input tokens of answered attempts.", pm)
-        self.cached_tokens = _Counter(
-            "turnout_cached_input_tokens", "Input tokens of answered attempts read from the prompt cache.", pm
-        )
-        self.cache_writes = _Counter(
-            "turnout_cache_write_tokens", "Input tokens of answered attempts written to the prompt cache.", pm
-        )
-        self.cache_saved = _Counter(
-            "turnout_cache_saved_usd",
-            "USD the prompt cache saved: cached tokens at the input price minus at theirs.",
-            pm,
-        )
+        self.input_tokens, self.cached_tokens, self.cache_writes, self.cache_saved = _cache_counters()
         self._rates = rates
-        self.logins = _Counter(
-            "turnout_gateway_logins",
-            "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
-            ("outcome",),
-        )
-        self.refusals = _Counter(
-            "turnout_gateway_refused",
-            "Requests refused before any work, by reason: host, cross_site or content_type.",
-            ("reason",),
-        )
+        self.logins, self.refusals = _edge_counters()
         self._labelled = frozenset(labelled)
         self._breakers = breakers
         self._clock = clock

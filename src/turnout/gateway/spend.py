@@ -304,7 +304,7 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
     worst = 0.0
     for entry in walk.entries:
         usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
-        cost = walk.cost(entry, entry.served_model(target.model), usage)
+        cost = walk.context.cost(entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst
@@ -316,7 +316,7 @@ def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) 
     walk = target.walk
     worst = 0.0
     for entry in walk.entries:
-        cost = embedding_cost(walk, entry, entry.served_model(target.model), usage)
+        cost = embedding_cost(walk.context.catalogue, entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst

@@ -384,7 +384,7 @@ class Turn:
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
             exc.attempts = tuple(self.call.attempts)
         if isinstance(exc, AllProvidersFailed):  # its message tells the whole turn, the stream's tries included
-            exc.args = (aggregate_message(exc.attempts, self.walk.tries),)
+            exc.args = (aggregate_message(exc.attempts, self.walk.context.tries),)
         self.call.fail(exc)
         try:
             raise exc
