@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from fakes import E, Scripted, walk
 from turnout.types import Capabilities, ChatRequest, NativeRequest, ResponseFormat
-from turnout.walk import SKIP
+from turnout.walk import Admission
 
 _caps = st.builds(
     Capabilities,
@@ -39,5 +39,5 @@ def test_an_entry_is_skipped_exactly_when_it_cannot_take_the_request(
     request = ChatRequest.of("hello", response_format=response_format, native=native)
     w = route.new_walk(None, "m")
     entry = route.entries[0]
-    skipped = w.admits(0, entry, "m", request, images, stream=stream) is SKIP
+    skipped = w.admits(0, entry, "m", request, images, stream=stream) is Admission.SKIP
     assert skipped == (not w.capable(entry, "m", request, images, stream=stream))

@@ -36,7 +36,7 @@ from turnout.reliable import ReliableProvider
 from turnout.report import outcome_of
 from turnout.state import MemoryStore
 from turnout.types import Capabilities, ChatRequest, ChatResponse, NativeRequest, ResponseFormat, Usage
-from turnout.walk import TRY, Admission, Walk, asks_capabilities
+from turnout.walk import Admission, Walk, asks_capabilities
 from turnout.walk_context import cooldown_seconds
 
 NOW = 1_000_000.0
@@ -548,7 +548,7 @@ _caps = st.sampled_from(
 def test_a_request_asking_no_capabilities_is_admitted_by_availability_alone(
     state: State, request: ChatRequest, images: bool, caps: tuple[Capabilities, ...], single: bool, long_way: bool
 ) -> None:
-    """Whatever the entries can do and the store holds: the walk's shortcut for such a request is ``admits``."""
+    """Whatever the entries can do and the store holds: ``availability`` alone answers as ``admits`` does."""
 
     async def go() -> None:
         store = LongWay() if long_way else MemoryStore()  # a store never calm, or one that may be
@@ -565,7 +565,7 @@ def test_a_request_asking_no_capabilities_is_admitted_by_availability_alone(
             if asks_capabilities(request, images):
                 continue
             assert general.capable(entry, "m", request, images, stream=False)
-            short = TRY if route.context.single or store.calm() else shortcut.availability(i, entry, "m", False)
+            short = shortcut.availability(i, entry, "m", False)
             assert short is admitted and shortcut.attempts == general.attempts
             assert shortcut.unavailable == general.unavailable
 

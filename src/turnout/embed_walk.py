@@ -35,7 +35,7 @@ from turnout.provider import Provider
 from turnout.reliable import ReliableProvider
 from turnout.report import aggregate_message
 from turnout.types import Usage
-from turnout.walk import SKIP, TRY, Walk
+from turnout.walk import Admission, Walk
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,7 +228,6 @@ async def _walk_batch(
     """One batch through the entries of its space, in the walk's order; the answer, its entry and route."""
     walk = owner.new_walk(log, model)
     context = walk.context
-    store = context.store
     for i in walk.order:
         if i not in eligible:
             continue
@@ -237,8 +236,8 @@ async def _walk_batch(
         limits = walk.limits
         if limits is not None and limits.too_small(entry, served, context.context_window(entry, served)):
             continue  # the same model already said the batch is too large
-        admission = TRY if context.single or store.calm() else walk.availability(i, entry, served, False)
-        if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
+        admission = walk.availability(i, entry, served, False)
+        if admission is not Admission.TRY and (admission is Admission.SKIP or not await walk.probe(i, entry, served)):
             continue
         done = await walk.tries(i, entry, served, 1 if walk.probing else context.tries, _try_embed, request, None)
         if done is not None:

@@ -41,7 +41,7 @@ from turnout.state import MemoryStore, StateStore
 from turnout.state.pins import Pin
 from turnout.stats import Stats
 from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, can_serve, unservable_reason
-from turnout.walk import PROBE, SKIP, TRY, Walk, answer_of, asks_capabilities, refuse_empty
+from turnout.walk import Admission, Walk, answer_of, refuse_empty
 from turnout.walk_context import WalkContext
 
 MIN_BACKOFF_S = 0.05
@@ -250,10 +250,6 @@ class ReliableProvider(Provider):
         context = self.context
         walk = self.new_walk(log, model, resume.limits if resume is not None else None, request)
         images = self.may_hold_images(request, model)
-        # Whether :meth:`Walk.admits` has no capability to check (while the walk knows no context window): then it
-        # is asked only for the lookups, or, with nothing cooling down and no breaker open, not at all.
-        plain = not asks_capabilities(request, images)
-        store = context.store
         for i in walk.order:
             entry = self.entries[i]
             tries = context.tries
@@ -264,11 +260,10 @@ class ReliableProvider(Provider):
             served = entry.model if entry.model is not None else model
             if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
-            if plain and walk.limits is None:  # what ``walk.admits`` answers, without its call and its checks
-                admission = TRY if context.single or store.calm() else walk.availability(i, entry, served, False)
-            else:
-                admission = walk.admits(i, entry, served, request, images, stream=False)
-            if admission is not TRY and (admission is SKIP or not await walk.probe(i, entry, served)):
+            admission = walk.admits(i, entry, served, request, images, stream=False)
+            if admission is not Admission.TRY and (
+                admission is Admission.SKIP or not await walk.probe(i, entry, served)
+            ):
                 continue
             if context.hedging is not None and not walk.tried and not walk.probing and resume is None:
                 answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
@@ -410,7 +405,7 @@ class ReliableProvider(Provider):
             entry = self.entries[i]
             served = entry.model if entry.model is not None else model
             admission = walk.admits(i, entry, served, request, images, stream=True)
-            if admission is TRY or (admission is PROBE and await walk.probe(i, entry, served)):
+            if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
                 if walk.probing:
                     return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
                 hedge = self._hedge_of(entry, served, walk.pin)

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from enum import Enum
 from typing import TypeVar
 
-from turnout.attribution import Attempt, DispatchScope, Outcome, new_attempt
+from turnout.attribution import Attempt, DispatchScope, Outcome
 from turnout.classify import error_class_of, is_dead_key_error
 from turnout.entry import ContextLimits, Entry, Served, new_served
 from turnout.errors import (
@@ -35,10 +35,10 @@ from turnout.estimate import opening_usage, unseen_usage
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Position, Step, decide
 from turnout.provider import Provider, chat_using_tools
-from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, failure_reason, outcome_of, provider_detail
+from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.state.pins import Pin
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
-from turnout.walk_context import WalkContext, keys_cooling_until
+from turnout.walk_context import WalkContext, cooldown_seconds
 
 #: The longest a backoff grows (it doubles after each sleep).
 MAX_BACKOFF_S = 10.0
@@ -103,15 +103,6 @@ class Admission(Enum):
     SKIP = "skip"
     PROBE = "probe"
     """Its circuit breaker is half-open: the walk may try it once if it takes the probe."""
-
-
-# Members read on every call, as module globals: on CPython 3.11 reading an attribute of an enum class goes through
-# the ``__getattr__`` hook of its metaclass (about 900 instructions, ``bench/hotpath.py``); a global costs nothing.
-TRY, SKIP, PROBE = Admission.TRY, Admission.SKIP, Admission.PROBE
-_STOP, _NEXT_ENTRY, _RETRY = Step.STOP, Step.NEXT_ENTRY, Step.RETRY
-
-_CONTEXT_WINDOW = ErrorClass.CONTEXT_WINDOW
-_tuple_new = tuple.__new__
 
 
 class Walk:
@@ -238,23 +229,19 @@ class Walk:
         # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
         # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
         self.last_failure = None
-        usage = response.usage
-        attempt = new_attempt(  # what :meth:`WalkContext.attempt` makes of a success, built directly (one per call)
-            provider=entry.profile,
-            model=served,
-            outcome="ok",
-            key_id=choice.key_id,
-            usage=usage,
-            cost_usd=self.context.cost(entry, served, usage),
-            started_at=started,
-            duration_ms=(time.perf_counter() - t0) * 1000.0,
-            entry=i,
-            try_number=self.try_number,
+        self.record(
+            self.context.attempt(
+                entry,
+                i,
+                served,
+                "ok",
+                try_number=self.try_number,
+                choice=choice,
+                started=started,
+                elapsed=time.perf_counter() - t0,
+                usage=response.usage,
+            )
         )
-        self.attempts.append(attempt)  # what :meth:`record` does, without its call
-        log = self.log
-        if log is not None:
-            log.attempts.append(attempt)
         return new_served(response, entry.route(served), i), self.answered(entry, served, choice)
 
     def record(self, attempt: Attempt) -> None:
@@ -267,35 +254,31 @@ class Walk:
         self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
-        context = self.context
         if (stream or self.limits is not None or asks_capabilities(request, images)) and not self.capable(
             entry, served, request, images, stream=stream
         ):
-            return SKIP
-        if context.single or context.store.calm():
-            return TRY  # nothing is cooling down and no breaker is open: no entry to look up
+            return Admission.SKIP
         return self.availability(i, entry, served, stream)
 
     def availability(self, i: int, entry: Entry, served: str, stream: bool) -> Admission:
-        """:meth:`admits` for an entry that can take the request, once the store is not calm: its cooldowns, breaker."""
+        """Whether entry ``i`` may be tried now, whatever the request asks: its cooldowns and its breaker."""
         context = self.context
         store = context.store
+        if context.single or store.calm():
+            return Admission.TRY  # nothing is cooling down and no breaker is open: no entry to look up
         now = context.clock()
-        # ``context.cooling_until(entry, now)``, its profile's part asked here (one call fewer per entry looked up)
-        until = store.cooldown_until(entry.profile, now)
-        if until is None and entry.keys.rotates:
-            until = keys_cooling_until(entry.keys, now)
+        until = context.cooling_until(entry, now)
         if until is not None:
             self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
-            return SKIP
+            return Admission.SKIP
         if context.breakers is not None:
             record = store.breaker(entry.health_key(served))
             if record is not None:  # open, or half-open once its interval is over
                 if now >= record.until:
-                    return PROBE
+                    return Admission.PROBE
                 self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
-                return SKIP
-        return TRY
+                return Admission.SKIP
+        return Admission.TRY
 
     def capable(self, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
         """Whether the entry can take the request at all (its capabilities, a context window known to be too small)."""
@@ -366,20 +349,19 @@ class Walk:
         detail: str | None = None,
     ) -> None:
         """Record entry ``i`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
-        attempt = new_attempt(  # what ``WalkContext.attempt`` makes of a skip (no key, usage or error), built directly
-            provider=entry.profile,
-            model=served,
-            outcome=outcome,
-            started_at=now,
-            retry_after=until - now,
-            entry=i,
-            try_number=0,
-            stream=stream,
-            detail=detail,
+        self.record(
+            self.context.attempt(
+                entry,
+                i,
+                served,
+                outcome,
+                try_number=0,
+                started=now,
+                retry_after=until - now,
+                detail=detail,
+                stream=stream,
+            )
         )
-        self.attempts.append(attempt)  # what :meth:`record` does, without its call
-        if self.log is not None:
-            self.log.attempts.append(attempt)
         if self.unavailable is None:
             self.unavailable = []
         self.unavailable.append((since, i, outcome == "breaker_skip", now))
@@ -521,11 +503,11 @@ class Walk:
                     await updates
                 self.last_failure = (exc, action)
                 step = action.step
-                if step is _NEXT_ENTRY:  # the usual step first
+                if step is Step.NEXT_ENTRY:  # the usual step first
                     return None
-                if step is _STOP:
+                if step is Step.STOP:
                     self.stop(exc)
-                if step is _RETRY:
+                if step is Step.RETRY:
                     hint = exc.retry_after if isinstance(exc, ProviderError) else None
                     await context.sleep(context.backoff_sleep(backoff, hint))
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -585,26 +567,9 @@ class Walk:
         stream: bool,
     ) -> tuple[Action, Awaitable[None] | None]:
         """Try ``t`` failed with ``exc``: its attempt recorded, and :meth:`decide_failure`'s action and updates."""
-        if type(exc) is ProviderError:  # the usual failed try, an HTTP error answer: no usage, no subclass
-            cls = exc.error_class
-            attempt = new_attempt(  # what ``WalkContext.attempt`` makes of it, built directly
-                provider=entry.profile,
-                model=served,
-                outcome=cls._value_,  # ``outcome_of(cls)`` without its call: the class's stored value
-                status=exc.status,
-                key_id=choice.key_id,
-                started_at=started,
-                duration_ms=elapsed * 1000.0,
-                retry_after=exc.retry_after,
-                entry=i,
-                try_number=t,
-                stream=stream,
-                detail=provider_detail(exc),
-                reason=failure_reason(exc),
-            )
-        else:
-            cls = error_class_of(exc)
-            attempt = self.context.attempt(
+        cls = error_class_of(exc)
+        self.record(
+            self.context.attempt(
                 entry,
                 i,
                 served,
@@ -617,9 +582,7 @@ class Walk:
                 error=exc,
                 stream=stream,
             )
-        self.attempts.append(attempt)  # what :meth:`record` does, without its call
-        if self.log is not None:
-            self.log.attempts.append(attempt)
+        )
         return self.decide_failure(i, entry, served, choice, exc, cls, tries_left)
 
     async def settle(
@@ -656,35 +619,28 @@ class Walk:
         context = self.context
         pool = entry.keys
         larger = False
-        if cls is _CONTEXT_WINDOW:
+        if cls is ErrorClass.CONTEXT_WINDOW:
             if self.limits is None:
                 self.limits = ContextLimits()
             self.limits.failed(entry, served, context.context_window(entry, served))
             larger = self.larger_entry_remains(index)
         rotates = pool.rotates
         now = context.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`apply` reads its own)
-        replay = True
-        if type(exc) is ProviderError:  # the usual failure: its own facts, without a call or an isinstance check
-            auth, hint = exc.auth_failure, exc.retry_after  # (``is_dead_key_error`` answers its ``auth_failure``)
-        else:
-            auth = is_dead_key_error(exc)
-            hint = exc.retry_after if isinstance(exc, ProviderError) else None
-            replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
+        auth = is_dead_key_error(exc)
+        hint = exc.retry_after if isinstance(exc, ProviderError) else None
+        replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
         action = decide(
             cls,
-            _tuple_new(  # ``Position(...)``: a named tuple's ``__new__`` is Python code (one per failed try)
-                Position,
-                (
-                    tries_left,
-                    index == self.order[-1],
-                    context.single,
-                    rotates,
-                    rotates and pool.other_usable(choice.index, now),
-                    rotates and pool.other_live(choice.index, now),
-                    entry.refusal_fallback,
-                    larger,
-                    self.probing,
-                ),
+            Position(
+                tries_left,
+                index == self.order[-1],
+                context.single,
+                rotates,
+                rotates and pool.other_usable(choice.index, now),
+                rotates and pool.other_live(choice.index, now),
+                entry.refusal_fallback,
+                larger,
+                self.probing,
             ),
             auth_failure=auth,
             replay=replay,
@@ -692,10 +648,9 @@ class Walk:
         kid = choice.key_id
         if (
             # A health failure counts once per call, when the walk leaves the entry (its retries are one signal).
-            (context.breakers is not None and ((action.health and action.step is _NEXT_ENTRY) or self.probing))
+            (context.breakers is not None and ((action.health and action.step is Step.NEXT_ENTRY) or self.probing))
             or (action.report_key and kid is not None)
-            # ``cooldown_seconds(hint) > 0`` without its call: a cooldown lasts unless a hint of 0 or less ends it
-            or ((action.cool_profile or (action.cool_key and kid is not None)) and (hint is None or hint > 0))
+            or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
         ):
             return action, self.apply(entry, served, kid, action, hint)
         return action, None
@@ -705,7 +660,7 @@ class Walk:
         context = self.context
         now = context.clock()
         breakers = context.breakers
-        unhealthy = action.health and action.step is _NEXT_ENTRY  # the call's one signal: it leaves the entry
+        unhealthy = action.health and action.step is Step.NEXT_ENTRY  # the call's one signal: it leaves the entry
         if breakers is not None and (unhealthy or self.probing):
             key = entry.health_key(served)
             if unhealthy:
