@@ -1,8 +1,8 @@
 """The failed try's written-out checks hold to the classifier's rules as plain separate functions.
 
 ``_classify`` asks the refusal, context-window and retry-hint rules in line (and a 429 skips the phrase scans
-only other statuses need), ``retry_after_seconds`` checks a header's value without ``_finite``, ``scrub`` may be
-handed the lowercased text, and ``is_dead_key_error`` asks about an exception first. The reference functions
+only other statuses need), ``scrub`` may be handed the lowercased text, and ``is_dead_key_error`` asks about an
+exception first. The reference functions
 below are those rules, one function each, in the order SPEC section 5 gives them.
 """
 

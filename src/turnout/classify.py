@@ -309,9 +309,6 @@ def parse_duration(text: str) -> float | None:
     return total
 
 
-_INF = math.inf
-
-
 def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) and v >= 0 else None
 
@@ -324,21 +321,19 @@ def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time)
     (``retry-after: 5``, ``try again in 3.89s``).
     """
     h = facts.headers
-    # ``0.0 <= secs < _INF`` is ``_finite(secs) is not None`` for a float (NaN fails it), without the call (one per
-    # failed try that carries a header hint).
     raw = h.get("retry-after-ms")
     if raw is not None:
         try:
-            secs = float(raw) / 1000.0
-            if 0.0 <= secs < _INF:
+            secs = _finite(float(raw) / 1000.0)
+            if secs is not None:
                 return secs
         except ValueError:
             pass
     raw = h.get("retry-after")
     if raw is not None:
         try:
-            secs = float(raw)
-            if 0.0 <= secs < _INF:
+            secs = _finite(float(raw))
+            if secs is not None:
                 return secs
         except ValueError:
             try:

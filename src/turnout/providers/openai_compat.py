@@ -202,16 +202,10 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
         )
     else:
         source = err if isinstance(err, Mapping) else data
-    # A non-empty string message and a string or null code (the usual body) are what ``_text`` and ``_code`` make of
-    # them: taken as they are, without the calls (one per failed try; ``tests/providers/test_openai_compat.py``
-    # holds this to the calls over generated bodies).
-    message = source.get("message")
-    if type(message) is not str or not message:
-        message = _text(message) or _text(source.get("detail"))
+    message = _text(source.get("message")) or _text(source.get("detail"))
     etype = source.get("type")
     error_type = etype if isinstance(etype, str) else None
-    code = source.get("code")
-    error_code = (code or None) if type(code) is str else None if code is None else _code(code)
+    error_code = _code(source.get("code"))
     reason = None
     inner = source.get("innererror")
     if inner is not None and isinstance(inner, Mapping):
