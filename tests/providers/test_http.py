@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from provider_kit import Reply as Answer
 
 from servers import loopback_app
 from turnout.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
-from turnout.providers.http import HttpClient, Target, Timeouts, _Deadlines
+from turnout.providers.http import HttpClient, Target, Timeouts
 from turnout.types import ChatRequest
 
 TARGET = Target(provider="test.http", model="m-1")
@@ -376,39 +375,3 @@ async def test_a_credential_sends_exactly_what_the_same_plain_headers_send(http:
     assert (await seen(other))["authorization"] == "Bearer sk-two"
     assert (await seen(credential))["authorization"] == "Bearer sk-one"  # each credential keeps its own
     assert len(set(lab.peer_ports)) == 1  # one pool: every request reused the first connection
-
-
-async def test_a_client_keeps_its_deadlines_on_the_loop_it_is_used_from(
-    http: HttpClient, raw_server: dict[str, str]
-) -> None:
-    """Deadlines bound to a loop that is running a task in another thread are not this loop's: a silent server
-    still times out here (on the wrong loop's timer, the wait would never end), and the other task is left alone.
-    Once that loop has ended, the next call rebinds too.
-    """
-    bound, release = threading.Event(), threading.Event()
-    cancelled: list[bool] = []
-
-    async def elsewhere() -> None:
-        http._deadlines = _Deadlines(asyncio.get_running_loop())
-        bound.set()
-        release.wait(10)  # blocks inside a task step: that loop's current task is this one meanwhile
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-
-    thread = threading.Thread(target=asyncio.run, args=(elsewhere(),))
-    thread.start()
-    try:
-        assert bound.wait(5)
-        with pytest.raises(ProviderTimeout):
-            await asyncio.wait_for(_post(http, raw_server["silent"], _bounds(first=0.1)), 3)
-        assert http._deadlines._loop is asyncio.get_running_loop()
-    finally:
-        release.set()
-        thread.join(5)
-    assert not cancelled
-    http._deadlines = _Deadlines(None)
-    with pytest.raises(ProviderTimeout):
-        await asyncio.wait_for(_post(http, raw_server["silent"], _bounds(first=0.1)), 3)
-    assert http._deadlines._loop is asyncio.get_running_loop()

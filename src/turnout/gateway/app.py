@@ -160,9 +160,6 @@ class Gateway:
         self.cutting = False
         self.in_flight = 0
         self._running: set[asyncio.Task[Any]] = set()
-        #: The loop it serves in (set at start-up): given it, ``current_task`` makes no system call, where looking
-        #: up the running loop does (Python 3.11 checks the process id).
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
         self._idle: asyncio.Event | None = None
         self._lines: BatchedLines | None = None
@@ -221,7 +218,6 @@ class Gateway:
 
     async def _on_startup(self, app: web.Application) -> None:
         self._lines = direct_sink()
-        self._loop = asyncio.get_running_loop()
         await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
         if self.spend is not None and any(c.limited for c in self.auth.callers()):
             await self.spend.refresh()  # today's spend so far, before the first request is admitted
@@ -287,7 +283,7 @@ class Gateway:
                     response = self.error_response(shape, UNAUTHORIZED)
                 else:
                     self.in_flight += 1
-                    task = asyncio.current_task(self._loop)
+                    task = asyncio.current_task()
                     if task is not None:  # a request always runs in a task
                         running.add(task)
                     try:

@@ -26,7 +26,6 @@ import errno
 import math
 import socket
 import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -188,12 +187,10 @@ class _Deadlines:
             returns just that, through a Python call), else the loop's ``time``.
     """
 
-    __slots__ = ("_handle", "_loop", "_thread", "_watched", "_when", "clock")
+    __slots__ = ("_handle", "_loop", "_watched", "_when", "clock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None) -> None:
         self._loop = loop
-        #: The thread the loop runs in (made inside it; none for no loop).
-        self._thread = threading.get_ident() if loop is not None else None
         self._watched: dict[_Watchdog, None] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._when = math.inf
@@ -459,17 +456,12 @@ class HttpClient:
         ssl_context: ssl.SSLContext | bool,
     ) -> tuple[Awaitable[aiohttp.ClientResponse], _Watchdog]:
         """Watch a new attempt and make its request: awaiting it sends the request and waits for the headers."""
+        loop = asyncio.get_running_loop()
         deadlines = self._deadlines
-        # ``asyncio.get_running_loop`` is a system call on Python 3.11 (it checks the process id); ``current_task``
-        # given a loop is a dict look-up. A loop that runs a task in the thread asking is that thread's running
-        # loop (a thread runs one loop at a time), so while the deadlines' own loop does, it is not looked up.
-        task = asyncio.current_task(deadlines._loop) if deadlines._thread == threading.get_ident() else None
-        if task is None:
-            loop = asyncio.get_running_loop()
-            if deadlines._loop is not loop:
-                deadlines = self._deadlines = _Deadlines(loop)
-            task = asyncio.current_task(loop)
-            assert task is not None
+        if deadlines._loop is not loop:
+            deadlines = self._deadlines = _Deadlines(loop)
+        task = asyncio.current_task(loop)  # given the loop, it is not looked up again
+        assert task is not None
         watchdog = _Watchdog(deadlines, task, deadlines.clock(), timeouts, target)
         if type(headers) is Credential and self._owns:
             session = headers.session
