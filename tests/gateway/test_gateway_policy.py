@@ -376,3 +376,12 @@ async def test_a_call_gets_the_same_options_whole_or_streamed(
     )
     assert whole == streamed
     assert whole["caller"] in ("vip", key_id(GATEWAY_KEY))
+
+
+@pytest.mark.parametrize("limit", [None, "daily_limit_usd", "max_call_usd", "rpm", "tpm"])
+def test_a_caller_is_limited_by_any_of_its_bounds(limit: str | None) -> None:
+    """Any one of the four bounds makes a caller's calls reserve their worst case first; none leaves it unlimited."""
+    from turnout.gateway.policy import Caller
+
+    bounds: dict[str, Any] = {limit: 1} if limit is not None else {}
+    assert Caller(name="k", names={}, open_profiles=frozenset(), **bounds).limited is (limit is not None)
