@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 from unittest import mock
 
+import botocore.auth
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
@@ -33,7 +36,20 @@ def botocore_sign(
     if now is None:
         auth.add_auth(request)
     else:
-        moment = datetime.fromtimestamp(now, UTC).replace(tzinfo=None)
-        with mock.patch("botocore.auth.get_current_datetime", return_value=moment):
+        with _clock_at(datetime.fromtimestamp(now, UTC).replace(tzinfo=None)):
             auth.add_auth(request)
     return {name: request.headers[name] for name in SIGNED if name in request.headers}
+
+
+def _clock_at(moment: datetime) -> Any:
+    """botocore's signing clock stopped at ``moment``: ``get_current_datetime`` from botocore 1.35 on, before that
+    the ``datetime.datetime.utcnow()`` its ``auth`` module reads."""
+    if hasattr(botocore.auth, "get_current_datetime"):
+        return mock.patch("botocore.auth.get_current_datetime", return_value=moment)
+
+    class _Stopped(datetime):
+        @classmethod
+        def utcnow(cls) -> datetime:  # type: ignore[override]
+            return moment
+
+    return mock.patch("botocore.auth.datetime", SimpleNamespace(datetime=_Stopped))

@@ -49,8 +49,13 @@ def test_aiohttp_floor_has_typed_request_keys() -> None:
 
 
 def test_botocore_floor_knows_converse() -> None:
-    """The Bedrock tests drive botocore's own bedrock-runtime Converse, which botocore models since 1.34.116."""
+    """The Bedrock tests hold our bodies and fixtures to botocore's own bedrock-runtime model: Converse (1.34.116),
+    its documents, its reasoning deltas (1.37.0) and a document's ``context`` (1.39.0)."""
     from botocore.session import Session
 
-    assert _version(_floors()["botocore"]) >= (1, 34, 116)
-    assert "Converse" in Session().get_service_model("bedrock-runtime").operation_names
+    assert _version(_floors()["botocore"]) >= (1, 39, 0)
+    model = Session().get_service_model("bedrock-runtime")
+    assert "Converse" in model.operation_names
+    assert "document" in model.shape_for("ContentBlock").members
+    assert "reasoningContent" in model.shape_for("ContentBlockDelta").members
+    assert "context" in model.shape_for("DocumentBlock").members
