@@ -42,8 +42,9 @@ def botocore_sign(
 
 
 def _clock_at(moment: datetime) -> Any:
-    """botocore's signing clock stopped at ``moment``: ``get_current_datetime`` from botocore 1.35 on, before that
-    the ``datetime.datetime.utcnow()`` its ``auth`` module reads."""
+    """Botocore's signing clock stopped at ``moment``: ``get_current_datetime`` from botocore 1.35 on, before that
+    the ``datetime.datetime.utcnow()`` its ``auth`` module reads.
+    """
     if hasattr(botocore.auth, "get_current_datetime"):
         return mock.patch("botocore.auth.get_current_datetime", return_value=moment)
 

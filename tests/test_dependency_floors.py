@@ -50,7 +50,8 @@ def test_aiohttp_floor_has_typed_request_keys() -> None:
 
 def test_botocore_floor_knows_converse() -> None:
     """The Bedrock tests hold our bodies and fixtures to botocore's own bedrock-runtime model: Converse (1.34.116),
-    its documents, its reasoning deltas (1.37.0) and a document's ``context`` (1.39.0)."""
+    its documents, its reasoning deltas (1.37.0) and a document's ``context`` (1.39.0).
+    """
     from botocore.session import Session
 
     assert _version(_floors()["botocore"]) >= (1, 39, 0)
