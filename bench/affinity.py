@@ -40,7 +40,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -368,21 +367,7 @@ def _child(affinity: bool, calls: int) -> None:
 
 
 def _instructions_of(affinity: bool, calls: int) -> int:
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        "--collect-atstart=no",
-        "--toggle-collect=builtin_sorted",
-        sys.executable,
-        "-m",
-        "bench.affinity",
-        "--child",
-        f"{int(affinity)} {calls}",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=procs.offline_env(), check=True).stderr
-    line = next(line for line in out.splitlines() if "Collected :" in line)
-    return int(line.split(":")[-1].replace(",", "").strip())
+    return procs.callgrind_instructions("bench.affinity", f"{int(affinity)} {calls}")
 
 
 def instructions(affinity: bool) -> float:

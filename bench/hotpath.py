@@ -25,8 +25,6 @@ import gc
 import os
 import pstats
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -110,21 +108,7 @@ def _measured_child(url: str, scenario: str, kind: str, calls: int) -> None:
 
 
 def _instructions_of(url: str, scenario: str, kind: str, calls: int) -> int:
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        "--collect-atstart=no",
-        "--toggle-collect=builtin_sorted",
-        sys.executable,
-        "-m",
-        "bench.hotpath",
-        "--child",
-        f"{url} {scenario} {kind} {calls}",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=procs.offline_env(), check=True).stderr
-    line = next(line for line in out.splitlines() if "Collected :" in line)
-    return int(line.split(":")[-1].replace(",", "").strip())
+    return procs.callgrind_instructions("bench.hotpath", f"{url} {scenario} {kind} {calls}")
 
 
 def instructions(url: str, scenario: str, kind: str) -> float:

@@ -194,3 +194,25 @@ def wrk_path() -> str | None:
     from shutil import which
 
     return which("wrk")
+
+
+def callgrind_instructions(module: str, child_args: str) -> int:
+    """Instructions ``python -m <module> --child <child_args>`` counts while ``sorted`` runs (callgrind's toggle).
+
+    The child makes its measured calls inside a ``sorted`` key function, so only they are counted.
+    """
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        "--collect-atstart=no",
+        "--toggle-collect=builtin_sorted",
+        sys.executable,
+        "-m",
+        module,
+        "--child",
+        child_args,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=offline_env(), check=True).stderr
+    line = next(line for line in out.splitlines() if "Collected :" in line)
+    return int(line.split(":")[-1].replace(",", "").strip())
