@@ -10,7 +10,7 @@ of an attempt (:mod:`turnout.attribution`). It knows nothing of any one call; th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from turnout.affinity import Affinity
 from turnout.attribution import Attempt, Outcome, new_attempt
@@ -54,7 +54,6 @@ class WalkContext:
         stats: Calls in flight and times to first token per entry (None: not kept).
         hedging: Hedged requests (None: no hedging).
         affinity: Conversations' pins to pool members (None: none kept).
-        single: The route has one entry (it never skips one: read on every walk).
     """
 
     entries: tuple[Entry, ...]
@@ -69,10 +68,11 @@ class WalkContext:
     stats: Stats | None = None
     hedging: Hedging | None = None
     affinity: Affinity | None = None
-    single: bool = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "single", len(self.entries) == 1)
+    @property
+    def single(self) -> bool:
+        """The route has one entry (it never skips one)."""
+        return len(self.entries) == 1
 
     @property
     def retries(self) -> int:

@@ -86,7 +86,6 @@ class Caller:
             default pool).
         models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
         admitted: What a request for each of its names is admitted as (made once, not per request).
-        limited: Whether its calls reserve their worst case first (a daily limit or a per-call bound; known once).
         patterns: The ``[gateway.model_aliases]`` patterns it may use, in order: ``(pattern, name)``.
     """
 
@@ -102,13 +101,15 @@ class Caller:
     models_json: tuple[bytes, bytes] = field(default=(b"", b""), repr=False)
     patterns: Sequence[tuple[str, PublicName]] = ()
     admitted: Mapping[str, Admitted] = field(init=False, repr=False, compare=False)
-    limited: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         admitted = {n: Admitted(p.choice.model, p.choice.provider, self.sender) for n, p in self.names.items()}
         object.__setattr__(self, "admitted", admitted)
-        limits = (self.daily_limit_usd, self.max_call_usd, self.rpm, self.tpm)
-        object.__setattr__(self, "limited", any(x is not None for x in limits))
+
+    @property
+    def limited(self) -> bool:
+        """Whether its calls reserve their worst case first: it has a daily limit, a per-call bound, rpm or tpm."""
+        return any(x is not None for x in (self.daily_limit_usd, self.max_call_usd, self.rpm, self.tpm))
 
 
 @dataclass(frozen=True, slots=True)
