@@ -233,3 +233,14 @@ def call_record(
         accepted_index=0,
         caller=caller,
     )
+
+
+class Alternate:
+    """Chance draws (low, high, high, low, ...) so least_busy's random tie-break flips between two members."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> float:
+        self.n += 1
+        return 0.1 if self.n % 4 in (0, 1) else 0.9

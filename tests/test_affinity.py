@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict
 
-from fakes import FakeClock, Fleet, err
+from fakes import Alternate, FakeClock, Fleet, err
 from turnout import Client
 from turnout.affinity import MAX_NAME_CHARS, SESSION_HEADERS, Affinity, conversation_key, session_of
 from turnout.errors import ConfigError, InvalidRequest
@@ -191,17 +191,6 @@ model = "gpt-4.1"
 members = ["openai.a", "openai.b"]
 strategy = "least_busy"
 """
-
-
-class Alternate:
-    """Chance draws (low, high, high, low, ...) so least_busy's random tie-break flips between two members."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> float:
-        self.n += 1
-        return 0.1 if self.n % 4 in (0, 1) else 0.9
 
 
 def conversation(turn: int) -> list[dict[str, str]]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from gateway_support import GATEWAY_KEY, fake_gateway, post
 
-from fakes import Fleet
+from fakes import Alternate, Fleet
 
 POOL = f"""
 default_provider = "duo"
@@ -27,17 +27,6 @@ model = "gpt-4.1"
 members = ["openai.a", "openai.b"]
 strategy = "least_busy"
 """
-
-
-class Alternate:
-    """Chance draws (low, high, high, low, ...) so least_busy's random tie-break flips between two members."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> float:
-        self.n += 1
-        return 0.1 if self.n % 4 in (0, 1) else 0.9
 
 
 def chat(n: int, **extra: object) -> dict[str, object]:
