@@ -349,6 +349,7 @@ def _child(affinity: bool, calls: int) -> None:
     """Run under callgrind: warm up, then make ``calls`` calls inside ``sorted`` (the collection toggle)."""
     loop = asyncio.new_event_loop()
     messages = _turns(TURNS)
+    random.seed(0)  # the pool's draws alike in every run
 
     async def build() -> Client:
         return _instant(affinity)

@@ -159,6 +159,28 @@ def test_the_store_limit_and_ttl_come_from_the_affinity() -> None:
     assert affinity.pinned("k2") is None
 
 
+def test_a_turn_renews_its_pin_and_a_turn_served_where_it_was_pinned_writes_nothing() -> None:
+    """A pin lives ttl after the last turn that read it; served by its pin, the turn pins nothing again."""
+    clock = FakeClock()
+    store = MemoryStore()
+    affinity = Affinity(store, ttl=60.0, clock=clock)
+    affinity.served("k", "openai.a", 1)
+    clock.now += 50.0
+    pin = affinity.turn("k")  # a turn begins 50 s on: the pin lives until 110 s from the start
+    assert pin == Pin("openai.a", 1)
+    writes: list[str] = []
+    original = store.pin
+    store.pin = lambda key, pin, **kw: (writes.append(key), original(key, pin, **kw))[1]  # type: ignore[method-assign]
+    affinity.served("k", "openai.a", 1, pin)
+    assert writes == []
+    clock.now += 50.0  # 100 s: past the first ttl, within the renewed one
+    assert affinity.pinned("k") == Pin("openai.a", 1)
+    affinity.served("k", "openai.b", 0, pin)  # the turn went elsewhere: pinned there
+    assert writes == ["k"] and affinity.pinned("k") == Pin("openai.b", 0)
+    clock.now += 60.0
+    assert affinity.pinned("k") is None and affinity.turn("k") is None
+
+
 def test_new_conversations_keep_off_a_member_beyond_its_share() -> None:
     """With 2 of 3 live conversations on a, a new one goes to b first though the strategy put a first."""
     store = MemoryStore()

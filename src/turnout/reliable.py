@@ -50,11 +50,6 @@ MIN_BACKOFF_S = 0.05
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
 
-def _healthy(member: str) -> bool:
-    """Every pool member is healthy (the store is calm)."""
-    return True
-
-
 class ReliableProvider(Provider):
     """Walks the entries of one route with retries, backoff, cooldowns and key rotation.
 
@@ -159,9 +154,8 @@ class ReliableProvider(Provider):
                 by_member.setdefault(self.entries[i].profile, []).append(i)
             members = pool.arrange(list(by_member), context.stats)
             if affinity is not None:
-                if context.store.calm():  # nothing cools down, no breaker is open: every member is healthy
-                    healthy: Callable[[str], bool] = _healthy
-                else:
+                healthy: Callable[[str], bool] | None = None  # the store is calm: every member is healthy
+                if not context.store.calm():
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
                     healthy = functools.partial(self._ready, first, requested, context.clock())
                 members = affinity.arrange(members, pin, healthy, pool.weights)
@@ -194,7 +188,7 @@ class ReliableProvider(Provider):
                 context, log, requested, limits, self.visit_order(None, requested) if self.pooled else self.entry_order
             )
         conversation = conversation_key(request)
-        pin = affinity.pinned(conversation) if conversation else None
+        pin = affinity.turn(conversation) if conversation else None
         order = self.visit_order(pin, requested, keyed=conversation is not None)
         return Walk(context, log, requested, limits, order, conversation, pin)
 

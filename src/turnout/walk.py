@@ -203,19 +203,14 @@ class Walk:
         side._witness = self.witness
         return side
 
-    def served_by(self, entry: Entry, choice: KeyChoice) -> None:
-        """``entry`` served this walk's turn with ``choice``: the conversation is pinned there."""
-        affinity, conversation = self.context.affinity, self.conversation
-        if affinity is not None and conversation is not None:
-            affinity.served(conversation, entry.profile, choice.index, self.pin)
-
     def answered(self, entry: Entry, served: str, choice: KeyChoice) -> Awaitable[None] | None:
         """``entry`` gave this walk's answer with ``choice``: the conversation is pinned there, the entry is healthy.
 
         Returns what :meth:`healthy` returns: the closing of a probed breaker to await, or None.
         """
-        if self.conversation is not None:
-            self.served_by(entry, choice)
+        conversation = self.conversation
+        if conversation is not None and (affinity := self.context.affinity) is not None:
+            affinity.served(conversation, entry.profile, choice.index, self.pin)
         return self.healthy(entry, served)
 
     def served(

@@ -36,6 +36,25 @@ async def test_a_pin_made_by_one_process_is_followed_by_another(redis_url: str) 
         await b.aclose()
 
 
+async def test_a_turn_past_half_its_pins_life_shares_the_renewal(redis_url: str) -> None:
+    """A turn reading a pin renews it; past half its life the renewal reaches the others, before it the mirror only."""
+    a, b = RedisStore(redis_url, prefix="aff3:"), RedisStore(redis_url, prefix="aff3:")
+    try:
+        await a.start()
+        await b.start()
+        now = a.clock()
+        a.pin("p:conv", Pin("openai.east", 0), now=now, ttl=10.0)
+        assert await b.wait_until(lambda: b._pins.until("p:conv") == now + 10.0, 2.0)
+        announced = set(a._announcing)
+        assert a.pinned("p:conv", now + 2.0, 10.0) == Pin("openai.east", 0)  # 8 s left: the mirror only
+        assert set(a._announcing) <= announced and a._pins.until("p:conv") == now + 12.0
+        assert a.pinned("p:conv", now + 8.0, 10.0) == Pin("openai.east", 0)  # 4 s left: shared again
+        assert await b.wait_until(lambda: b._pins.until("p:conv") == now + 18.0, 2.0)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
 async def test_a_malformed_announcement_is_ignored(redis_url: str) -> None:
     """A pin message that does not parse (or has expired) changes nothing in the mirror."""
     store = RedisStore(redis_url, prefix="aff2:")

@@ -81,8 +81,12 @@ class StateStore(ABC):
         """Every open breaker: entry key → record."""
 
     @abstractmethod
-    def pinned(self, key: str, now: float) -> Pin | None:
-        """Where the conversation ``key`` was served last, while its pin lives (read on every pooled walk: no I/O)."""
+    def pinned(self, key: str, now: float, renew: float | None = None) -> Pin | None:
+        """Where the conversation ``key`` was served last, while its pin lives (read on every pooled walk: no I/O).
+
+        ``renew``: the pin found lives ``renew`` seconds from ``now`` on, as :meth:`pin` would pin it again (a
+        shared store shares that; None: the pin is only read).
+        """
 
     @abstractmethod
     def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:

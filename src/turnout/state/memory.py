@@ -118,9 +118,9 @@ class MemoryStore(StateStore):
         """See :class:`~turnout.state.base.StateStore`."""
         return dict(self._breakers)
 
-    def pinned(self, key: str, now: float) -> Pin | None:
+    def pinned(self, key: str, now: float, renew: float | None = None) -> Pin | None:
         """See :class:`~turnout.state.base.StateStore`."""
-        return self._pins.get(key, now)
+        return self._pins.get(key, now, None if renew is None else now + renew)
 
     def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:
         """See :class:`~turnout.state.base.StateStore`."""

@@ -39,6 +39,14 @@ class Pin:
         return Pin(member, int(key))
 
 
+@dataclass(slots=True)
+class _Held:
+    """A pin in the table and its deadline (not frozen: a renewal moves the deadline in place)."""
+
+    pin: Pin
+    until: float
+
+
 class PinTable:
     """Pins by conversation key, least recently used first, each with its deadline.
 
@@ -50,42 +58,48 @@ class PinTable:
 
     def __init__(self, limit: int = DEFAULT_MAX_CONVERSATIONS) -> None:
         self.limit = limit
-        self._pins: OrderedDict[str, tuple[Pin, float]] = OrderedDict()
+        self._pins: OrderedDict[str, _Held] = OrderedDict()
         self._counts: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._pins)
 
-    def get(self, key: str, now: float) -> Pin | None:
-        """The pin of ``key`` while it lives (an expired one is dropped)."""
+    def get(self, key: str, now: float, renew: float | None = None) -> Pin | None:
+        """The pin of ``key`` while it lives (an expired one is dropped).
+
+        ``renew``: the pin found lives until then, as the most recently used (None: it is left as it is).
+        """
         found = self._pins.get(key)
         if found is None:
             return None
-        if found[1] <= now:
+        if found.until <= now:
             self._drop(key)
             return None
-        return found[0]
+        if renew is not None:
+            found.until = renew
+            self._pins.move_to_end(key)
+        return found.pin
 
     def until(self, key: str) -> float | None:
         """The deadline of ``key``'s pin (None: none kept)."""
         found = self._pins.get(key)
-        return found[1] if found is not None else None
+        return found.until if found is not None else None
 
     def put(self, key: str, pin: Pin, until: float, now: float) -> Pin | None:
         """Pin ``key`` until ``until`` as the most recently used; returns the pin it had (None: a new one)."""
         pins = self._pins
         found = pins.get(key)
-        if found is not None and found[0] is pin and found[1] > now:  # the same pin, renewed: counts unchanged
-            pins[key] = (pin, until)
+        if found is not None and found.pin is pin and found.until > now:  # the same pin, renewed: counts unchanged
+            found.until = until
             pins.move_to_end(key)
             return pin
         old = pins.pop(key, None)
         if old is not None:
-            self._counts[old[0].member] -= 1
-        self._pins[key] = (pin, until)
+            self._counts[old.pin.member] -= 1
+        self._pins[key] = _Held(pin, until)
         self._counts[pin.member] = self._counts.get(pin.member, 0) + 1
         self._prune(now)
-        return old[0] if old is not None and old[1] > now else None
+        return old.pin if old is not None and old.until > now else None
 
     def counts(self, now: float) -> dict[str, int]:
         """Live conversations per member."""
@@ -96,11 +110,11 @@ class PinTable:
         """Drop the expired pins at the old end, then the oldest beyond the limit."""
         pins = self._pins
         while pins:
-            key, (_, until) = next(iter(pins.items()))
-            if until > now and len(pins) <= self.limit:
+            key, held = next(iter(pins.items()))
+            if held.until > now and len(pins) <= self.limit:
                 break
             self._drop(key)
 
     def _drop(self, key: str) -> None:
-        pin, _ = self._pins.pop(key)
+        pin = self._pins.pop(key).pin
         self._counts[pin.member] -= 1

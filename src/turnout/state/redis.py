@@ -261,19 +261,31 @@ class RedisStore(StateStore):
         """See :class:`~turnout.state.base.StateStore`."""
         return dict(self._breakers)
 
-    def pinned(self, key: str, now: float) -> Pin | None:
-        """See :class:`~turnout.state.base.StateStore` (the mirror)."""
+    def pinned(self, key: str, now: float, renew: float | None = None) -> Pin | None:
+        """See :class:`~turnout.state.base.StateStore` (the mirror; a renewal is shared as :meth:`pin` shares it)."""
         self._ensure_started()
-        return self._pins.get(key, now)
+        if renew is None:
+            return self._pins.get(key, now)
+        left = self._pins.until(key)
+        pin = self._pins.get(key, now, now + renew)
+        if pin is not None and left is not None:
+            self._share_pin(key, pin, now, renew, left - now > renew / 2)
+        return pin
 
     def pin(self, key: str, pin: Pin, *, now: float, ttl: float) -> None:
         """See :class:`~turnout.state.base.StateStore` (kept at once, shared in the background)."""
         self._ensure_started()
         left = self._pins.until(key)
         old = self._pins.put(key, pin, now + ttl, now)
-        fresh = old == pin and left is not None and left - now > ttl / 2
+        self._share_pin(key, pin, now, ttl, old == pin and left is not None and left - now > ttl / 2)
+
+    def _share_pin(self, key: str, pin: Pin, now: float, ttl: float, fresh: bool) -> None:
+        """Announce ``key``'s pin for ``ttl`` seconds from ``now`` unless the shared one is ``fresh``.
+
+        ``fresh``: the shared pin is the same and has half its life or more left.
+        """
         if fresh or not self.connected or self._closing or not _has_loop():
-            return  # the shared pin is the same and has half its life or more left; or nothing to share with
+            return  # nothing new to share, or nothing to share with
         task = asyncio.get_running_loop().create_task(self._guard(self._write_pin(key, pin, now + ttl, ttl)))
         self._announcing.add(task)
         task.add_done_callback(self._announcing.discard)
