@@ -320,12 +320,12 @@ async def lookup(rounds: int = 7, calls: int = 2000) -> Lookup:
         weights: dict[str, float] = {}
         members = list(MEMBERS)
 
-        def work() -> None:
+        def work() -> None:  # what a call of a pinned conversation does: its key, the turn, the order, the answer
             key = conversation_key(request)
             assert key is not None
-            pin = affinity.pinned(key)
-            affinity.arrange(members, pin, lambda m: True, weights)
-            affinity.served(key, MEMBERS[0], 0)
+            pin = affinity.turn(key)
+            affinity.arrange(members, pin, None, weights)
+            affinity.served(key, MEMBERS[0], 0, pin)
 
         best = float("inf")
         for _ in range(rounds):
