@@ -98,9 +98,9 @@ def conversation_key(request: ChatRequest, explicit: str | None = None) -> str |
         for message in request.messages:
             role = message.role
             if role == "system":
-                system.append(message.content if message.content.__class__ is str else _text(message))
+                system.append(message.content if isinstance(message.content, str) else _text(message))
             elif role == "user":
-                first = message.content if message.content.__class__ is str else _text(message)
+                first = message.content if isinstance(message.content, str) else _text(message)
                 break
         else:
             if not system:
