@@ -8,7 +8,8 @@ each turn pays the full input price every time. This module owns the whole decis
   ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
   a hash of its stable prefix: the system prompt, the tools in name order and the first user message, taken from
   Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it came
-  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a 64-bit digest: no client text is kept.
+  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a CRC-32 (:func:`conversation_key`): no
+  client text is kept.
 - **The order** (:meth:`Affinity.arrange`): a pinned conversation's member goes first while it is healthy (its
   profile not cooling down, its breaker closed); a new conversation (or one whose member is not healthy) takes the
   pool's strategy's order, except that a member holding more than its share of the live conversations (its

@@ -88,11 +88,6 @@ class PinTable:
     def put(self, key: str, pin: Pin, until: float, now: float) -> Pin | None:
         """Pin ``key`` until ``until`` as the most recently used; returns the pin it had (None: a new one)."""
         pins = self._pins
-        found = pins.get(key)
-        if found is not None and found.pin is pin and found.until > now:  # the same pin, renewed: counts unchanged
-            found.until = until
-            pins.move_to_end(key)
-            return pin
         old = pins.pop(key, None)
         if old is not None:
             self._counts[old.pin.member] -= 1
