@@ -170,7 +170,12 @@ def test_a_turn_renews_its_pin_and_a_turn_served_where_it_was_pinned_writes_noth
     assert pin == Pin("openai.a", 1)
     writes: list[str] = []
     original = store.pin
-    store.pin = lambda key, pin, **kw: (writes.append(key), original(key, pin, **kw))[1]  # type: ignore[method-assign]
+
+    def pin_and_count(key: str, pin: Pin, *, now: float, ttl: float) -> None:
+        writes.append(key)
+        original(key, pin, now=now, ttl=ttl)
+
+    store.pin = pin_and_count  # type: ignore[method-assign]
     affinity.served("k", "openai.a", 1, pin)
     assert writes == []
     clock.now += 50.0  # 100 s: past the first ttl, within the renewed one
