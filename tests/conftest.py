@@ -10,11 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 # Test helpers (tests/fakes.py, tests/servers.py) are importable from every test directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from servers import RedisServer, free_port, redis_executable
+
+# Property tests assert behaviour, not speed: no per-example deadline, which a shared two-core machine would miss.
+settings.register_profile("turnout", deadline=None)
+settings.load_profile("turnout")
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
