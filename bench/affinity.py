@@ -52,6 +52,7 @@ from bench import procs
 from turnout import Client
 from turnout.affinity import conversation_key
 from turnout.classify import ErrorFacts, provider_error
+from turnout.pools import Pool
 from turnout.provider import Provider
 from turnout.sim.caching import PromptCache, blocks
 from turnout.types import (
@@ -281,12 +282,16 @@ class Lookup:
         call_s: Client CPU seconds of a whole call (affinity on).
         on: Instructions per whole call with affinity on (None: valgrind is not installed).
         off: The same with ``[reliability.affinity] enabled = false``.
+        agent_on: ``on`` for a coding agent's call (its 14 KB system prompt and 20 tools).
+        agent_off: ``off`` for that call.
     """
 
     affinity_s: float
     call_s: float
     on: float | None = None
     off: float | None = None
+    agent_on: float | None = None
+    agent_off: float | None = None
 
     @property
     def share(self) -> float:
@@ -304,6 +309,34 @@ def _turns(n: int) -> list[dict[str, str]]:
     return _messages(0, history)
 
 
+#: A coding agent's request: a 14 KB system prompt, a 2 KB first message and 20 tools with their schemas.
+AGENT_SYSTEM = "You are a coding agent working in a repository. Read before you edit; run the tests. " * 170
+AGENT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}",
+            "description": "Does one thing with the files of the repository and reports what it did. " * 3,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    f"arg_{j}": {"type": "string", "description": "What the tool reads. " * 4} for j in range(6)
+                },
+                "required": ["arg_0"],
+            },
+        },
+    }
+    for i in range(20)
+]
+
+
+def _agent_turns() -> list[dict[str, str]]:
+    messages = _turns(TURNS)
+    messages[0] = {"role": "system", "content": AGENT_SYSTEM}
+    messages[1] = {"role": "user", "content": "Fix the failing test in the parser and explain the cause. " * 32}
+    return messages
+
+
 def _instant(affinity: bool) -> Client:
     """A client of the pool over instant in-process adapters (no network, no cache: the client's own work)."""
     _, builder = fleet(dict.fromkeys(MEMBERS, 0.0))
@@ -317,14 +350,13 @@ async def lookup(rounds: int = 7, calls: int = 2000) -> Lookup:
         assert affinity is not None
         messages = _turns(TURNS)
         request = ChatRequest.of(messages)
-        weights: dict[str, float] = {}
-        members = list(MEMBERS)
+        pool = Pool("bench", "weighted", keys=dict.fromkeys(MEMBERS))
 
         def work() -> None:  # what a call of a pinned conversation does: its key, the turn, the order, the answer
             key = conversation_key(request)
             assert key is not None
             pin = affinity.turn(key)
-            affinity.arrange(members, pin, None, weights)
+            affinity.arrange(list(MEMBERS), pin, None, pool, None)
             affinity.served(key, MEMBERS[0], 0, pin)
 
         best = float("inf")
@@ -339,16 +371,18 @@ async def lookup(rounds: int = 7, calls: int = 2000) -> Lookup:
             for _ in range(calls // 4):
                 await c.chat(messages)
             call = min(call, (time.thread_time() - t0) / (calls // 4))
-    on = off = None
+    cost = Lookup(affinity_s=best, call_s=call)
     if shutil.which("valgrind") is not None:
-        on, off = instructions(True), instructions(False)
-    return Lookup(affinity_s=best, call_s=call, on=on, off=off)
+        cost.on, cost.off = instructions(True), instructions(False)
+        cost.agent_on, cost.agent_off = instructions(True, agent=True), instructions(False, agent=True)
+    return cost
 
 
-def _child(affinity: bool, calls: int) -> None:
+def _child(affinity: bool, calls: int, agent: bool) -> None:
     """Run under callgrind: warm up, then make ``calls`` calls inside ``sorted`` (the collection toggle)."""
     loop = asyncio.new_event_loop()
-    messages = _turns(TURNS)
+    messages = _agent_turns() if agent else _turns(TURNS)
+    tools = AGENT_TOOLS if agent else None
     random.seed(0)  # the pool's draws alike in every run
 
     async def build() -> Client:
@@ -358,7 +392,7 @@ def _child(affinity: bool, calls: int) -> None:
 
     async def run(n: int) -> int:
         for _ in range(n):
-            await client.chat(messages)
+            await client.chat(messages, tools=tools)
         return n
 
     loop.run_until_complete(run(100))
@@ -367,15 +401,18 @@ def _child(affinity: bool, calls: int) -> None:
     loop.run_until_complete(client.aclose())
 
 
-def _instructions_of(affinity: bool, calls: int) -> int:
-    return procs.callgrind_instructions("bench.affinity", f"{int(affinity)} {calls}")
+def _instructions_of(affinity: bool, calls: int, agent: bool) -> int:
+    return procs.callgrind_instructions("bench.affinity", f"{int(affinity)} {calls} {int(agent)}")
 
 
-def instructions(affinity: bool) -> float:
-    """Instructions per call (callgrind): the difference of two runs of different lengths (start-up costs cancel)."""
+def instructions(affinity: bool, *, agent: bool = False) -> float:
+    """Instructions per call (callgrind): the difference of two runs of different lengths (start-up costs cancel).
+
+    ``agent``: the call is a coding agent's (:data:`AGENT_SYSTEM`, :data:`AGENT_TOOLS`), not the benchmark's turn.
+    """
     short, long_ = 50, 200
     with ThreadPoolExecutor(2) as pool:
-        a, b = pool.map(lambda n: _instructions_of(affinity, n), (short, long_))
+        a, b = pool.map(lambda n: _instructions_of(affinity, n, agent), (short, long_))
     return (b - a) / (long_ - short)
 
 
@@ -433,6 +470,14 @@ def section(results: list[StrategyResult], cost: Lookup, seeds: int, when: str) 
         )
     else:
         lines.append("- instructions per call: not measured (valgrind is not installed);")
+    if cost.agent_on is not None and cost.agent_off is not None:
+        agent = (cost.agent_on - cost.agent_off) / cost.agent_off
+        lines.append(
+            f"- the same for a coding agent's call (a {len(AGENT_SYSTEM) // 1000} KB system prompt, a 2 KB first "
+            f"message, {len(AGENT_TOOLS)} tools with their schemas; a long part of the prefix is hashed by its two "
+            f"ends and its length): {cost.agent_on:,.0f} with affinity on, {cost.agent_off:,.0f} off: {agent:+.2%} "
+            f"(target < 2 %: {_met(agent < 0.02)});"
+        )
     lines += [
         f"- its own work timed alone (the key, the pin's lookup, the order, the pin recorded; the machine's load "
         f"moves it): {cost.affinity_s * 1e6:.1f} µs, against {cost.call_s * 1e6:.0f} µs of client CPU for the whole "
@@ -466,8 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        on, calls = args.child.split()
-        _child(on == "1", int(calls))
+        on, calls, agent = args.child.split()
+        _child(on == "1", int(calls), agent == "1")
         return 0
     seeds = SEEDS[:1] if args.quick else SEEDS
 

@@ -18,6 +18,7 @@ from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.surface import ChatCall
 from turnout.keys import KeyPool
+from turnout.pools import Pool
 from turnout.state import MemoryStore
 from turnout.state.pins import Pin, PinTable
 from turnout.types import ChatRequest, Message
@@ -192,9 +193,19 @@ def test_new_conversations_keep_off_a_member_beyond_its_share() -> None:
     affinity = Affinity(store, clock=lambda: 0.0)
     for key, member in (("k1", "a"), ("k2", "a"), ("k3", "b")):
         affinity.served(key, member, 0)
-    assert list(affinity.arrange(["a", "b", "c"], None, lambda m: True, {})) == ["b", "c", "a"]
-    assert list(affinity.arrange(["a", "b", "c"], Pin("a"), lambda m: True, {})) == ["a", "b", "c"]  # pinned stays
-    assert list(affinity.arrange(["b", "a", "c"], Pin("a"), lambda m: m != "a", {})) == ["b", "c", "a"]
+    ordered = Pool("p", "ordered", keys={})
+    assert list(affinity.arrange(["a", "b", "c"], None, lambda m: True, ordered, None)) == ["b", "c", "a"]
+    assert list(affinity.arrange(["a", "b", "c"], Pin("a"), lambda m: True, ordered, None)) == ["a", "b", "c"]
+    assert list(affinity.arrange(["b", "a", "c"], Pin("a"), lambda m: m != "a", ordered, None)) == ["b", "c", "a"]
+
+
+def test_a_pinned_member_goes_first_and_the_strategy_orders_only_the_others() -> None:
+    """The weighted strategy draws once per other member: the pinned one takes no draw and the rest keep theirs."""
+    draws = iter([0.2, 0.9])
+    pool = Pool("p", "weighted", keys={}, chance=lambda: next(draws))
+    affinity = Affinity(MemoryStore(), clock=lambda: 0.0)
+    assert list(affinity.arrange(["a", "b", "c"], Pin("b"), None, pool, None)) == ["b", "c", "a"]
+    assert next(draws, None) is None  # two draws, both taken
 
 
 def test_a_key_pool_picks_the_conversations_key_first() -> None:
@@ -398,3 +409,26 @@ def test_a_prefix_orjson_refuses_still_has_a_key() -> None:
     assert key != conversation_key(
         ChatRequest.of([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
     )
+
+
+def test_a_long_prefix_is_keyed_by_the_two_ends_and_the_length_of_each_part() -> None:
+    """A 10 KB system prompt or a 1 MB image costs its ends to hash: a change there or in a length moves the key."""
+
+    def key(system: str, user: str = "Plan a trip.", image: str | None = None) -> str | None:
+        content: Any = (
+            user
+            if image is None
+            else [{"type": "text", "text": user}, {"type": "image_url", "image_url": {"url": image}}]
+        )
+        return conversation_key(
+            ChatRequest.of([{"role": "system", "content": system}, {"role": "user", "content": content}])
+        )
+
+    head, tail = "h" * 5000, "t" * 5000
+    base = key(f"{head}middle{tail}")
+    assert base == key(f"{head}MIDDLE{tail}")  # only the middle differs: hashed alike
+    assert len({base, key(f"H{head[1:]}middle{tail}"), key(f"{head}middle{tail[1:]}T"), key(f"{head}mid{tail}")}) == 4
+    assert base != key(f"{head}middle{tail}", "Plan a trip to Rome.")
+    data = "data:image/png;base64," + "A" * 1_000_000
+    assert key("s", image=data) == key("s", image=data) != key("s", image=data[:-1] + "B")
+    assert key("s", image=data) != key("s", image=data + "AAAA")

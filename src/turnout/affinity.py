@@ -6,14 +6,15 @@ each turn pays the full input price every time. This module owns the whole decis
 - **The conversation's key** (:func:`conversation_key`): the client's own name for it when it gives one (the
   library's ``cache_key=``, which the gateway fills from a session header, :func:`session_of`; else the body's
   ``prompt_cache_key``, ``user`` or ``metadata.user_id``, as the caller's wire request carries them), else
-  a hash of its stable prefix: the system prompt, the tools in name order and the first user message, taken from
-  Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it came
-  as OpenAI Chat, Responses or Anthropic Messages. Either way the key is a CRC-32 (:func:`conversation_key`): no
-  client text is kept.
+  a hash of its stable prefix: the system prompts, the first user message and the tools' names sorted, taken
+  from Turnout's neutral :class:`~turnout.types.ChatRequest`, so the same conversation hashes the same whether it
+  came as OpenAI Chat, Responses or Anthropic Messages; a long part by its length and its two ends
+  (:data:`EDGE_CHARS`), so the key's cost does not grow with the prompt. Either way the key is a CRC-32
+  (:func:`conversation_key`): no client text is kept.
 - **The order** (:meth:`Affinity.arrange`): a pinned conversation's member goes first while it is healthy (its
-  profile not cooling down, its breaker closed); a new conversation (or one whose member is not healthy) takes the
-  pool's strategy's order, except that a member holding more than its share of the live conversations (its
-  weight's share plus :data:`SHARE_MARGIN`) goes after the others.
+  profile not cooling down, its breaker closed), the pool's strategy ordering the others; a new conversation (or
+  one whose member is not healthy) takes the pool's strategy's order, except that a member holding more than its
+  share of the live conversations (its weight's share plus :data:`SHARE_MARGIN`) goes after the others.
 - **The pin** (:meth:`Affinity.served`): whichever member served the turn, a pool's member or a fallback, becomes
   the conversation's pin, with the key it used; so a conversation moves once when its member fails and then
   sticks. Pins live in the state store (bounded, expiring ``ttl`` after their last use; shared through Redis).
@@ -21,16 +22,15 @@ each turn pays the full input price every time. This module owns the whole decis
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
+from turnout.entry import PoolOrder
 from turnout.state.base import StateStore
 from turnout.state.pins import DEFAULT_MAX_CONVERSATIONS, Pin
-from turnout.types import ChatRequest, Message
+from turnout.stats import Stats
+from turnout.types import ChatRequest, Message, TextPart
 
 #: Seconds a pin lives after its last use by default (providers keep a cached prefix about 5 minutes).
 DEFAULT_TTL_S = 300.0
@@ -41,8 +41,10 @@ MAX_NAME_CHARS = 512
 #: Request headers that name a conversation, first found wins: a generic one, Claude Code's (from 2.1.86), and
 #: Codex CLI's (``session_id`` and ``conversation_id`` carry the same id; newer releases send ``session-id``).
 SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id", "conversation_id")
-#: orjson's options for the tools' JSON: keys sorted (a tool's schema hashes the same whatever its key order).
-_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+#: A part of a prefix (the system prompts, the first user message, an image's URL, the tools' names) longer than
+#: twice this many characters is hashed by this many from each end and its length, so the key of a coding agent's
+#: 50 KB prompt costs about what a short one's does.
+EDGE_CHARS = 256
 _crc32 = zlib.crc32
 _RS = "\x1e"  # between two system prompts in a conversation's prefix
 
@@ -83,6 +85,9 @@ def conversation_key(request: ChatRequest, explicit: str | None = None) -> str |
     some two do with a chance of about 1 in 100) only share a pin, one member; whoever knows a conversation's
     prefix has its key anyway. BLAKE2b cost about 0.6 % of a call more.
 
+    Tools are keyed by their names alone: hashing their schemas meant encoding them as JSON on every call, which
+    for a coding agent's 20 tools cost more than half the call.
+
     Args:
         request: The call's request.
         explicit: The caller's own name for the conversation (wins over everything in the request; default:
@@ -94,35 +99,33 @@ def conversation_key(request: ChatRequest, explicit: str | None = None) -> str |
     elif (native := request.native) is not None and (named := _named(native.body)) is not None:
         text = "n:" + named
     else:
-        system: list[str] = []
+        system = ""
         first = ""
         for message in request.messages:
             role = message.role
             if role == "system":
-                system.append(message.content if isinstance(message.content, str) else _text(message))
+                content = message.content
+                prompt = content if isinstance(content, str) else _text(message)
+                system = f"{system}{_RS}{prompt}" if system else prompt
             elif role == "user":
-                first = message.content if isinstance(message.content, str) else _text(message)
+                content = message.content
+                first = content if isinstance(content, str) else _text(message)
                 break
         else:
             if not system:
                 return None
-        # The system prompts, the first user message, the tools in name order: split by separators no prompt holds.
-        text = f"p:{_RS.join(system)}\x1f{first}"
+        # The system prompts, the first user message, the tools' names sorted (each long one by its length and
+        # its two ends), split by separators no prompt holds.
+        if len(system) + len(first) > 2 * EDGE_CHARS:
+            system, first = _ends(system), _ends(first)
+        text = f"p:{system}\x1f{first}"
         if request.tools:
-            text += "\x1d" + str(sorted((t.name, t.description, _json(t.parameters).decode()) for t in request.tools))
+            text += "\x1d" + _ends(_RS.join(sorted([tool.name for tool in request.tools])))
     try:
         data = text.encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON allows one): hashed as it came
         data = text.encode("utf-8", "surrogatepass")
     return hex(_crc32(data))
-
-
-def _json(value: object) -> bytes:
-    """``value`` as JSON with sorted keys (orjson; the standard encoder for what orjson refuses, a lone surrogate)."""
-    try:
-        return orjson.dumps(value, default=str, option=_SORTED)
-    except TypeError:
-        return json.dumps(value, sort_keys=True, default=str).encode(errors="surrogatepass")
 
 
 def _named(body: Mapping[str, Any]) -> str | None:
@@ -140,15 +143,18 @@ def _named(body: Mapping[str, Any]) -> str | None:
 
 
 def _text(message: Message) -> str:
-    """A message's text, the same whichever protocol carried it (parts joined; images by their source)."""
+    """A message's text, the same whichever protocol carried it (parts joined; an image by its URL's two ends)."""
     content = message.content
     if isinstance(content, str):
         return content
-    out: list[str] = []
-    for part in content:
-        text: Any = getattr(part, "text", None)
-        out.append(text if isinstance(text, str) else repr(part))
-    return "".join(out)
+    return "".join(part.text if isinstance(part, TextPart) else f"\x1c{_ends(part.url)}\x1c" for part in content)
+
+
+def _ends(text: str) -> str:
+    """``text`` when it is at most twice :data:`EDGE_CHARS` long, else its length and its two ends."""
+    if len(text) <= 2 * EDGE_CHARS:
+        return text
+    return f"{len(text)}\x1c{text[:EDGE_CHARS]}\x1c{text[-EDGE_CHARS:]}"
 
 
 class Affinity:
@@ -190,33 +196,38 @@ class Affinity:
 
     def arrange(
         self,
-        ordered: Sequence[str],
+        members: list[str],
         pin: Pin | None,
         healthy: Callable[[str], bool] | None,
-        weights: Mapping[str, float],
+        pool: PoolOrder,
+        stats: Stats | None,
     ) -> Sequence[str]:
-        """``ordered`` (a pool's members in its strategy's order for this call) as this conversation tries them.
+        """A pool's ``members`` (in configured order) in the order this conversation's call tries them.
+
+        A healthy pinned member goes first and the pool's strategy orders the others (for every strategy that is
+        the order the strategy would give them with the pinned member left out: each member's draw or rank is its
+        own). Otherwise the strategy orders them all, then a member beyond its share goes after the others.
 
         Args:
-            ordered: The members, as the pool's strategy put them.
+            members: The pool's members, in configured order (the call's own list: it may be changed).
             pin: The conversation's pin (None: a new conversation).
             healthy: Whether a member can serve now (not cooling down, breaker closed; None: every member can).
-            weights: The members' weights (1 when not given).
+            pool: The pool, whose strategy orders the members.
+            stats: What the strategy reads (the walk's stats).
         """
+        if pin is not None and len(members) > 1:
+            member = pin.member
+            if member in members and (healthy is None or healthy(member)):
+                members.remove(member)
+                return [member, *pool.arrange(members, stats)]
+        ordered = pool.arrange(members, stats)
         if len(ordered) < 2:
             return ordered
-        if pin is not None:
-            member = pin.member
-            if member in ordered and (healthy is None or healthy(member)):
-                if ordered[0] != member:
-                    ordered = list(ordered)
-                    ordered.remove(member)
-                    ordered.insert(0, member)
-                return ordered
         counts = self.store.pin_counts(self.clock())
         live = sum(counts.get(m, 0) for m in ordered)
         if live < len(ordered):
             return ordered  # too few conversations for a share to mean anything
+        weights = pool.weights
         total_weight = sum(max(weights.get(m, 1.0), 0.0) for m in ordered) or float(len(ordered))
         fits: list[str] = []
         over: list[str] = []

@@ -152,13 +152,14 @@ class ReliableProvider(Provider):
             by_member: dict[str, list[int]] = {}
             for i in indices:
                 by_member.setdefault(self.entries[i].profile, []).append(i)
-            members = pool.arrange(list(by_member), context.stats)
-            if affinity is not None:
+            if affinity is None:
+                members = pool.arrange(list(by_member), context.stats)
+            else:
                 healthy: Callable[[str], bool] | None = None  # the store is calm: every member is healthy
-                if not context.store.calm():
+                if pin is not None and not context.store.calm():
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
                     healthy = functools.partial(self._ready, first, requested, context.clock())
-                members = affinity.arrange(members, pin, healthy, pool.weights)
+                members = affinity.arrange(list(by_member), pin, healthy, pool, context.stats)
             for member in members:
                 out.extend(by_member[member])
         return out
