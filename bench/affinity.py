@@ -350,7 +350,7 @@ async def lookup(rounds: int = 7, calls: int = 2000) -> Lookup:
         assert affinity is not None
         messages = _turns(TURNS)
         request = ChatRequest.of(messages)
-        pool = Pool("bench", "weighted", keys=dict.fromkeys(MEMBERS))
+        pool = Pool("bench", "ordered", keys=dict.fromkeys(MEMBERS))  # no draws: the strategy's work is not affinity's
 
         def work() -> None:  # what a call of a pinned conversation does: its key, the turn, the order, the answer
             key = conversation_key(request)
