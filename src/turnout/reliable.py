@@ -155,7 +155,7 @@ class ReliableProvider(Provider):
             if affinity is None:
                 members = pool.arrange(list(by_member), context.stats)
             else:
-                healthy: Callable[[str], bool] | None = None  # no pin to check, or a calm store: every member is healthy
+                healthy: Callable[[str], bool] | None = None  # no pin to check, or a calm store: all healthy
                 if pin is not None and not context.store.calm():
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
                     healthy = functools.partial(self._ready, first, requested, context.clock())
