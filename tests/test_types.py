@@ -6,11 +6,15 @@ import dataclasses
 
 import pytest
 
+from turnout.attribution import Attempt
+from turnout.gateway.surface import ChatCall
+from turnout.reply import Reply
 from turnout.types import (
     ChatRequest,
     ChatResponse,
     ImagePart,
     Message,
+    NativeRequest,
     ReasoningDelta,
     TextDelta,
     ToolCall,
@@ -124,14 +128,20 @@ def test_usage_adds_fieldwise() -> None:
     assert total.total_tokens == 17
 
 
-def test_values_are_frozen() -> None:
-    """Core values cannot be mutated after creation; a text delta, built per streamed token, is not frozen."""
+def test_values_are_frozen_but_the_records_of_every_call() -> None:
+    """Values cannot be mutated after creation; the records built on every call or token are not frozen.
+
+    Those hash by value all the same, as they did frozen: a message or a usage can still key a dict.
+    """
     with pytest.raises(dataclasses.FrozenInstanceError):
         ReasoningDelta(text="a").text = "b"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Usage(input_tokens=1, output_tokens=1).input_tokens = 2  # type: ignore[misc]
-    assert TextDelta(text="a").type == "text"
-    assert not TextDelta.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        ToolCall(id="c", name="f", arguments="{}").name = "g"  # type: ignore[misc]
+    per_call = (Message, ChatRequest, NativeRequest, ChatResponse, Usage, TextDelta, Attempt, Reply, ChatCall)
+    assert [c.__name__ for c in per_call if c.__dataclass_params__.frozen] == []  # type: ignore[attr-defined]
+    assert hash(Usage(input_tokens=1)) == hash(Usage(input_tokens=1))
+    assert {Message.user("a"): 1}[Message.user("a")] == 1
+    assert TextDelta(text="a").type == "text" and TextDelta("a") == TextDelta(text="a")
 
 
 def test_request_builder_and_prefill_flag() -> None:

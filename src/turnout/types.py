@@ -1,7 +1,9 @@
 """Core value types: messages, tools, usage, requests, responses and stream events.
 
-Everything here is a frozen, slotted dataclass: cheap to build, safe to share between tasks, and
-never mutated after a provider hands it over. Messages given as OpenAI-style dicts are accepted
+Everything here is a slotted dataclass, never mutated after it is built (a provider's answer once the provider
+hands it over), so it is safe to share between tasks. Most are frozen; the records built on every call or every
+streamed token (messages, requests, answers, usage, text deltas) are not, as a frozen record costs about three
+times as much to build: treat them as read-only all the same. Messages given as OpenAI-style dicts are accepted
 wherever a message list is (see :func:`coerce_messages`).
 """
 
@@ -85,9 +87,13 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class Message:
     """One chat message.
+
+    Not frozen, as it is built for every message of every call: a frozen dataclass sets each field through
+    ``object.__setattr__``, which makes it about three times as costly to build. Treat it as read-only all the same;
+    it hashes by value, as a frozen one does.
 
     ``content`` is a string or a tuple of parts (text and images). An assistant message may carry
     ``tool_calls``; a ``tool`` message carries the result of one call in ``content`` with
@@ -179,9 +185,13 @@ def provider_count(value: object) -> tuple[int, bool]:
     return 0, True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class Usage:
     """Token usage of one call.
+
+    Not frozen, as it is built for every answer: a frozen dataclass sets each field through ``object.__setattr__``,
+    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
+    a frozen one does.
 
     ``input_tokens`` is the whole prompt, cached part included; ``cached_input_tokens`` is the part
     read from the provider's prompt cache and ``cache_write_tokens`` the part written to it.
@@ -233,9 +243,13 @@ class ResponseFormat:
     strict: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class NativeRequest:
     """The caller's request in its own wire protocol, for an entry that speaks that protocol.
+
+    Not frozen, as it is built for every request a gateway passes through: a frozen dataclass sets each field
+    through ``object.__setattr__``, which makes it about three times as costly to build. Treat it as read-only all
+    the same; it hashes by value, as a frozen one does.
 
     An entry whose adapter speaks :attr:`protocol` sends :attr:`body` as it came (its own model, stream flag
     and credentials set), so content blocks, tools and fields Turnout does not model pass through unchanged.
@@ -258,9 +272,13 @@ class NativeRequest:
     documents: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
+
+    Not frozen, as it is built for every call: a frozen dataclass sets each field through ``object.__setattr__``,
+    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
+    a frozen one does.
 
     Attributes:
         messages: The conversation, oldest first.
@@ -314,9 +332,13 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class ChatResponse:
     """One provider's complete answer.
+
+    Not frozen, as it is built for every answer: a frozen dataclass sets each field through ``object.__setattr__``,
+    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
+    a frozen one does.
 
     Attributes:
         text: The answer text ("" when the model only called tools).
@@ -354,12 +376,12 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True)
 class TextDelta:
-    """A piece of answer text.
+    """A piece of answer text: ``TextDelta("...")`` or ``TextDelta(text="...")``.
 
-    Not frozen, unlike the other records: one is built per streamed token, and a frozen one costs twice as
-    much to build (about 0.36 µs against 0.18 µs). Treat it as read-only all the same.
+    Not frozen and not keyword-only, unlike the other records: one is built per streamed token, and a frozen
+    one costs twice as much to build, a keyword argument a third more. Treat it as read-only all the same.
     """
 
     text: str
