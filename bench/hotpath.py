@@ -13,7 +13,7 @@ Usage::
 
     python -m bench.hotpath [--calls N] [--rounds R] [--only chat,stream,failover,cooldown] [--breaker-off]
     python -m bench.hotpath --instructions [--only ...] [--breaker-off | --hedge-idle]
-    python -m bench.hotpath --profile chat      # cProfile of one Turnout scenario, top functions by own time
+    python -m bench.hotpath --profile chat [--sort cumtime] [--top 60]   # cProfile of one Turnout scenario
 """
 
 from __future__ import annotations
@@ -119,8 +119,10 @@ def instructions(url: str, scenario: str, kind: str) -> float:
     return (b - a) / (long_ - short)
 
 
-async def profile(url: str, scenario: str, calls: int, kind: str = "turnout") -> None:
-    """cProfile of Turnout's calls in one scenario: the top functions by own time."""
+async def profile(
+    url: str, scenario: str, calls: int, kind: str = "turnout", sort: str = "tottime", top: int = 40
+) -> None:
+    """cProfile of Turnout's calls in one scenario: the ``top`` functions by ``sort`` (own time by default)."""
     tc, fn, _ = contender(url, scenario, kind)
     try:
         for _ in range(100):
@@ -132,7 +134,7 @@ async def profile(url: str, scenario: str, calls: int, kind: str = "turnout") ->
         prof.disable()
     finally:
         await tc.aclose()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(40)
+    pstats.Stats(prof).sort_stats(sort).print_stats(top)
 
 
 def _report(scenario: str, raw: float, turnout: float, unit: str) -> None:
@@ -149,6 +151,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--profile", choices=SCENARIOS, default=None)
+    parser.add_argument("--sort", default="tottime", help="with --profile: the pstats sort key (cumtime, ncalls, ...)")
+    parser.add_argument("--top", type=int, default=40, help="with --profile: how many functions to show")
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
     parser.add_argument("--breaker-off", action="store_true", help="Turnout with [reliability.breaker] enabled = false")
     parser.add_argument("--hedge-idle", action="store_true", help="Turnout hedging after a delay no call reaches")
@@ -165,7 +169,7 @@ def main() -> None:
     kind = "turnout-breaker-off" if args.breaker_off else "turnout-hedge-idle" if args.hedge_idle else "turnout"
     with procs.upstream() as url:
         if args.profile:
-            asyncio.run(profile(url, args.profile, args.calls, kind))
+            asyncio.run(profile(url, args.profile, args.calls, kind, args.sort, args.top))
             return
         for scenario in args.only.split(","):
             if args.instructions:

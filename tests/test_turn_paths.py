@@ -1,4 +1,4 @@
-"""A streamed turn yields the same events and reply with or without sinks and a cancel event."""
+"""A streamed turn yields the same events and reply with or without sinks and a cancel event (its plain-text relay)."""
 
 from __future__ import annotations
 

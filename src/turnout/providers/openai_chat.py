@@ -18,12 +18,11 @@ import orjson
 from turnout.classify import ErrorFacts
 from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
 from turnout.providers import structured
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
 from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
 from turnout.providers.openai_compat import (
-    chunk_usage,
     content_parts,
     error_facts,
     facts_from_object,
@@ -404,58 +403,77 @@ class ChatStreamDecoder(StreamDecoder):
     # --- events -----------------------------------------------------------------------------
 
     def _event(self, name: str, data: bytes, out: list[StreamEvent]) -> bool:
-        """Decode one SSE event into ``out``; True once the stream is complete."""
+        """Decode one SSE event into ``out``; True once the stream is complete.
+
+        Parsed first: what is not JSON is then a keep-alive, the ``[DONE]`` sentinel, or malformed. A chunk is
+        read in this one method (its rarer parts in their own): it runs once per streamed token.
+        """
         if name == "ping":
             return False
-        stripped = data.strip()
-        if not stripped:
-            return False
-        if stripped == _DONE:
-            if self._refusal:
-                raise _refusal("".join(self._refusal), provider=self._provider, model=self._model)
-            self._complete_into(out)
-            return True
-        obj = loads(stripped, provider=self._provider, model=self._model, what="stream event")
-        if not isinstance(obj, dict):
-            raise ProtocolError("malformed stream event: not a JSON object", provider=self._provider, model=self._model)
         try:
-            self._chunk({"error": obj} if name == "error" and "error" not in obj else obj, out)
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            return self._not_json(data, out, exc)
+        if type(obj) is not dict:
+            raise ProtocolError("malformed stream event: not a JSON object", provider=self._provider, model=self._model)
+        if name == "error" and "error" not in obj:
+            obj = {"error": obj}
+        self._chunks += 1
+        try:
+            if obj.get("error"):
+                raise self._error(obj)
+            if self._reported is None and isinstance(reported := obj.get("model"), str) and reported:
+                self._reported = reported  # the first model a chunk names
+            if "usage" in obj or "x_groq" in obj:
+                self._take_usage(obj)
+            choices = obj.get("choices")
+            if not choices:
+                return False
+            summary = obj.get("object") == _SUMMARY
+            for choice in choices:
+                if choice.get("index") not in (0, None):
+                    continue
+                delta = choice.get("delta")
+                if delta and not summary:
+                    content = delta.get("content")
+                    if len(delta) == 1 and type(content) is str:  # the common chunk: {"content": "..."} alone
+                        if content:
+                            out.append(TextDelta(content))
+                    else:
+                        self._delta(delta, out)
+                reason = choice.get("finish_reason")
+                if reason:
+                    self._finish_choice(reason, out)
         except MALFORMED as exc:
             raise ProtocolError(
                 f"malformed stream event: {type(exc).__name__}", provider=self._provider, model=self._model
             ) from exc
         return False
 
-    def _chunk(self, obj: dict[str, Any], out: list[StreamEvent]) -> None:
-        self._chunks += 1
-        if obj.get("error"):
-            raise self._error(obj)
-        if self._reported is None and isinstance(reported := obj.get("model"), str) and reported:
-            self._reported = reported  # the first model a chunk names
-        usage = chunk_usage(obj)
-        if usage is not None:
+    def _not_json(self, data: bytes, out: list[StreamEvent], exc: orjson.JSONDecodeError) -> bool:
+        """An event that is not JSON: a blank keep-alive, the ``[DONE]`` sentinel (True: complete), or malformed."""
+        stripped = data.strip()
+        if not stripped:
+            return False
+        if stripped != _DONE:
+            raise ProtocolError(
+                "malformed stream event: invalid JSON", provider=self._provider, model=self._model
+            ) from exc
+        if self._refusal:
+            raise _refusal("".join(self._refusal), provider=self._provider, model=self._model)
+        self._complete_into(out)
+        return True
+
+    def _take_usage(self, obj: dict[str, Any]) -> None:
+        """The usage a chunk reports (``usage``, or Groq's ``x_groq.usage``); the last one reported wins."""
+        usage = obj.get("usage")
+        if usage is None and "x_groq" in obj:
+            groq = obj["x_groq"]
+            usage = groq.get("usage") if isinstance(groq, dict) else None
+        if isinstance(usage, dict):
             self._usage = usage
-        choices = obj.get("choices")
-        if not choices:
-            return
-        summary = obj.get("object") == _SUMMARY
-        for choice in choices:
-            if choice.get("index") not in (0, None):
-                continue
-            delta = choice.get("delta")
-            if delta and not summary:
-                self._delta(delta, out)
-            reason = choice.get("finish_reason")
-            if reason:
-                self._finish_choice(reason, out)
 
     def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
-        if len(delta) == 1:  # the common chunk: {"content": "..."} alone
-            content = delta.get("content")
-            if type(content) is str:
-                if content:
-                    out.append(TextDelta(text=content))
-                return
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out.append(ReasoningDelta(text=reasoning))

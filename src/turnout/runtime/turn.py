@@ -203,6 +203,11 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
+                # No cancel event to watch, no draft to send and the events shown: what :meth:`_text` does with a
+                # whole text event that holds no ``<`` and meets no open think tag is to collect it and show it.
+                # The loop does that itself (most events are such text; the handlers would double their cost).
+                plain = self.cancel is None and self.draft is None and self.events_visible
+                shown_text = self.shown
                 try:
                     chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
@@ -210,6 +215,11 @@ class Turn:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
+                                if plain and type(event) is TextDelta and not self._thinking and "<" not in event.text:
+                                    if event.text:
+                                        shown_text.append(event.text)
+                                        yield event
+                                    continue
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
                                 shown = _HANDLERS[event.type](self, event)
