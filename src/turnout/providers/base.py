@@ -487,14 +487,15 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
+        # The answer is this adapter's until it returns it: finished here, without a copy (it is not frozen)
         if request.native is not None and self.passes_through(request):
-            parsed = replace(parsed, native=data)
-        if parsed.request_id is not None:
-            return parsed
-        request_id = (
-            resp.headers.get("x-request-id") or resp.headers.get("request-id") or resp.headers.get("x-amzn-requestid")
-        )
-        return replace(parsed, request_id=request_id) if request_id else parsed
+            parsed.native = data
+        if parsed.request_id is None:
+            headers = resp.headers
+            parsed.request_id = (
+                headers.get("x-request-id") or headers.get("request-id") or headers.get("x-amzn-requestid") or None
+            )
+        return parsed
 
     def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None
