@@ -45,10 +45,9 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench import procs
+from bench import procs, sections
 from turnout import Client
 from turnout.affinity import conversation_key
 from turnout.classify import ErrorFacts, provider_error
@@ -66,7 +65,6 @@ from turnout.types import (
     UsageEvent,
 )
 
-RESULTS = Path(__file__).with_name("results.md")
 STRATEGIES = ("weighted", "ordered", "least_busy", "latency")
 MEMBERS = ("openai.east", "openai.west", "openai.north")
 DELAYS_S = {"openai.east": 0.020, "openai.west": 0.030, "openai.north": 0.040}
@@ -491,19 +489,6 @@ def _met(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
-def write(text: str) -> None:
-    """Replace (or add) the ``## Affinity`` section of ``bench/results.md``, before ``## Plot`` when there is one."""
-    doc = RESULTS.read_text(encoding="utf-8")
-    start = doc.find("## Affinity\n")
-    if start >= 0:
-        end = doc.find("\n## ", start + 1)
-        doc = doc[:start] + text.rstrip("\n") + "\n" + (doc[end:] if end >= 0 else "")
-    else:
-        at = doc.find("## Plot\n")
-        doc = doc[:at] + text.rstrip("\n") + "\n\n" + doc[at:] if at >= 0 else doc.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(doc, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one seed, fewer lookup rounds")
@@ -525,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(results, cost, len(seeds), when)
     sys.stdout.write(text + "\n")
     if args.write:
-        write(text)
+        sections.write(text)
     return 0
 
 

@@ -33,6 +33,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from bench import sections
+
 TEXT = (
     "Hello from the benchmark upstream: a short, fixed answer of about twenty words, so every client decodes the same."
 )
@@ -289,18 +291,6 @@ def _report(
     )
 
 
-def _write(section: str) -> None:
-    path = Path(__file__).resolve().with_name("results.md")
-    text = path.read_text()
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -329,7 +319,7 @@ def main() -> None:
     section = _report(repetitions, _decoding(args.rounds), _signing(), args, (load_start, os.getloadavg()[0]))
     print(section)
     if args.write:
-        _write(section)
+        sections.write(section)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Two targets, each a median over rounds that interleave the contenders (the small
 - one call of 10,000 inputs: ``Client.embed`` (split to OpenAI's 2,048 inputs, five batches, reassembled in order)
   / the same five raw requests one after another, each decoded (≤ 1.5 ×);
 - one call of 16 inputs to Bedrock's Titan Text Embeddings V2 (one input an InvokeModel request, 8 in flight), on a
-  Bedrock API key (nothing signed; SigV4's own cost is :mod:`bench.bedrock`'s) / the same 16 raw requests, 8 at a
+  Bedrock API key (nothing signed; SigV4's own cost is :mod:`bench.clouds`'s) / the same 16 raw requests, 8 at a
   time, each decoded (≤ 1.3 ×).
 
 ``--write`` replaces the ``## Embeddings`` section of ``bench/results.md`` with this run's (the section is this
@@ -29,20 +29,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import orjson
 import yarl
 from aiohttp import web
 
-from bench import procs
+from bench import procs, sections
 
 DIMENSIONS = 256
 SMALL = 16
 LARGE = 10_000
 OPENAI_BATCH = 2048
-RESULTS = Path(__file__).with_name("results.md")
 SECTION = "## Embeddings"
 
 _VECTOR = [round((i % 97) / 97 - 0.5, 6) for i in range(DIMENSIONS)]
@@ -236,19 +234,6 @@ def section(result: dict[str, float], rounds: int, small_calls: int) -> str:
     )
 
 
-def write(text: str) -> None:
-    """Replace (or add) the ``## Embeddings`` section of ``bench/results.md``, before ``## Plot`` when there is one."""
-    doc = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Turnout benchmark results\n"
-    start = doc.find(f"\n{SECTION}\n")
-    if start >= 0:
-        end = doc.find("\n## ", start + 1)
-        doc = doc[: start + 1] + text.rstrip("\n") + "\n\n" + (doc[end + 1 :] if end >= 0 else "")
-    else:
-        plot = doc.find("\n## Plot")
-        doc = doc[: plot + 1] + text + "\n" + doc[plot + 1 :] if plot >= 0 else doc.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(doc, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help="run the upstream (used by the benchmark itself)")
@@ -265,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(result, rounds, small_calls)
     sys.stdout.write(text + "\n")
     if args.write:
-        write(text)
+        sections.write(text)
     return 0
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import flaky, hedge
+from bench import flaky, hedge, sections
 from bench.breaker import DEAD, FLOOR, MAX_OPEN_S, OPEN_S, OUTAGE_S, PROBE_TIMEOUT_S, BreakerScenario
 from bench.calls import ScenarioResult
 from bench.concurrency import Concurrency
@@ -689,8 +689,12 @@ def plot(r: Results, path: Path) -> bool:
 
 
 def write(r: Results, directory: Path) -> Path:
-    """Write ``results.md`` and ``results.png`` into ``directory``; return the markdown path."""
+    """Write ``results.md`` and ``results.png`` into ``directory``; return the markdown path.
+
+    The sections other benchmarks write are kept from the ``results.md`` it replaces (see :mod:`bench.sections`).
+    """
     plot(r, directory / "results.png")
     path = directory / "results.md"
-    path.write_text(markdown(r))
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    path.write_text(sections.kept(old, markdown(r)), encoding="utf-8")
     return path
