@@ -157,6 +157,9 @@ async def learning() -> Learning:
             "default_provider": "gpt",
             "providers": {"models": {"openai": profiles}},
             "pools": {"gpt": {"members": [SLOW, FAST], "strategy": "latency"}},
+            # Every call sends the same prompt: affinity would keep it on the member that served it first (and then
+            # hold new conversations to their share). This measures the strategy; bench/affinity.py measures that.
+            "reliability": {"affinity": {"enabled": False}},
             "ledger": {"enabled": False},
         }
         ttft: list[float] = []

@@ -528,7 +528,8 @@ def _pools_section(r: Results) -> list[str]:
         f"*Learning*: a `latency` pool of two OpenAI members on the simulator (in process, real delays): first "
         f"token after {SLOW_MS} ms (listed first) and {FAST_MS} ms; {LEARN_CALLS} sequential streamed calls, then "
         f"the fast member slows to {SLOWED_MS} ms and {AFTER_CALLS} more follow. The pool explores 5 % of calls "
-        f"(the default); the simulator and the pool's draws are seeded. *Moved* counts the calls after the "
+        f"(the default); affinity is off, as every call sends the same prompt; the simulator and the pool's draws "
+        f"are seeded. *Moved* counts the calls after the "
         f"slow-down before the first one the other member served from which on at least {WINDOW_MIN} of every "
         f"{WINDOW} calls go to it.",
         "",
