@@ -507,8 +507,8 @@ def _breaker_section(r: Results) -> list[str]:
     out += [
         "",
         "A probe is a request that reached the primary while its breaker was open or half-open; it is early when "
-        "the interval in force was not over when its call began. *Latest probe after its interval*: calls are "
-        "sequential, so the probe is the first call after the interval ends.",
+        "the interval in force was not over when it reached the primary (the simulator's arrival time). *Latest "
+        "probe after its interval*: calls are sequential, so the probe is the first call after the interval ends.",
         "",
     ]
     if b.instructions_on and b.instructions_off:
