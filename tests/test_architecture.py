@@ -129,6 +129,27 @@ def test_the_walk_does_not_know_the_reliable_provider() -> None:
         assert names & higher == set(), low
 
 
+def _walk_named_providers(source: str) -> list[str]:
+    """Parameters and attributes named ``walk`` whose annotation is a ``ReliableProvider``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        named: tuple[str, ast.expr | None] | None = None
+        if isinstance(node, ast.arg):
+            named = node.arg, node.annotation
+        elif isinstance(node, ast.AnnAssign):
+            named = ast.unparse(node.target).removeprefix("self."), node.annotation
+        if named is not None and named[0] == "walk" and "ReliableProvider" in ast.unparse(named[1] or ast.Constant("")):
+            found.append(f"line {node.lineno}")
+    return found
+
+
+def test_walk_names_only_the_per_call_walk() -> None:
+    """``walk`` means one thing: the per-call :class:`~turnout.walk.Walk`, never the route's reliable provider."""
+    for path in sorted((SRC / "turnout").rglob("*.py")):
+        assert _walk_named_providers(path.read_text(encoding="utf-8")) == [], path.relative_to(SRC)
+    assert _walk_named_providers("def f(walk: ReliableProvider) -> None: ...") == ["line 1"]
+
+
 def test_the_back_reference_check_sees_a_type_only_loop() -> None:
     """The check itself: a type-only import of a module that imports the importer back is found."""
     graph = {"low": set(), "high": {"low"}, "side": set()}

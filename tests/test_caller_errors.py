@@ -220,7 +220,7 @@ async def test_a_body_the_encoder_refuses_is_invalid_request_of_the_request_cycl
     """A body orjson cannot encode (built by hand, past the argument checks) is InvalidRequest, not a provider error."""
     async with three_profiles() as (client, upstream):
         target = client.route()
-        adapter = target.walk.entries[0].providers[0]
+        adapter = target.reliable.entries[0].providers[0]
         request = ChatRequest.of("Weather?", tools=[ToolSpec(name="f", parameters=_deep(300))])  # no checks here
         with pytest.raises(InvalidRequest, match="cannot be encoded as JSON"):
             await adapter.chat(request, "m-a")

@@ -67,7 +67,7 @@ def test_a_calls_target_and_plan_are_what_its_options_resolve_to(
         kept, call = client._call(model, provider, sender, stream=stream, operation=kind)
         assert kept == target
         plan = call.plan
-        assert plan.requested == requested_route(target) and plan.peers == leading_members(target.walk.entries)
+        assert plan.requested == requested_route(target) and plan.peers == leading_members(target.reliable.entries)
         assert (plan.stream, plan.operation, plan.surface, plan.intra_family) == (stream, operation, "cli", True)
         assert plan.ledger is client.ledger and plan.tracer is client.tracing
         assert call.attempts == [] and call.requested is plan.requested

@@ -96,7 +96,7 @@ def test_the_default_walk_follows_the_materialised_order_with_pins() -> None:
 def test_a_route_walk_follows_its_target_order() -> None:
     """A hint's walk starts at its target profile (pinned to its own model) and follows its fallbacks."""
     f, _ = factory()
-    side = f.router().resolve("hint:side").walk
+    side = f.router().resolve("hint:side").reliable
     assert order(side) == [("gemini.side", "gemini-2.5-pro"), ("openai.backup", "gpt-4.1"), ("openai.free", None)]
 
 
@@ -125,7 +125,7 @@ def test_walks_get_the_reliability_settings_and_the_injected_time() -> None:
         jitter=lambda: 0.25,
     )
     router = f.router()
-    for walk, name in ((router.default, "anthropic.prod"), (router.resolve("hint:side").walk, "side")):
+    for walk, name in ((router.default, "anthropic.prod"), (router.resolve("hint:side").reliable, "side")):
         context = walk.context
         assert (context.tries, context.base_backoff, walk.name) == (2, 0.2, name)
         assert context.clock is clock and context.sleep == clock.sleep and context.jitter() == 0.25
@@ -152,7 +152,7 @@ def test_adapters_are_built_once_per_profile_and_key_and_shared() -> None:
         ("ollama.local", None),
         ("gemini.side", "sk-route"),
     }
-    default, side = router.default, router.resolve("hint:side").walk
+    default, side = router.default, router.resolve("hint:side").reliable
     assert default.entries[0].providers == default.entries[1].providers  # one profile, one set of adapters
     assert (
         default.entries[2].providers[0] is side.entries[1].providers[0] is builder.adapters[("openai.backup", "sk-o")]
@@ -187,14 +187,14 @@ def test_pools_are_shared_between_walks() -> None:
     f, _ = factory()
     router = f.router()
     backup_in_default = router.default.entries[2]
-    backup_in_side = router.resolve("hint:side").walk.entries[1]
+    backup_in_side = router.resolve("hint:side").reliable.entries[1]
     assert backup_in_default.keys is backup_in_side.keys
 
 
 def test_a_route_key_replaces_the_target_profiles_key_only() -> None:
     """The route's api_key binds its target's entries; the target's fallbacks keep their own keys."""
     f, builder = factory()
-    side = f.router().resolve("hint:side").walk
+    side = f.router().resolve("hint:side").reliable
     target, backup, free = side.entries
     assert target.keys.ids == (key_id("sk-route"),)
     assert target.providers == (builder.adapters[("gemini.side", "sk-route")],)
@@ -242,13 +242,13 @@ def test_another_active_profile_walks_from_that_profile() -> None:
     router = f.router("openai.backup")
     assert order(router.default) == [("openai.backup", "gpt-4.1"), ("openai.free", None)]
     assert router.default_model == "gpt-4.1"
-    assert router.resolve("hint:side").walk is f.router().resolve("hint:side").walk
+    assert router.resolve("hint:side").reliable is f.router().resolve("hint:side").reliable
 
 
 def test_the_same_target_and_credential_share_one_walk_across_routers() -> None:
     """Making the route's target active reuses the route's walk (same entries, same route credential)."""
     f, _ = factory()
-    assert f.router("gemini.side").default is f.router().resolve("hint:side").walk
+    assert f.router("gemini.side").default is f.router().resolve("hint:side").reliable
 
 
 def test_the_router_cache_is_bounded() -> None:

@@ -59,7 +59,7 @@ async def test_non_hint_model_uses_default_target() -> None:
     f, fleet = factory()
     router = f.router()
     target = router.resolve("gpt-4o")
-    assert target.walk is router.default and target.model == "gpt-4o" and target.hint is None
+    assert target.reliable is router.default and target.model == "gpt-4o" and target.hint is None
     await router.chat(req(), "gpt-4o")
     assert fleet.calls("openai.fast") == ["llama-3-70b"]
 
@@ -75,7 +75,7 @@ def test_routes_sharing_a_target_share_one_walk() -> None:
     """Route targets are deduplicated by model_provider."""
     f, _ = factory()
     router = f.router()
-    assert router.resolve("hint:reasoning").walk is router.resolve("hint:deep").walk
+    assert router.resolve("hint:reasoning").reliable is router.resolve("hint:deep").reliable
     assert len(router.targets()) == 3
 
 
@@ -83,7 +83,7 @@ async def test_hint_back_to_primary_keeps_the_primary_pin() -> None:
     """A hint pointing at the active profile does not override its pin."""
     f, fleet = factory()
     router = f.router()
-    assert router.resolve("hint:self").walk is router.default
+    assert router.resolve("hint:self").reliable is router.default
     await router.chat(req(), "hint:self")
     assert fleet.calls("openai.fast") == ["llama-3-70b"]
 

@@ -204,8 +204,8 @@ class Client:
                 self.router if active is None and is_hint else self.factory.router(active, None if is_hint else model)
             )
             target = router.resolve(model)
-        if not target.model and target.walk.entries[0].model is None:
-            raise missing_model_error(target.walk.entries[0].profile)
+        if not target.model and target.reliable.entries[0].model is None:
+            raise missing_model_error(target.reliable.entries[0].profile)
         return target
 
     # --- calls -------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ class Client:
             model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
         )
         try:
-            served = await target.walk.run(request, target.model, temperature, call)
+            served = await target.reliable.run(request, target.model, temperature, call)
         except BaseException as exc:
             call.fail(exc)
             raise
@@ -318,7 +318,7 @@ class Client:
             ledger=self.ledger,
             surface=self.surface,
             intra_family=self.config.notices.intra_family,
-            peers=leading_members(target.walk.entries),
+            peers=leading_members(target.reliable.entries),
             tracer=self.tracing,
         )
         if model is None or not model.startswith("hint:") or target.hint is not None:
@@ -365,7 +365,8 @@ class Client:
             cache_key=cache_key,
         )
         target, call = self._call(model, provider, sender, stream=True, call_id=call_id, caller=caller, request=request)
-        return ReplyStream(Turn(target.walk, target.model, request, temperature, call, show_reasoning=show_reasoning))
+        turn = Turn(target.reliable, target.model, request, temperature, call, show_reasoning=show_reasoning)
+        return ReplyStream(turn)
 
     async def turn(
         self,
@@ -411,7 +412,7 @@ class Client:
         )
         target, call = self._call(model, provider, sender, stream=True, request=request, operation="turn")
         turn = Turn(
-            target.walk,
+            target.reliable,
             target.model,
             request,
             temperature,
@@ -460,7 +461,7 @@ class Client:
         target, plan = found
         call = Call(plan, call_id, caller)
         try:
-            served = await embed_through(target.walk, request, target.model, call, self._spaces)
+            served = await embed_through(target.reliable, request, target.model, call, self._spaces)
         except BaseException as exc:
             call.fail(exc)
             raise
@@ -509,5 +510,5 @@ def requested_route(target: Target) -> RouteRef:
     For a pool, that is its first member as configured; an answer from any member is no fallback (see
     :func:`turnout.pools.leading_members`).
     """
-    first = target.walk.entries[0]
+    first = target.reliable.entries[0]
     return first.route(first.served_model(target.model))

@@ -59,14 +59,16 @@ class SpaceEntries:
     parallel: int = 1
 
 
-def space_entries(walk: ReliableProvider, model: str, request: EmbedRequest, spaces: Mapping[str, str]) -> SpaceEntries:
-    """Which entries of ``walk`` may serve ``request`` for ``model`` (see :class:`SpaceEntries`).
+def space_entries(
+    reliable: ReliableProvider, model: str, request: EmbedRequest, spaces: Mapping[str, str]
+) -> SpaceEntries:
+    """Which entries of ``reliable`` (a route) may serve ``request`` for ``model`` (see :class:`SpaceEntries`).
 
     Raises:
         UnsupportedRequest: The first entry serves no embeddings or does not take a parameter of the request
             (it is refused before any attempt, never dropped).
     """
-    entries = walk.entries
+    entries = reliable.entries
     first = entries[0]
     first_model = first.served_model(model)
     limits = _limits(first, first_model)
@@ -139,20 +141,20 @@ def _try_embed(
 
 
 async def embed_through(
-    walk: ReliableProvider,
+    reliable: ReliableProvider,
     request: EmbedRequest,
     model: str,
     log: DispatchScope | None,
     spaces: Mapping[str, str],
 ) -> EmbedServed:
-    """Embed ``request`` through ``walk``: split, walk each batch within one vector space, reassemble in order.
+    """Embed ``request`` through the route of ``reliable``: split, walk each batch in one vector space, reassemble.
 
     Raises:
         UnsupportedRequest: The route's first entry cannot take the request (nothing is sent).
         AllProvidersFailed: A batch failed on every entry of the space (``.attempts`` holds the whole call's).
         ContextWindowExceeded: An input is too long for every entry of the space.
     """
-    eligible = space_entries(walk, model, request, spaces)
+    eligible = space_entries(reliable, model, request, spaces)
     count = len(request.inputs)
     sizes: Sequence[int] = ()
     if eligible.max_tokens is not None:
@@ -162,7 +164,7 @@ async def embed_through(
     answers: list[tuple[Embeddings, int, RouteRef] | None] = [None] * len(parts)
 
     async def walk_batch(k: int) -> None:
-        answers[k] = await _walk_batch(walk, parts[k], model, log, eligible.entries)
+        answers[k] = await _walk_batch(reliable, parts[k], model, log, eligible.entries)
 
     if eligible.parallel == 1 or len(parts) == 1:
         for k in range(len(parts)):

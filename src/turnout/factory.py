@@ -90,7 +90,7 @@ class Factory:
         self._pools: dict[tuple[str, tuple[str, ...]], KeyPool] = {}
         #: The headroom last announced per profile and key (this process).
         self.books: dict[str, HeadroomBook] = {}
-        self._walks: dict[tuple[tuple[str | None, ...], ...], ReliableProvider] = {}
+        self._reliables: dict[tuple[tuple[str | None, ...], ...], ReliableProvider] = {}
         self._routers: dict[tuple[str | None, str | None], Router] = {}
 
     def adapter(self, profile: str, key: str | None) -> Provider:
@@ -192,16 +192,16 @@ class Factory:
             chance=self.chance,
         )
 
-    def walk(self, route: Route) -> ReliableProvider:
-        """The reliable walk over a route's entries (one per distinct entry list and credential)."""
+    def reliable(self, route: Route) -> ReliableProvider:
+        """The reliable provider over a route's entries (one per distinct entry list and credential)."""
         cache_key = (
             ("", route.credential.id if route.credential else None),
             *((e.profile, e.model, e.pool) for e in route.entries),
         )
-        walk = self._walks.get(cache_key)
-        if walk is None:
+        reliable = self._reliables.get(cache_key)
+        if reliable is None:
             rel = self.config.reliability
-            walk = ReliableProvider(
+            reliable = ReliableProvider(
                 self.entries(route.entries, route.profile, route.credential),
                 provider_retries=rel.provider_retries,
                 provider_backoff_ms=rel.provider_backoff_ms,
@@ -216,16 +216,16 @@ class Factory:
                 hedging=self.hedging,
                 affinity=self.affinity,
             )
-            self._walks[cache_key] = walk
-        return walk
+            self._reliables[cache_key] = reliable
+        return reliable
 
     def router_for_plan(self, plan: Plan) -> Router:
-        """A router over a materialised plan; routes sharing a target share one walk."""
-        default = self.walk(plan.default)
+        """A router over a materialised plan; routes sharing a target share one reliable provider."""
+        default = self.reliable(plan.default)
         routes = {}
         for r in plan.routes:
-            walk = default if r.entries is plan.default.entries else self.walk(r)
-            routes[r.hint or ""] = (walk, r.model or "")
+            reliable = default if r.entries is plan.default.entries else self.reliable(r)
+            routes[r.hint or ""] = (reliable, r.model or "")
         return Router(default, plan.default.model, routes)
 
     def router(self, profile: str | None = None, model: str | None = None) -> Router:

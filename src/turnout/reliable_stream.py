@@ -317,7 +317,7 @@ class ReliableStream:
             if len(races) > 1:
                 walk.attempts.extend(races[1][1].attempts)
 
-    def settle(self, outcome: Outcome, usage: Usage | None = None) -> None:
+    def record_verdict(self, outcome: Outcome, usage: Usage | None = None) -> None:
         """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``.
 
         ``usage`` is what the attempt is billed (None: what it recorded); its cost is priced again from it.

@@ -1,6 +1,6 @@
 """Hint routing: ``hint:<name>`` selects a reliability domain before its policy runs.
 
-The router holds the default target (the active profile's walk) and one walk per unique route target.
+The router holds the default target (the active profile's reliable provider) and one per unique route target.
 A recognised hint picks its target and the model to send; anything else stays on the default target.
 An unknown hint logs a warning and keeps the literal ``hint:<name>`` as the requested model (a pinned
 default serves its pin; an unpinned default forwards the literal). Routing never bypasses reliability:
@@ -24,9 +24,9 @@ HINT_PREFIX = "hint:"
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a request goes: the walk, the model to send, and the hint that chose it (None: default)."""
+    """Where a request goes: its reliable provider, the model to send, and the hint that chose it (None: default)."""
 
-    walk: ReliableProvider
+    reliable: ReliableProvider
     model: str
     hint: str | None = None
 
@@ -35,9 +35,9 @@ class Router(Provider):
     """Dispatches ``hint:<name>`` models to their route targets, everything else to the default target.
 
     Args:
-        default: The active profile's walk.
+        default: The active profile's reliable provider.
         default_model: The model sent to the default target when the caller names none.
-        routes: hint name → (walk, route model). Routes sharing a target share one walk.
+        routes: hint name → (reliable provider, route model). Routes sharing a target share one.
     """
 
     def __init__(
@@ -69,32 +69,32 @@ class Router(Provider):
         return Target(self.default, model, None)
 
     def targets(self) -> list[ReliableProvider]:
-        """Every distinct walk: the default one first, then route targets in route order."""
+        """Every distinct reliable provider: the default one first, then route targets in route order."""
         out = [self.default]
-        for walk, _ in self.routes.values():
-            if all(walk is not w for w in out):
-                out.append(walk)
+        for reliable, _ in self.routes.values():
+            if all(reliable is not r for r in out):
+                out.append(reliable)
         return out
 
     def capabilities(self, model: str | None = None) -> Capabilities:
         """The capabilities of the target ``model`` resolves to (the default target for plain models)."""
         target = self.resolve(model)
-        return target.walk.capabilities(target.model)
+        return target.reliable.capabilities(target.model)
 
     async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
-        """Resolve the target, then run its reliable walk."""
+        """Resolve the target, then walk its route."""
         target = self.resolve(model)
-        return await target.walk.chat(request, target.model, temperature)
+        return await target.reliable.chat(request, target.model, temperature)
 
     async def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
         """Resolve the target, then open its reliable stream."""
         target = self.resolve(model)
-        async for event in target.walk.stream(request, target.model, temperature):
+        async for event in target.reliable.stream(request, target.model, temperature):
             yield event
 
     async def aclose(self) -> None:
         """Close every target's adapters."""
-        for walk in self.targets():
-            await walk.aclose()
+        for reliable in self.targets():
+            await reliable.aclose()

@@ -380,7 +380,7 @@ class Gateway:
             target = self.client.route(model=admitted.model, provider=admitted.provider)
         except (RequestRejected, ConfigError):
             return self.error_response(surface, not_available(wanted).failure)
-        entry = target.walk.entries[0]
+        entry = target.reliable.entries[0]
         item = model_object(wanted, entry.profile, entry.served_model(target.model), anthropic=anthropic)
         return web.Response(body=orjson.dumps(item), content_type=JSON)
 

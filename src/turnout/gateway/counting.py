@@ -51,7 +51,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
         return gw.error_response(surface, exc.failure)
     except ConfigError as exc:
         return gw.error_response(surface, config_failure(exc))
-    entry = target.walk.entries[0]
+    entry = target.reliable.entries[0]
     model = entry.served_model(target.model)
     key = entry.keys.pick(gw.client.factory.clock())
     provider = entry.providers[key.index] if key is not None else None

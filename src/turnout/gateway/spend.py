@@ -300,11 +300,11 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
     """
     request = ChatRequest(messages=tuple(messages), tools=tuple(tools), max_tokens=max_tokens)
     input_tokens = estimate_tokens(messages, tools)
-    walk = target.walk
+    reliable = target.reliable
     worst = 0.0
-    for entry in walk.entries:
+    for entry in reliable.entries:
         usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
-        cost = walk.context.cost(entry, entry.served_model(target.model), usage)
+        cost = reliable.context.cost(entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst
@@ -313,10 +313,10 @@ def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[Tool
 def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) -> float:
     """The most an embedding call can cost on any entry of ``target``: its inputs' tokens (estimated), priced."""
     usage = Usage(input_tokens=estimate_embedding_tokens(inputs))
-    walk = target.walk
+    reliable = target.reliable
     worst = 0.0
-    for entry in walk.entries:
-        cost = embedding_cost(walk.context.catalogue, entry, entry.served_model(target.model), usage)
+    for entry in reliable.entries:
+        cost = embedding_cost(reliable.context.catalogue, entry, entry.served_model(target.model), usage)
         if cost is not None and cost > worst:
             worst = cost
     return worst

@@ -76,7 +76,7 @@ class Turn:
     """One streamed turn: the stream it reads, what it has shown, and its recovery before output.
 
     Args:
-        walk: The route's reliable walk.
+        reliable: The route's reliable provider.
         model: The model to send.
         request: The request.
         temperature: Sampling temperature.
@@ -114,18 +114,18 @@ class Turn:
         "model",
         "provider_tools",
         "reasoning_shown",
+        "reliable",
         "reply",
         "request",
         "served",
         "shown",
         "stream",
         "temperature",
-        "walk",
     )
 
     def __init__(
         self,
-        walk: ReliableProvider,
+        reliable: ReliableProvider,
         model: str,
         request: ChatRequest,
         temperature: float | None,
@@ -136,7 +136,7 @@ class Turn:
         draft: Sink | None = None,
         show_reasoning: bool = True,
     ) -> None:
-        self.walk = walk
+        self.reliable = reliable
         self.model = model
         self.request = request
         self.temperature = temperature
@@ -196,7 +196,7 @@ class Turn:
         try:
             error: TurnoutError | None = None
             try:
-                stream = self.stream = await self.walk.open_stream(
+                stream = self.stream = await self.reliable.open_stream(
                     self.request, self.model, self.temperature, self.call
                 )
             except StreamingUnsupported:
@@ -335,7 +335,7 @@ class Turn:
             finally:
                 del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is not None and self.visible:
-            stream.settle("stream_interrupted", delivered_usage(self.request, self.builder))
+            stream.record_verdict("stream_interrupted", delivered_usage(self.request, self.builder))
             cause = error.error_class if isinstance(error, ProviderError) else None
             interrupted = StreamInterruptedAfterOutput(
                 f"the stream failed after output was shown ({type(error).__name__}); it is not replayed",
@@ -350,7 +350,7 @@ class Turn:
             finally:
                 del interrupted  # its traceback holds this frame: keeping it would make a cycle for the collector
         if error is None and self._completed:  # semantically empty
-            stream.settle("empty", self.builder.usage)
+            stream.record_verdict("empty", self.builder.usage)
             if self.provider_tools:
                 self._fail(EmptyCompletion("the stream ended after provider-executed tools without a final response"))
             return stream.resume_after(failed=False)
@@ -366,7 +366,7 @@ class Turn:
         """The non-streaming recovery before output, and the events that show its answer."""
         self._recovering = True
         try:
-            served = await self.walk.run(self.request, self.model, self.temperature, self.call, resume=resume)
+            served = await self.reliable.run(self.request, self.model, self.temperature, self.call, resume=resume)
         except TurnoutError as exc:
             self._fail(exc)
         self.served, self.entry = served.route, served.entry
@@ -394,7 +394,7 @@ class Turn:
         if isinstance(exc, RefusalError | ContextWindowExceeded | AllProvidersFailed):
             exc.attempts = tuple(self.call.attempts)
         if isinstance(exc, AllProvidersFailed):  # its message tells the whole turn, the stream's tries included
-            exc.args = (aggregate_message(exc.attempts, self.walk.context.tries),)
+            exc.args = (aggregate_message(exc.attempts, self.reliable.context.tries),)
         self.call.fail(exc)
         try:
             raise exc
@@ -403,7 +403,7 @@ class Turn:
 
     def _cancelled(self, exc: BaseException) -> None:
         if self.stream is not None and not self._recovering:
-            self.stream.settle("cancelled", delivered_usage(self.request, self.builder))
+            self.stream.record_verdict("cancelled", delivered_usage(self.request, self.builder))
         if isinstance(exc, TurnCancelled):
             exc.attempts = tuple(self.call.attempts)
         self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)
