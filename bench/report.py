@@ -381,7 +381,8 @@ def _startup_section(r: Results) -> list[str]:
     out = [
         "## Start-up",
         "",
-        "A fresh interpreter per run (pinned, dummy keys in the environment, a temp working directory); time from "
+        "A fresh interpreter per run (pinned, dummy keys in the environment, a temp working directory, its modules' "
+        "bytecode read from a cache a warm-up run filled, as an installed package's is); time from "
         "just before the import to just after the client is built, in the child; peak RSS (`VmHWM`) of the "
         "whole process. *process* is the parent's wall time from spawn to exit (interpreter start included).",
         "",
