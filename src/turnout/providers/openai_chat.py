@@ -23,6 +23,7 @@ from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, Embedd
 from turnout.providers.framing import SSEParser
 from turnout.providers.http import HttpClient
 from turnout.providers.openai_compat import (
+    chunk_usage,
     content_parts,
     error_facts,
     facts_from_object,
@@ -424,8 +425,8 @@ class ChatStreamDecoder(StreamDecoder):
                 raise self._error(obj)
             if self._reported is None and isinstance(reported := obj.get("model"), str) and reported:
                 self._reported = reported  # the first model a chunk names
-            if "usage" in obj or "x_groq" in obj:
-                self._take_usage(obj)
+            if ("usage" in obj or "x_groq" in obj) and (usage := chunk_usage(obj)) is not None:
+                self._usage = usage  # the last one reported wins
             choices = obj.get("choices")
             if not choices:
                 return False
@@ -463,15 +464,6 @@ class ChatStreamDecoder(StreamDecoder):
             raise _refusal("".join(self._refusal), provider=self._provider, model=self._model)
         self._complete_into(out)
         return True
-
-    def _take_usage(self, obj: dict[str, Any]) -> None:
-        """The usage a chunk reports (``usage``, or Groq's ``x_groq.usage``); the last one reported wins."""
-        usage = obj.get("usage")
-        if usage is None and "x_groq" in obj:
-            groq = obj["x_groq"]
-            usage = groq.get("usage") if isinstance(groq, dict) else None
-        if isinstance(usage, dict):
-            self._usage = usage
 
     def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")

@@ -83,6 +83,19 @@ def usage_from(raw: Mapping[str, Any]) -> Usage:
     )
 
 
+def chunk_usage(chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The usage a chunk carries: ``usage``, else Groq's ``x_groq.usage`` (None when there is none)."""
+    usage = chunk.get("usage")
+    if usage is not None:
+        return usage if isinstance(usage, dict) else None
+    groq = chunk.get("x_groq")
+    if groq is not None and isinstance(groq, dict):
+        usage = groq.get("usage")
+        if isinstance(usage, dict):
+            return usage
+    return None
+
+
 def unified_finish(raw: str | None, has_tool_calls: bool) -> str:
     """A provider finish reason as one of ``stop`` / ``tool_calls`` / ``length``.
 
