@@ -17,6 +17,8 @@ estimate, no round trip): :func:`unlimited_calls` times sequential calls of an u
 whose spend limits live in Redis, beside the same calls of a limited key, and says whether the unlimited calls
 opened a Redis connection for spend at all.
 
+*Under attack* (:mod:`bench.spend_attack`): hang-ups, ``n`` > 1, no ``max_tokens`` and answers without usage.
+
 Run: ``python -m bench.spend`` (needs ``redis-server`` on the PATH).
 """
 
@@ -34,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -349,8 +351,9 @@ async def measure(url: str) -> None:
     )
 
 
-def main() -> None:
-    """Start a redis-server on a free loopback port, measure, stop it."""
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A redis-server on a free loopback port (no persistence); yields its URL, stops it by PID."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise SystemExit("bench.spend needs redis-server on the PATH")
@@ -362,10 +365,20 @@ def main() -> None:
     )
     try:
         _wait_listening(port)
-        asyncio.run(measure(f"redis://127.0.0.1:{port}/0"))
+        yield f"redis://127.0.0.1:{port}/0"
     finally:
         redis.terminate()
         redis.wait(5)
+
+
+def main() -> None:
+    """Start a redis-server on a free loopback port, measure (the attack mix too), stop it."""
+    from bench import spend_attack
+
+    with redis_server() as url:
+        asyncio.run(measure(url))
+        with tempfile.TemporaryDirectory() as d:
+            print(spend_attack.report(asyncio.run(spend_attack.run(url, Path(d), _free_port()))))
 
 
 if __name__ == "__main__":
