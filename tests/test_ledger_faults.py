@@ -215,18 +215,22 @@ async def test_a_file_left_behind_still_counts_for_the_day(path: Path, how: str)
 
 
 def _hold(path: Path, call_id: str, pid: int, expires: float) -> None:
-    """A reservation of $1 for ``team`` written into the file as another process would."""
+    """A reservation of $1 for ``team`` written into the file as another process of an older version would."""
     db = sqlite3.connect(path)
     try:
         with db:
-            db.execute("INSERT INTO reservations VALUES (?, 'team', 1.0, ?, ?)", (call_id, pid, expires))
+            db.execute(
+                "INSERT INTO reservations (call_id, caller, amount, pid, expires) VALUES (?, 'team', 1.0, ?, ?)",
+                (call_id, pid, expires),
+            )
     finally:
         db.close()
 
 
 async def test_a_reservation_of_a_dead_process_or_past_its_expiry_is_dropped(path: Path) -> None:
-    """A $1 limit fully held by another process's reservation refuses; once that process is gone, or once the
-    reservation is past its expiry, the next reservation goes through.
+    """A $1 limit fully held by another process's reservation refuses; once that process is gone, its
+    reservation is billed (it may have died before writing the call) and no longer held; one past its expiry is
+    dropped.
     """
     led = Ledger(path, batch_delay=0)
     child = await asyncio.create_subprocess_exec(
@@ -237,9 +241,10 @@ async def test_a_reservation_of_a_dead_process_or_past_its_expiry_is_dropped(pat
         assert not await led.reserve("mine-1", "team", 0.1, 1.0, TS)  # held by a live process
     finally:
         await child.communicate(b"")  # it ends; its pid is free
-    assert await led.reserve("mine-2", "team", 0.1, 1.0, TS)
+    assert await led.reserve("mine-2", "team", 0.1, 2.0, TS)  # $1 billed, no longer held twice
+    assert rows(path, "SELECT call_id, cost_usd FROM calls") == [("theirs", 1.0)]
     _hold(path, "stale", os.getpid(), time.time() - 1.0)  # a live process, but past the reservation's expiry
-    assert await led.reserve("mine-3", "team", 0.1, 1.0, TS)
+    assert await led.reserve("mine-3", "team", 0.1, 2.0, TS)
     held = rows(path, "SELECT call_id FROM reservations ORDER BY call_id")
     await asyncio.wait_for(led.aclose(), BOUND)
     assert held == [("mine-2",), ("mine-3",)]

@@ -3,6 +3,11 @@
 Writes never block the event loop: records go onto a queue that a background thread drains into SQLite
 in batches. The ledger holds no prompt, response or provider error text, and no keys (keys appear only
 as key ids).
+
+A process killed (``kill -9``) loses the records still queued. A limited key's call reserved its worst case in
+the file before it was sent, and that row stays until the file holds the call's record: the next ledger to open
+the file (or to reserve) bills it at that worst case (:mod:`turnout.ledger_reservations`). A call without a
+reservation (an unlimited key's) is lost with the last batch.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 
 from turnout.attribution import Attempt, RouteRef, total_cost
 from turnout.errors import ConfigError
+from turnout.ledger_reservations import RENEW_S, Connections, admit, recover, renew
+from turnout.ledger_reservations import RESERVATION_TTL_S as RESERVATION_TTL_S
 from turnout.ledger_summary import DaySummary as DaySummary
 from turnout.ledger_summary import LedgerSummary as LedgerSummary
 from turnout.ledger_summary import ProfileDay as ProfileDay
@@ -81,13 +88,23 @@ CREATE TABLE IF NOT EXISTS reservations (
     caller TEXT NOT NULL,
     amount REAL NOT NULL,
     pid INTEGER NOT NULL,
-    expires REAL NOT NULL
+    expires REAL NOT NULL,
+    owner TEXT,
+    ts REAL,
+    lease REAL
 );
 CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
 CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
 """
 #: Columns added after the first release, created in an older ledger file when it is opened.
-_ADDED_COLUMNS = (("calls", "caller", "TEXT"), ("attempts", "usage_note", "TEXT"), ("calls", "operation", "TEXT"))
+_ADDED_COLUMNS = (
+    ("calls", "caller", "TEXT"),
+    ("attempts", "usage_note", "TEXT"),
+    ("calls", "operation", "TEXT"),
+    ("reservations", "owner", "TEXT"),
+    ("reservations", "ts", "REAL"),
+    ("reservations", "lease", "REAL"),
+)
 _ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS calls_caller_ts ON calls (caller, ts);"
 
 
@@ -119,8 +136,6 @@ class CallRecord:
 
 
 _STOP = object()
-#: How long a reservation holds at most (seconds): a backstop for a process that died on another host.
-RESERVATION_TTL_S = 3600.0
 
 #: How long :meth:`Ledger.flush` and :meth:`Ledger.aclose` wait for the writer at most (seconds).
 FLUSH_TIMEOUT_S = 10.0
@@ -225,8 +240,7 @@ class Ledger:
         self.sanitised = 0
         self._pending: list[CallRecord] = []  # refused by the file; written again (writer thread only)
         self._releases: list[str] = []  # reservations to drop once the calls before them are written (writer only)
-        self._local = threading.local()  # each reserving thread's own connection
-        self._reserving: list[sqlite3.Connection] = []  # all of them (closed by aclose)
+        self._reserving = Connections(self.path, lambda: self._open(autocommit=True))  # closed by aclose
         self._released: dict[str, None] = {}  # released reservations not yet dropped from the file (under _lock)
         self._problem: str | None = None
         self._since = time.time()
@@ -235,12 +249,21 @@ class Ledger:
         self._written: dict[tuple[str, int], float] = {}
         # per file left behind (moved, deleted): what it held per (caller, UTC day) when the writer left it
         self._carried: list[dict[tuple[str, int], float]] = []
+        self._holding: dict[str, None] = {}  # reservations this ledger made and has not dropped (under _lock)
+        self._renewed = -math.inf  # when the writer last renewed their leases (monotonic; writer thread only)
         try:  # a path that cannot hold the database fails here, not silently in the writer thread
-            self._open()[0].close()
+            db = self._open(autocommit=True)[0]
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(
                 f"cannot open the ledger file {self.path}: {exc}", path="ledger.path", code="ledger_unavailable"
             ) from exc
+        try:  # calls a process that ended left reserved are billed before anything reads the day's spend
+            recover(db, time.time())
+        except (OSError, sqlite3.Error) as exc:  # tried again by every reservation
+            self.errors += 1
+            log.error("turnout ledger: cannot bill what ended processes left reserved in %s (%s)", self.path, exc)
+        finally:
+            db.close()
 
     def _open(self, *, autocommit: bool = False) -> tuple[sqlite3.Connection, tuple[int, int]]:
         """The database, with its directory and tables created when missing, and the file's identity.
@@ -328,10 +351,13 @@ class Ledger:
         stop = False
         try:
             while not stop:
+                timeout = self.retry_s if self._pending else None
+                if self._holding:  # leases to renew while calls hold reservations
+                    timeout = RENEW_S if timeout is None else min(timeout, RENEW_S)
                 try:
-                    item = self._queue.get(timeout=self.retry_s if self._pending else None)
+                    item = self._queue.get(timeout=timeout)
                 except queue.Empty:
-                    item = None  # time to write again what the file refused
+                    item = None  # time to write again what the file refused, or to renew leases
                 if isinstance(item, CallRecord) and self.batch_delay:
                     time.sleep(self.batch_delay)  # let a busy process's calls gather into one transaction
                 batch = [item] if item is not None else []
@@ -343,6 +369,7 @@ class Ledger:
                 stop = any(x is _STOP for x in batch)
                 try:
                     db, identity = self._batch(db, identity, batch)
+                    db, identity = self._renew(db, identity)
                 except Exception as exc:  # a bug must not stop the writer: note it, carry on
                     self.errors += 1
                     self._trouble(exc)
@@ -379,6 +406,7 @@ class Ledger:
                 with self._lock:
                     for c in self._releases:
                         self._released.pop(c, None)
+                        self._holding.pop(c, None)
                 self._releases = []
             except Exception as exc:
                 self.errors += 1
@@ -396,69 +424,52 @@ class Ledger:
 
         The check and the insert are one SQLite write transaction, so every process writing the file (the workers
         of a host) shares one limit. The reservation goes when the call's record is written after
-        :meth:`release`; one held by a process that is gone, or older than :data:`RESERVATION_TTL_S`, expires.
+        :meth:`release`. One held by a process that ended is billed at its amount first (the process may have died
+        before writing the call's record: :mod:`turnout.ledger_reservations`); one older than
+        :data:`RESERVATION_TTL_S` expires.
 
         Raises:
             LedgerUnavailable: The file cannot take the reservation (full, read-only, gone).
         """
         try:
-            return await asyncio.to_thread(self._reserve, call_id, caller, amount, limit, since)
+            admitted = await asyncio.to_thread(self._reserve, call_id, caller, amount, limit, since)
         except (OSError, sqlite3.Error) as exc:
             raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}") from exc
-
-    def _reserving_db(self) -> sqlite3.Connection:
-        """This thread's connection for reservations, opened again when the path names another file."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is not None:
-            try:
-                st = os.stat(self.path)
-                if (st.st_dev, st.st_ino) == self._local.identity:
-                    return db
-            except OSError:
-                pass
-            with self._lock:
-                if db in self._reserving:
-                    self._reserving.remove(db)
-            db.close()
-        # closed by aclose, from another thread: each is used by its own thread only until then
-        db, self._local.identity = self._open(autocommit=True)
-        self._local.db = db
-        with self._lock:
-            self._reserving.append(db)
-        return db
+        if admitted:
+            self._ensure_thread()  # it renews the reservation's lease while the call runs
+        return admitted
 
     def _reserve(self, call_id: str, caller: str, amount: float, limit: float, since: float) -> bool:
-        db = self._reserving_db()
-        now = time.time()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute("DELETE FROM reservations WHERE expires < ?", (now,))
-            for (pid,) in db.execute("SELECT DISTINCT pid FROM reservations").fetchall():
-                if not _alive(pid):
-                    db.execute("DELETE FROM reservations WHERE pid = ?", (pid,))
-            (spent,) = db.execute(
-                "SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE caller = ? AND ts >= ?", (caller, since)
-            ).fetchone()
-            rows = db.execute("SELECT call_id, amount FROM reservations WHERE caller = ?", (caller,)).fetchall()
-            day = _day_number(since)
+        day = _day_number(since)
+
+        def local() -> tuple[frozenset[str], float]:
             with self._lock:  # this process's ended calls count by their records, written or not, not their rows
-                released = set(self._released)
                 unwritten = self._given.get((caller, day), 0.0) - self._written.get((caller, day), 0.0)
-                spent += sum(left.get((caller, day), 0.0) for left in self._carried)
-            held = sum(amount for cid, amount in rows if cid not in released)
-            if spent + held + max(unwritten, 0.0) >= limit:
-                db.execute("ROLLBACK")
-                return False
-            db.execute(
-                "INSERT OR REPLACE INTO reservations (call_id, caller, amount, pid, expires) VALUES (?,?,?,?,?)",
-                (call_id, caller, amount, os.getpid(), now + RESERVATION_TTL_S),
-            )
-            db.execute("COMMIT")
-            return True
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+                carried = sum(left.get((caller, day), 0.0) for left in self._carried)
+                return frozenset(self._released), max(unwritten, 0.0) + carried
+
+        admitted = admit(self._reserving.get(), (call_id, caller, amount), limit, since, time.time(), local)
+        if admitted:
+            with self._lock:
+                self._holding[call_id] = None
+        return admitted
+
+    def _renew(
+        self, db: sqlite3.Connection | None, identity: tuple[int, int] | None
+    ) -> tuple[sqlite3.Connection | None, tuple[int, int] | None]:
+        """Renew the leases of this process's reservations, at most every :data:`RENEW_S` (writer thread)."""
+        now = time.monotonic()
+        if not self._holding or now - self._renewed < RENEW_S:
+            return db, identity
+        db, identity = self._connection(db, identity)
+        if db is not None:
+            try:
+                renew(db, time.time())
+                self._renewed = now
+            except sqlite3.Error as exc:  # tried again at the next tick; a lease lasts four of them
+                self.errors += 1
+                log.warning("turnout ledger: cannot renew the leases of reservations in %s (%s)", self.path, exc)
+        return db, identity
 
     def release(self, call_id: str) -> None:
         """The call ``call_id`` ended (its record, if any, is already queued): drop its reservation after it."""
@@ -621,11 +632,7 @@ class Ledger:
 
     async def aclose(self) -> None:
         """Write what is queued and stop the writer thread (waiting at most ``flush_timeout``)."""
-        with self._lock:
-            connections, self._reserving = self._reserving, []
-            self._local = threading.local()
-        for db in connections:
-            db.close()
+        self._reserving.close()
         thread = self._thread
         if thread is None:
             return
@@ -639,17 +646,6 @@ class Ledger:
                 "turnout ledger: %d calls could not be written to %s before closing", len(self._pending), self.path
             )
         self._thread = None
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (a reservation of a dead process expires at once)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # it exists, owned by someone else
-        return True
-    return True
 
 
 def _day_number(ts: float) -> int:

@@ -46,7 +46,9 @@ class LedgerSummary:
         routes: Totals per profile and model.
         usage_notes: Attempts whose usage is not the provider's own, per note: ``estimated`` (a stream abandoned or
             cut before its usage came, a call abandoned before its answer: Turnout's estimate), ``clamped`` (a
-            count out of range, bounded) or ``sanitised`` (a value SQLite could not store, replaced), with their cost.
+            count out of range, bounded), ``sanitised`` (a value SQLite could not store, replaced) or ``reserved``
+            (a call whose process ended before recording it, billed at the worst case it reserved; its outcome
+            ``process_died``), with their cost.
     """
 
     calls: int
