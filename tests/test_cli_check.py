@@ -253,3 +253,69 @@ def test_check_prints_the_id_each_entry_sends(tmp_path: Path) -> None:
         "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
         "claude-sonnet-4-5@20250929",
     ]
+
+
+def _fan_out(members: int, retries: int) -> str:
+    names = [f"openai.m{i}" for i in range(members)]
+    text = (
+        'default_provider = "wide"\n'
+        f"[reliability]\nprovider_retries = {retries}\n"
+        f"[pools.wide]\nmembers = {json.dumps(names)}\n"
+        '[[model_routes]]\nhint = "wide"\nmodel_provider = "wide"\nmodel = "gpt-4.1"\n'
+    )
+    for i in range(members):
+        text += f'[providers.models.openai.m{i}]\napi_key = "sk-{i}"\nmodel = "gpt-4.1"\n'
+    return text
+
+
+def test_check_warns_when_one_request_may_make_more_than_fifty_upstream_calls(tmp_path: Path) -> None:
+    """6 pool members × 10 tries: a ``large_fan_out`` warning naming each route reaching them and the figure 60."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, _fan_out(6, 9))])
+    assert result.exit_code == 0, result.output
+    assert "large_fan_out  default_provider" in result.output
+    assert "large_fan_out  model_routes[0]" in result.output
+    assert "up to 60 upstream calls" in result.output
+    assert "hint:wide" in result.output
+    body = json.loads(runner.invoke(app, ["check", "--json", "--config", write(tmp_path, _fan_out(6, 9))]).output)
+    codes = [(w["code"], w["path"]) for w in body["warnings"]]
+    assert ("large_fan_out", "default_provider") in codes
+
+
+def test_check_does_not_warn_at_fifty_upstream_calls_or_fewer(tmp_path: Path) -> None:
+    """5 pool members × 10 tries is exactly 50: no fan-out warning."""
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, _fan_out(5, 9))])
+    assert result.exit_code == 0, result.output
+    assert "large_fan_out" not in result.output
+
+
+def test_check_warns_about_a_fallback_chain_a_caller_may_name(tmp_path: Path) -> None:
+    """A profile that is no route's target but fans out to 60 calls through its fallbacks is named by its path."""
+    text = 'default_provider = "openai.small"\n[reliability]\nprovider_retries = 9\n'
+    text += '[providers.models.openai.small]\napi_key = "sk-s"\nmodel = "gpt-4.1"\n'
+    text += '[providers.models.openai.big]\napi_key = "sk-b"\nmodel = "gpt-4.1"\nfallback_models = ["a", "b"]\n'
+    text += 'fallback = ["openai.f1"]\n[providers.models.openai.f1]\napi_key = "sk-f"\nmodel = "gpt-4.1"\n'
+    text += 'fallback_models = ["c", "d"]\n'
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, text)])
+    assert result.exit_code == 0, result.output
+    assert "large_fan_out  providers.models.openai.big" in result.output
+    assert "up to 60 upstream calls" in result.output
+    assert "large_fan_out  default_provider" not in result.output
+
+
+def test_check_warns_when_a_limited_key_reaches_a_model_without_a_price(tmp_path: Path) -> None:
+    """A key with a spend limit that reaches a model without a price is warned about; other keys and models are not."""
+    text = (
+        'default_provider = "openai.main"\n'
+        '[gateway.keys.team]\nkey = "gw-team"\ndaily_limit_usd = 5.0\n'
+        '[gateway.keys.free]\nkey = "gw-free"\nrpm = 10\n'
+        '[providers.models.openai.main]\napi_key = "sk-up"\nmodel = "gpt-4.1"\n'
+        '[providers.models.openai.mystery]\napi_key = "sk-up"\nmodel = "house-model-unpriced-7"\n'
+        '[providers.models.openai.own]\napi_key = "sk-up"\nmodel = "house-model-unpriced-8"\n'
+        "pricing = { input = 1.0, output = 2.0 }\n"
+    )
+    result = runner.invoke(app, ["check", "--config", write(tmp_path, text)])
+    assert result.exit_code == 0, result.output
+    assert "limited_key_unpriced_model  gateway.keys.team" in result.output
+    assert "openai.mystery/house-model-unpriced-7" in result.output
+    assert "house-model-unpriced-8" not in result.output
+    assert "gateway.keys.free" not in result.output

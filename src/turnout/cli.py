@@ -97,7 +97,7 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         cfg = load(config)
         warnings = collect_warnings(cfg)
         plan = build_plan(cfg)
-        Policy(cfg).check()
+        warnings += Policy(cfg).check()  # a key with a spend limit that reaches a model without a price
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:

@@ -36,6 +36,8 @@ from turnout.errors import ConfigError
 from turnout.providers.registry import family_for
 
 MAX_FALLBACK_DEPTH = 3
+#: The most upstream calls one request may make (its entries × the tries of each) before ``turnout check`` warns.
+MAX_FAN_OUT = 50
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +233,7 @@ def collect_warnings(config: Config) -> list[ConfigWarning]:
     for name in [*profiles, *config.pools]:
         _walk_warnings(config, name, 1, [name], out, cycles)
     out += _route_credential_warnings(config)
+    out += _fan_out_warnings(config)
     seen: set[tuple[str, str]] = set()
     unique: list[ConfigWarning] = []
     for w in out:
@@ -432,6 +435,68 @@ def _route_credential_warnings(config: Config) -> list[ConfigWarning]:
                 )
             )
     return out
+
+
+def _fan_out_warnings(config: Config) -> list[ConfigWarning]:
+    """Targets where one request may make more than :data:`MAX_FAN_OUT` upstream calls.
+
+    The figure is the target's materialised entries times the tries of each (``provider_retries`` + 1; a switch to
+    another key of a pool takes one of those tries, and a hedge gives its entry one try instead): a request that
+    fails everywhere makes them all. The default target and each route first, then every other profile and pool,
+    which a caller may name as the provider.
+    """
+    tries = config.reliability.provider_retries + 1
+    out: list[ConfigWarning] = []
+    done: set[str] = set()
+
+    def report(path: str, what: str, root: str, entries: tuple[EntrySpec, ...] | None) -> None:
+        done.add(root)
+        if entries is None or len(entries) * tries <= MAX_FAN_OUT:
+            return
+        out.append(
+            ConfigWarning(
+                code="large_fan_out",
+                path=path,
+                message=f"one request to {what} may make up to {len(entries) * tries:,} upstream calls "
+                f"({len(entries):,} entries × {tries} tr{'ies' if tries != 1 else 'y'} each; a key switch takes one of "
+                f"an entry's tries), above {MAX_FAN_OUT}; prune its fallbacks or pool members, or lower "
+                "[reliability] provider_retries",
+            )
+        )
+
+    primary = _safe_target(config)
+    default = _entries(config, primary, config.default_model) if primary is not None else None
+    if primary is not None:
+        path = "default_provider" if config.default_provider else _root_path(config, primary)
+        report(path, f"the default target {primary}", primary, default)
+    for i, route in enumerate(config.model_routes):
+        target = resolve_target_ref(config, route.model_provider)
+        if target is not None:
+            entries = default if target == primary else _entries(config, target, None)
+            report(f"model_routes[{i}]", f"hint:{route.hint} ({target})", target, entries)
+    for root in [*config.profiles(), *config.pools]:
+        if root not in done:
+            report(_root_path(config, root), root, root, _entries(config, root, None))
+    return out
+
+
+def _safe_target(config: Config) -> str | None:
+    try:
+        return default_target(config)
+    except ConfigError:
+        return None
+
+
+def _entries(config: Config, root: str, override: str | None) -> tuple[EntrySpec, ...] | None:
+    """``root``'s materialised order (None: it cannot be built, which the checks that build it report)."""
+    try:
+        return materialize(config, root, model_override=override, has_credential=True)
+    except ConfigError:
+        return None
+
+
+def _root_path(config: Config, root: str) -> str:
+    return f"pools.{root}" if root in config.pools else _path(root)
 
 
 # --- materialisation ------------------------------------------------------------------------------

@@ -29,13 +29,20 @@ _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
-    """``("providers", "models", "openai", "main", "fallback", 1)`` → ``providers.models.openai.main.fallback[1]``."""
+    """``("providers", "models", "openai", "main", "fallback", 1)`` → ``providers.models.openai.main.fallback[1]``.
+
+    A key that holds a space, a colon or a character that is not printable (a header name ``"x h:"``) is quoted,
+    escaped: the path stays one line, and where it ends stays clear.
+    """
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            key = str(part)
+            if not key.isprintable() or ":" in key or any(c.isspace() for c in key):
+                key = repr(key[:64])
+            out += f".{key}" if out else key
     return out
 
 

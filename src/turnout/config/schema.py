@@ -15,6 +15,7 @@ import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -43,6 +44,48 @@ def _to_secret(value: Any, info: ValidationInfo) -> Any:
 
 SecretValue = Annotated[Secret, BeforeValidator(_to_secret)]
 
+#: The longest a timeout may be, in seconds (a day): every asyncio and aiohttp deadline made from one stays a
+#: finite, representable time (``inf`` or ``1e308`` would fail every call with an ``OverflowError``).
+MAX_SECS = 86_400.0
+#: The highest price, USD per million tokens.
+MAX_PRICE = 1_000_000.0
+#: The highest spend limit, USD.
+MAX_USD = 1_000_000_000.0
+
+#: Every float setting of the schema is one of these: finite (no ``inf``, no ``nan``), each with an upper bound of
+#: its own (``Field(le=...)`` where it is used, or built into the type).
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: A timeout: above 0 and at most :data:`MAX_SECS`.
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECS, allow_inf_nan=False)]
+#: A price, USD per million tokens: 0 to :data:`MAX_PRICE`.
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+#: A spend limit, USD: above 0 and at most :data:`MAX_USD`.
+Usd = Annotated[float, Field(gt=0, le=MAX_USD, allow_inf_nan=False)]
+
+#: An HTTP header name: a token (RFC 9110, section 5.1).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: What a header value cannot hold: control characters but tab (a CR or LF would end the header) and DEL.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header_name(name: str) -> str:
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(f"{name[:64]!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+    return name
+
+
+def _header_value(value: Secret) -> Secret:
+    # the value may be a credential: the message never shows it
+    if _CONTROL.search(value.reveal()):
+        raise ValueError("a header value cannot hold CR, LF or other control characters")
+    return value
+
+
+#: The name of a header sent as configured (``extra_headers``, ``[telemetry] headers``).
+HeaderName = Annotated[str, AfterValidator(_header_name)]
+#: Its value: a secret (literal or ``"${ENV_NAME}"``) that can be sent as one header line.
+HeaderValue = Annotated[Secret, BeforeValidator(_to_secret), AfterValidator(_header_value)]
+
 
 class _Section(BaseModel):
     # strict: a value of the wrong type is an error, never coerced (``provider_retries = "1"``, ``enabled = 1``),
@@ -59,10 +102,10 @@ class _Section(BaseModel):
 class Pricing(_Section):
     """USD per million tokens."""
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    input: Price
+    output: Price
+    cached_input: Price | None = None
+    cache_write: Price | None = None
 
 
 class Profile(_Section):
@@ -88,11 +131,11 @@ class Profile(_Section):
     model: str | None = None
     fallback_models: list[str] = Field(default_factory=list)
     fallback: list[str] = Field(default_factory=list)
-    extra_headers: dict[str, SecretValue] = Field(default_factory=dict)
-    timeout_secs: float = Field(default=120.0, gt=0)
-    connect_timeout_secs: float = Field(default=10.0, gt=0)
-    first_token_timeout_secs: float = Field(default=60.0, gt=0)
-    idle_timeout_secs: float = Field(default=60.0, gt=0)
+    extra_headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
+    timeout_secs: Seconds = 120.0
+    connect_timeout_secs: Seconds = 10.0
+    first_token_timeout_secs: Seconds = 60.0
+    idle_timeout_secs: Seconds = 60.0
     context_window: int | None = Field(default=None, gt=0)
     native_tools: bool | None = None
     vision: bool | None = None
@@ -102,7 +145,7 @@ class Profile(_Section):
     breaker: Breaker | None = None
     hedge: Hedge | None = None
     pricing: Pricing | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
+    temperature: Finite | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
     wire_api: Literal["responses", "chat_completions"] | None = None
     provider_extra: dict[str, Any] = Field(default_factory=dict)
@@ -181,12 +224,12 @@ class Breaker(_Section):
 
     enabled: bool | None = None
     failures: int | None = Field(default=None, ge=1, le=1000)
-    window_secs: float | None = Field(default=None, gt=0, le=3600)
+    window_secs: Finite | None = Field(default=None, gt=0, le=3600)
     min_calls: int | None = Field(default=None, ge=1, le=100_000)
     min_attempts: int | None = Field(default=None, ge=1, le=100_000)
-    failure_rate: float | None = Field(default=None, gt=0, le=1)
-    open_secs: float | None = Field(default=None, gt=0, le=3600)
-    max_open_secs: float | None = Field(default=None, gt=0, le=86_400)
+    failure_rate: Finite | None = Field(default=None, gt=0, le=1)
+    open_secs: Finite | None = Field(default=None, gt=0, le=3600)
+    max_open_secs: Finite | None = Field(default=None, gt=0, le=86_400)
 
     def settings(self) -> dict[str, Any]:
         """The keys this table sets (``min_attempts`` given as ``min_calls``)."""
@@ -205,9 +248,9 @@ class Hedge(_Section):
     """
 
     enabled: bool | None = None
-    after_ms: float | Literal["auto"] | None = Field(default=None)
-    budget: float | None = Field(default=None, ge=0, le=1)
-    burst: float | None = Field(default=None, ge=1, le=1000)
+    after_ms: Finite | Literal["auto"] | None = Field(default=None)
+    budget: Finite | None = Field(default=None, ge=0, le=1)
+    burst: Finite | None = Field(default=None, ge=1, le=1000)
     other_keys: bool | None = None
 
     @field_validator("after_ms")
@@ -226,7 +269,7 @@ class AffinitySettings(_Section):
     """``[reliability.affinity]``: conversations go back to the pool member that served them last."""
 
     enabled: bool = True
-    ttl_secs: float = Field(default=300.0, gt=0, le=86_400)
+    ttl_secs: Finite = Field(default=300.0, gt=0, le=86_400)
     max_conversations: int = Field(default=10_000, ge=1, le=10_000_000)
 
 
@@ -245,7 +288,7 @@ class Reliability(_Section):
     )
 
     provider_retries: int = Field(default=2, ge=0, le=20)
-    provider_backoff_ms: int = Field(default=500, ge=0)
+    provider_backoff_ms: int = Field(default=500, ge=0, le=10_000)
     api_keys: list[SecretValue] = Field(default_factory=list)
     breaker: Breaker = Field(default_factory=Breaker)
     hedge: Hedge = Field(default_factory=Hedge)
@@ -284,8 +327,8 @@ class GatewayKey(_Section):
     key: SecretValue
     models: list[str] | None = None
     sender: str | None = None
-    daily_limit_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_call_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    daily_limit_usd: Usd | None = None
+    max_call_usd: Usd | None = None
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)
 
@@ -302,15 +345,15 @@ class Gateway(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
-    header_timeout_secs: float = Field(default=10.0, gt=0)
-    idle_timeout_secs: float = Field(default=75.0, gt=0)
-    body_timeout_secs: float = Field(default=30.0, gt=0)
+    header_timeout_secs: Seconds = 10.0
+    idle_timeout_secs: Seconds = 75.0
+    body_timeout_secs: Seconds = 30.0
     max_connections: int = Field(default=1024, ge=2)
-    drain_secs: float = Field(default=25.0, gt=0, le=3600)
+    drain_secs: Finite = Field(default=25.0, gt=0, le=3600)
     cors_origins: list[str] = Field(default_factory=list)
     on_ledger_failure: Literal["closed", "open"] = "closed"
     #: How long a Responses conversation stays nameable by ``previous_response_id`` (at most 30 days).
-    responses_ttl_secs: float = Field(default=3600.0, gt=0, le=30 * 86400)
+    responses_ttl_secs: Finite = Field(default=3600.0, gt=0, le=30 * 86400)
     #: The most input and output items a kept Responses conversation holds.
     responses_max_items: int = Field(default=1000, gt=0, le=100_000)
     #: The most bytes (as JSON) a kept Responses conversation holds.
@@ -356,8 +399,8 @@ class Pool(_Section):
 
     members: list[str]
     strategy: PoolStrategy = "weighted"
-    weights: dict[str, Annotated[float, Field(ge=0, le=1_000_000)]] = Field(default_factory=dict)
-    explore: float = Field(default=0.05, ge=0, le=0.5)
+    weights: dict[str, Annotated[Finite, Field(ge=0, le=1_000_000)]] = Field(default_factory=dict)
+    explore: Finite = Field(default=0.05, ge=0, le=0.5)
     fallback: list[str] = Field(default_factory=list)
 
 
@@ -373,7 +416,7 @@ class Telemetry(_Section):
     enabled: bool = False
     exporter: Literal["otlp", "console", "none"] | None = None
     endpoint: str | None = None
-    headers: dict[str, SecretValue] = Field(default_factory=dict)
+    headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
     service_name: str | None = Field(default=None, min_length=1, max_length=256)
     capture_content: bool = False
     max_content_chars: int = Field(default=4096, ge=16, le=1_000_000)

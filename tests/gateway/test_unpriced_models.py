@@ -1,0 +1,170 @@
+"""A key with a spend limit never spends at an unknown price: a 400 naming the model before anything is sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from gateway_support import GATEWAY_KEY, post
+
+from fakes import FakeClock
+from turnout import Client
+from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.policy import Admitted
+from turnout.provider import Provider
+from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
+
+TEAM_KEY = "gw-team-key-unpriced"
+UNPRICED = "house-model-unpriced-7"  # no pricing table names it, nor does the catalogue
+
+
+class Upstream(Provider):
+    """A fake upstream that answers at once and counts every call that reaches it, with the model sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        self.sent.append(model)
+        return ChatResponse(text="ok", model=model, usage=Usage(input_tokens=10, output_tokens=5))
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        self.sent.append(model)
+        yield TextDelta(text="ok")
+        yield UsageEvent(usage=Usage(input_tokens=10, output_tokens=5))
+        yield Final()
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        return Capabilities(streaming=True)
+
+    def embedding_limits(self, model: str | None = None) -> EmbeddingLimits | None:
+        return EmbeddingLimits(max_inputs=16)
+
+    async def embed(self, request: EmbedRequest, model: str) -> Embeddings:
+        self.sent.append(model)
+        return Embeddings(vectors=[[0.5, 0.5]] * len(request.inputs), usage=Usage(input_tokens=10))
+
+
+def config(ledger: Path, profiles: str, *, default: str = "openai.main") -> str:
+    return (
+        f'default_provider = "{default}"\n'
+        f'[ledger]\npath = "{ledger}"\n'
+        "[reliability]\nprovider_retries = 0\n"
+        f'[gateway]\napi_keys = ["{GATEWAY_KEY}"]\n'
+        f'[gateway.keys.team]\nkey = "{TEAM_KEY}"\ndaily_limit_usd = 5.0\n' + profiles
+    )
+
+
+def profile(name: str, model: str | None = None, extra: str = "") -> str:
+    pinned = f'model = "{model}"\n' if model is not None else ""
+    return f'[providers.models.openai.{name}]\napi_key = "sk-up"\n{pinned}{extra}'
+
+
+@asynccontextmanager
+async def served(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
+    clock = FakeClock()
+    client = Client.from_toml(
+        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
+    )
+    async with GatewayServer(Gateway(client, owns_client=True)) as server:
+        yield server
+
+
+def chat(model: str, **more: Any) -> dict[str, Any]:
+    return {"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **more}
+
+
+async def test_a_limited_key_s_call_to_an_unpriced_model_is_a_400_naming_it_and_nothing_is_sent(tmp_path: Path) -> None:
+    """A limited key's call to an unpriced model is a 400 naming it, with no upstream call; an unlimited key's works."""
+    upstream = Upstream()
+    async with served(config(tmp_path / "l.sqlite3", profile("main", UNPRICED)), upstream) as server:
+        refused = await post(server, "/v1/chat/completions", chat("openai.main"), key=TEAM_KEY)
+        streamed = await post(server, "/v1/chat/completions", chat("openai.main", stream=True), key=TEAM_KEY)
+        anthropic = await post(server, "/v1/messages", chat("openai.main"), key=TEAM_KEY)
+        assert upstream.sent == []
+        open_ = await post(server, "/v1/chat/completions", chat("openai.main"), key=GATEWAY_KEY)
+    for response in (refused, streamed):
+        assert response.status == 400
+        error = response.json()["error"]
+        assert error["code"] == "model_unpriced" and error["param"] == "model"
+        assert UNPRICED in error["message"] and "pricing" in error["message"]
+        assert "providers.models.openai.main" in error["message"]
+    assert anthropic.status == 400 and UNPRICED in anthropic.json()["error"]["message"]
+    assert open_.status == 200
+    assert upstream.sent == [UNPRICED]
+
+
+async def test_one_unpriced_entry_of_the_route_is_enough_to_refuse(tmp_path: Path) -> None:
+    """A priced primary with an unpriced fallback model is refused too (the reservation is a worst case)."""
+    upstream = Upstream()
+    text = config(tmp_path / "l.sqlite3", profile("main", "gpt-4.1", f'fallback_models = ["{UNPRICED}"]\n'))
+    async with served(text, upstream) as server:
+        refused = await post(server, "/v1/chat/completions", chat("gpt-4.1"), key=TEAM_KEY)
+    assert refused.status == 400
+    assert UNPRICED in refused.json()["error"]["message"]
+    assert upstream.sent == []
+
+
+async def test_a_client_chosen_model_is_checked_and_a_pricing_table_admits_any_model(tmp_path: Path) -> None:
+    """A client-chosen model is served when priced, refused when not; a ``pricing`` table prices any model."""
+    upstream = Upstream()
+    profiles = profile("main") + profile("own", UNPRICED, "pricing = { input = 1.0, output = 2.0 }\n")
+    async with served(config(tmp_path / "l.sqlite3", profiles), upstream) as server:
+        known = await post(server, "/v1/chat/completions", chat("openai.main/gpt-4.1"), key=TEAM_KEY)
+        unknown = await post(server, "/v1/chat/completions", chat(f"openai.main/{UNPRICED}-b"), key=TEAM_KEY)
+        own = await post(server, "/v1/chat/completions", chat("openai.own"), key=TEAM_KEY)
+    assert known.status == 200, known.body
+    assert unknown.status == 400 and f"{UNPRICED}-b" in unknown.json()["error"]["message"]
+    assert own.status == 200, own.body
+    assert upstream.sent == ["gpt-4.1", UNPRICED]
+
+
+async def test_a_limited_key_may_embed_with_a_model_priced_per_input_token(tmp_path: Path) -> None:
+    """An embedding model the catalogue prices per input token only is priced for an embedding call: served."""
+    upstream = Upstream()
+    async with served(config(tmp_path / "l.sqlite3", profile("main")), upstream) as server:
+        body = {"model": "openai.main/text-embedding-3-small", "input": ["a", "b"]}
+        response = await post(server, "/v1/embeddings", body, key=TEAM_KEY)
+        unpriced = await post(
+            server, "/v1/embeddings", {"model": f"openai.main/{UNPRICED}", "input": "a"}, key=TEAM_KEY
+        )
+    assert response.status == 200, response.body
+    assert unpriced.status == 400 and UNPRICED in unpriced.json()["error"]["message"]
+    assert upstream.sent == ["text-embedding-3-small"]
+
+
+def test_what_the_policy_says_a_call_reaches_is_what_the_client_routes_it_to(tmp_path: Path) -> None:
+    """``Policy.reached`` names the (profile, model) entries ``Client.route`` builds, for every kind of route."""
+    text = (
+        'default_provider = "openai.main"\ndefault_model = "gpt-4.1-mini"\n'
+        f'[ledger]\npath = "{tmp_path / "l.sqlite3"}"\n'
+        '[senders.vip]\nprovider = "crowd"\nmodel = "gpt-4.1"\n'
+        '[pools.crowd]\nmembers = ["openai.p1", "openai.p2"]\nfallback = ["openai.main"]\n'
+        '[[model_routes]]\nhint = "fast"\nmodel_provider = "crowd"\nmodel = "gpt-4.1"\n'
+        '[[model_routes]]\nhint = "home"\nmodel_provider = "openai.main"\nmodel = "gpt-4.1"\n'
+        + profile("main", None, 'fallback = ["openai.p1"]\n')
+        + profile("p1", "gpt-4.1", 'fallback_models = ["gpt-4o"]\n')
+        + profile("p2")
+    )
+    client = Client.from_toml(text, adapter_builder=lambda *_: Upstream(), surface="gateway")
+    policy = Gateway(client).policy
+    choices = [
+        (None, None, None),
+        ("hint:fast", None, None),
+        ("hint:home", None, None),
+        ("hint:nowhere", None, None),
+        ("gpt-4o", None, None),
+        (None, "crowd", None),
+        ("o3", "openai.p2", None),
+        (None, None, "vip"),
+        ("hint:fast", "openai.p2", None),
+    ]
+    for model, provider, sender in choices:
+        target = client.route(model=model, provider=provider, sender=sender)
+        routed = tuple((e.profile, e.served_model(target.model)) for e in target.reliable.entries)
+        assert policy.reached(Admitted(model, provider, sender)) == routed, (model, provider, sender)
