@@ -13,6 +13,7 @@ RESULTS = Path(__file__).with_name("results.md")
 #: The headings of the sections a full run keeps.
 SEPARATE = (
     "## Spend limits",
+    "## Stream memory",
     "## Embeddings",
     "## Affinity",
     "## Bedrock and Vertex AI against Anthropic",

@@ -15,9 +15,20 @@ from fakes import err
 from turnout import Client
 from turnout.cli import app
 from turnout.errors import StreamInterruptedAfterOutput
+from turnout.estimate import unseen_usage
 from turnout.ledger import summarize
 from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, TextDelta, Usage, UsageEvent
+from turnout.types import (
+    Capabilities,
+    ChatRequest,
+    ChatResponse,
+    Message,
+    NativeRequest,
+    StreamEvent,
+    TextDelta,
+    Usage,
+    UsageEvent,
+)
 
 PROMPT = "y" * 400  # 100 tokens by the estimate, plus 4 for the message
 
@@ -132,10 +143,15 @@ async def test_a_stream_cut_after_output_is_billed_for_what_it_delivered(tmp_pat
     assert cost == pytest.approx(154 / 1e6)
 
 
-async def test_a_whole_call_given_up_is_billed_for_its_input_and_output_bound(tmp_path: Path) -> None:
-    """A non-streaming call the caller times out on records its input estimate and its max_tokens, priced."""
+async def test_a_whole_call_given_up_whose_upstream_never_ends_is_billed_its_worst_case_at_close(
+    tmp_path: Path,
+) -> None:
+    """A non-streaming call the caller times out on, whose upstream never answers, is cut when the client closes
+    (after ``abandoned_wait_s``) and records its input estimate and its max_tokens, priced; no task is left.
+    """
     upstream = Endless()
     async with client(tmp_path, upstream, max_tokens="max_tokens = 500\n") as c:
+        c.abandoned_wait_s = 0.0
         task = asyncio.create_task(c.chat(PROMPT))
         await upstream.started.wait()
         task.cancel()
@@ -144,3 +160,93 @@ async def test_a_whole_call_given_up_is_billed_for_its_input_and_output_bound(tm
     [(outcome, tin, tout, note, cost)] = attempts(tmp_path)
     assert (outcome, tin, tout, note) == ("cancelled", 104, 500, "estimated")
     assert cost == pytest.approx(604 / 1e6)
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+class Gated(Provider):
+    """A whole call that answers with ``usage`` once its gate opens (or fails, with ``fail``); counts its calls."""
+
+    def __init__(self, usage: Usage, fail: bool = False) -> None:
+        self.usage = usage
+        self.fail = fail
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+        self.calls = 0
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        self.calls += 1
+        self.started.set()
+        await self.gate.wait()
+        if self.fail:
+            raise err(503, "overloaded")
+        return ChatResponse(text="done", model=model, usage=self.usage)
+
+    async def stream(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        never: list[StreamEvent] = []  # only whole calls are made of it
+        for event in never:
+            yield event
+
+    def capabilities(self, model: str | None = None) -> Capabilities:
+        return Capabilities(streaming=True)
+
+
+def calls(tmp_path: Path) -> list[tuple[Any, ...]]:
+    db = sqlite3.connect(tmp_path / "l.sqlite3")
+    try:
+        return db.execute("SELECT outcome FROM calls").fetchall()
+    finally:
+        db.close()
+
+
+async def test_a_whole_call_given_up_is_billed_the_provider_s_usage_once_its_upstream_answers(tmp_path: Path) -> None:
+    """A caller that times out on a non-streaming call gets its CancelledError at once; the upstream try goes on,
+    and when it answers the call is recorded cancelled with the provider's usage (not the worst case), priced.
+    """
+    upstream = Gated(Usage(input_tokens=900, output_tokens=37))
+    async with client(tmp_path, upstream, max_tokens="max_tokens = 500\n") as c:
+        task = asyncio.create_task(c.chat(PROMPT))
+        await upstream.started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        upstream.gate.set()  # the provider answers after the caller left
+    assert calls(tmp_path) == [("cancelled",)]
+    [(outcome, tin, tout, note, cost)] = attempts(tmp_path)
+    assert (outcome, tin, tout, note) == ("ok", 900, 37, None)
+    assert cost == pytest.approx(937 / 1e6)
+
+
+async def test_a_call_given_up_starts_no_other_try(tmp_path: Path) -> None:
+    """After the caller gave up, a retryable failure of the try under way is recorded and no retry follows."""
+    upstream = Gated(Usage(), fail=True)
+    toml = (
+        'default_provider = "openai.main"\n'
+        f'[ledger]\npath = "{tmp_path / "l.sqlite3"}"\n'
+        "[reliability]\nprovider_retries = 3\n"
+        '[providers.models.openai.main]\napi_key = "sk-up"\nmodel = "gpt-4.1"\n'
+        "pricing = { input = 1.0, output = 1.0 }\n"
+    )
+    async with Client.from_toml(toml, adapter_builder=lambda *_: upstream, sleep=lambda _: asyncio.sleep(0)) as c:
+        task = asyncio.create_task(c.chat(PROMPT))
+        await upstream.started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        upstream.gate.set()
+    assert upstream.calls == 1
+    assert calls(tmp_path) == [("cancelled",)]
+    assert [row[0] for row in attempts(tmp_path)] == ["retryable"]
+
+
+def test_a_cut_call_s_worst_case_counts_every_choice_it_asked_for() -> None:
+    """The worst case of a cut call asking for n = 3 answers (OpenAI Chat, passed through) is three output bounds."""
+    body = {"model": "m", "n": 3, "messages": [{"role": "user", "content": PROMPT}]}
+    request = ChatRequest(
+        messages=(Message(role="user", content=PROMPT),),
+        max_tokens=500,
+        native=NativeRequest(protocol="openai-chat", body=body, only=("n",)),
+    )
+    assert unseen_usage(request) == Usage(input_tokens=104, output_tokens=1500, estimated=True)
+    assert unseen_usage(ChatRequest(messages=request.messages, max_tokens=500)).output_tokens == 500

@@ -183,10 +183,12 @@ class DispatchScope:
     Attributes:
         attempts: Every attempt, in order.
         call_id: The call's id (it tells one call from another where a rule needs two calls to agree).
+        abandoned: The caller gave up on the call: the try under way may end, and the walk starts no other.
     """
 
     attempts: list[Attempt] = field(default_factory=list)
     call_id: str | None = None
+    abandoned: bool = False
 
     def add(self, attempt: Attempt) -> None:
         """Record one attempt."""

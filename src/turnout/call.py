@@ -131,9 +131,13 @@ class Call(DispatchScope):
         self.plan = plan
         self.attempts = []
         self.call_id = call_id if call_id is not None else new_call_id()
+        self.abandoned = False
         self.caller = caller
         self.request = request
         self.started = time.time()
+        ledger = plan.ledger
+        if ledger is not None and ledger.listener is not None:  # its record will settle what it holds
+            ledger.listener.opened(self.call_id)
 
     @property
     def requested(self) -> RouteRef:

@@ -36,6 +36,7 @@ from turnout.terminal import Column, FittedTable, attempts_table, shown, shown_l
 from turnout.types import Usage
 
 if TYPE_CHECKING:
+    from turnout.client import Client
     from turnout.ledger_cache import CacheSummary
     from turnout.ledger_summary import LedgerSummary
     from turnout.pricing import ProfileRates
@@ -97,7 +98,8 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         cfg = load(config)
         warnings = collect_warnings(cfg)
         plan = build_plan(cfg)
-        warnings += Policy(cfg).check()  # a key with a spend limit that reaches a model without a price
+        # a key with a spend limit that reaches a model without a price, on the routes its calls would take
+        warnings += Policy(cfg).check(_router(cfg))
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:
@@ -117,6 +119,21 @@ def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         out.print(line, markup=False)
     for line in embedding_lines(cfg, plan):
         out.print(line, markup=False)
+
+
+def _router(cfg: Config) -> Client | None:
+    """A client over ``cfg`` to route with, built as ``turnout serve`` builds one; None when it cannot be built.
+
+    Building it opens nothing, sends nothing and resolves no cloud credential (adapters do that on their first
+    call); there is no ledger and the state is in memory, so it touches no file and no Redis.
+    """
+    from turnout.client import Client
+    from turnout.state import MemoryStore
+
+    try:
+        return Client(cfg, ledger=False, store=MemoryStore())
+    except ConfigError:  # e.g. a [telemetry] it cannot set up: the warnings that need no route still come
+        return None
 
 
 def embedding_lines(cfg: Config, plan: Plan) -> list[str]:

@@ -24,6 +24,7 @@ from turnout.call import Call, CallPlan, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
 from turnout.embed_walk import embed_through
 from turnout.embeddings import EmbedReply, embed_request
+from turnout.entry import Served
 from turnout.errors import ConfigError
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger import CallRecord, Ledger
@@ -43,6 +44,11 @@ if TYPE_CHECKING:
 
 #: How many sets of call options keep their resolved target and plan (options are few in practice; bound them anyway).
 _KEPT_PLANS = 256
+#: How long :meth:`Client.aclose` waits for the upstream tries of calls their callers gave up on (see
+#: :meth:`Client.chat`) before it cuts them; those are then billed their worst case (``Client.abandoned_wait_s``).
+ABANDONED_WAIT_S = 10.0
+#: How long a cut try is given to record itself (its adapter ends on the cancellation it is sent).
+_CUT_WAIT_S = 1.0
 
 MessagesArg = Iterable[Message | Mapping[str, Any]] | str
 ToolsArg = Iterable[ToolSpec | Mapping[str, Any]] | None
@@ -139,6 +145,10 @@ class Client:
             self.ledger = Ledger(config.ledger.path)
         else:
             self.ledger = None
+        #: The runs of non-streaming calls their callers gave up on while an upstream try was under way (see
+        #: :meth:`chat`); :meth:`aclose` waits this long for them, then cuts them.
+        self._abandoned: set[asyncio.Task[Served]] = set()
+        self.abandoned_wait_s = ABANDONED_WAIT_S
 
     # --- construction ----------------------------------------------------------------------
 
@@ -167,7 +177,12 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close connections, flush the ledger and export the spans still pending."""
+        """Close connections, flush the ledger and export the spans still pending.
+
+        Calls given up on whose upstream try is still under way (see :meth:`chat`) are waited for, at most
+        :attr:`abandoned_wait_s` seconds, then cut (each then billed its worst case) before anything closes.
+        """
+        await self.finish_abandoned()
         await self.factory.aclose()
         if self.ledger is not None:
             await self.ledger.aclose()
@@ -234,6 +249,13 @@ class Client:
     ) -> Reply:
         """Ask for one complete answer through the reliable walk.
 
+        A call its caller gives up on (cancels: a timeout, a client that hung up) is billed what its provider bills
+        as far as that can be known: the upstream try under way is not cut but left to end, bounded by its own
+        timeouts, and no other try starts; then the call is recorded (outcome ``cancelled``) with that try's usage.
+        The ``CancelledError`` reaches the caller at once. Only a try still under way when the client closes
+        (after :attr:`abandoned_wait_s`) is cut and billed its worst case
+        (:func:`~turnout.estimate.unseen_usage`).
+
         Args:
             messages: The conversation (``Message`` objects or OpenAI-style dicts), or one prompt string.
             model: ``hint:<name>``, a plain model for the active profile, or None for its default.
@@ -274,12 +296,46 @@ class Client:
         target, call = self._call(
             model, provider, sender, stream=False, call_id=call_id, caller=caller, request=request
         )
+        # its own task, so that the caller's cancellation does not cut the upstream try under way
+        run = asyncio.get_running_loop().create_task(target.reliable.run(request, target.model, temperature, call))
         try:
-            served = await target.reliable.run(request, target.model, temperature, call)
+            served = await asyncio.shield(run)
+        except asyncio.CancelledError:
+            self._abandon(run, call)
+            raise
         except BaseException as exc:
             call.fail(exc)
             raise
         return call.accept(served.response, served.route, served.entry)
+
+    def _abandon(self, run: asyncio.Task[Served], call: Call) -> None:
+        """The caller of ``call`` gave up: the try under way ends on its own, then the call is recorded."""
+        call.abandoned = True  # the walk starts no other try
+        if run.done():
+            self._abandoned_ended(call, run)
+            return
+        self._abandoned.add(run)
+        run.add_done_callback(lambda task: self._abandoned_ended(call, task))
+
+    def _abandoned_ended(self, call: Call, run: asyncio.Task[Served]) -> None:
+        """The run of a call given up on ended: the call is recorded as cancelled, with the attempts it made."""
+        self._abandoned.discard(run)
+        if not run.cancelled():
+            run.exception()  # retrieved: the caller is gone, and what ended the walk is in its attempts
+        call.fail(asyncio.CancelledError())  # the record settles what the call reserved (a gateway's spend book)
+
+    async def finish_abandoned(self) -> None:
+        """Wait (at most :attr:`abandoned_wait_s`) for the tries under way of calls given up on; cut the others.
+
+        :meth:`aclose` does it first; a gateway does it before it closes what those calls are settled in.
+        """
+        if not self._abandoned:
+            return
+        _, late = await asyncio.wait(set(self._abandoned), timeout=self.abandoned_wait_s)
+        for run in late:
+            run.cancel()  # the walk records the cut try at its worst case
+        if late:
+            await asyncio.wait(late, timeout=_CUT_WAIT_S)
 
     def _call(
         self,

@@ -8,6 +8,12 @@ its own: the same order, admission (cooldowns, circuit breakers, the panic rule)
 key rotation and policy as a chat, through :meth:`turnout.walk.Walk.tries`, so a failed batch is retried (and
 fails over) alone while the batches already answered are kept. Batches go one after another, or, where every
 eligible entry takes one input a request (:attr:`EmbeddingLimits.parallel`), several at once.
+
+Every batch of a call must answer vectors of one length (:class:`Agreement`): the first batch answered sets it,
+and a later batch whose vectors are of another length is a non-retryable provider error of that try, so the
+batch's walk moves on to its next entry (an entry whose model answers another length would again). The batches
+already answered are kept, not asked again: they were billed, and their length is the call's. A call whose
+remaining entries all answer another length fails as any batch that no entry could serve.
 """
 
 from __future__ import annotations
@@ -28,7 +34,14 @@ from turnout.embeddings import (
     space_of,
 )
 from turnout.entry import Entry
-from turnout.errors import AllProvidersFailed, ContextWindowExceeded, UnsupportedRequest
+from turnout.errors import (
+    AllProvidersFailed,
+    ContextWindowExceeded,
+    ErrorClass,
+    ProtocolError,
+    UnsupportedRequest,
+)
+from turnout.estimate import embedding_usage
 from turnout.keys import KeyChoice
 from turnout.pricing import Catalogue
 from turnout.provider import Provider
@@ -133,6 +146,36 @@ def embedding_cost(catalogue: Catalogue, entry: Entry, served: str, usage: Usage
     return rates.cost(usage) if rates is not None else None
 
 
+class Agreement:
+    """The vector length every batch of one call answers: the first answered batch's (see the module docstring).
+
+    The adapter has checked that a batch's vectors all have one length (``dimensions`` when it was asked); this
+    holds the batches of one call to each other, which matters when no ``dimensions`` was asked.
+    """
+
+    __slots__ = ("size",)
+
+    def __init__(self) -> None:
+        self.size: int | None = None
+
+    def check(self, answer: Embeddings) -> None:
+        """Take the first answer's length; refuse a later answer of another (the ``check`` of :meth:`Walk.tries`).
+
+        Raises:
+            ProtocolError: The answer's vectors differ in length from the call's earlier batches (non-retryable:
+                the walk moves on to the batch's next entry).
+        """
+        size = len(answer.vectors[0])  # a batch holds at least one input, and the adapter checked one vector each
+        if self.size is None:
+            self.size = size
+        elif size != self.size:
+            raise ProtocolError(
+                f"the answer's vectors have {size} dimensions, the call's earlier batches {self.size}",
+                error_class=ErrorClass.NON_RETRYABLE,
+                error_type="embedding_length_mismatch",
+            )
+
+
 def _try_embed(
     provider: Provider, request: EmbedRequest, model: str, temperature: float | None
 ) -> Awaitable[Embeddings]:
@@ -162,9 +205,10 @@ async def embed_through(
     ranges = batches(count, sizes, eligible.max_inputs, eligible.max_tokens)
     parts = [request] if len(ranges) == 1 else [_part(request, r) for r in ranges]
     answers: list[tuple[Embeddings, int, RouteRef] | None] = [None] * len(parts)
+    agreement = Agreement() if len(parts) > 1 else None  # one batch agrees with itself (the adapter checked it)
 
     async def walk_batch(k: int) -> None:
-        answers[k] = await _walk_batch(reliable, parts[k], model, log, eligible.entries)
+        answers[k] = await _walk_batch(reliable, parts[k], model, log, eligible.entries, agreement)
 
     if eligible.parallel == 1 or len(parts) == 1:
         for k in range(len(parts)):
@@ -214,10 +258,8 @@ def _part(request: EmbedRequest, r: range) -> EmbedRequest:
 
 
 def _usage_of(answer: Embeddings, request: EmbedRequest) -> Usage:
-    """The batch's usage as reported, else its estimate (an answer is never billed as free)."""
-    if answer.usage is not None:
-        return answer.usage
-    return Usage(input_tokens=sum(estimated_tokens(i) for i in request.inputs))
+    """The batch's usage as reported, else its estimate (an answer is never billed as free), bounded by it."""
+    return embedding_usage(answer.usage, sum(estimated_tokens(i) for i in request.inputs))
 
 
 async def _walk_batch(
@@ -226,8 +268,14 @@ async def _walk_batch(
     model: str,
     log: DispatchScope | None,
     eligible: frozenset[int],
+    agreement: Agreement | None,
 ) -> tuple[Embeddings, int, RouteRef]:
-    """One batch through the entries of its space, in the walk's order; the answer, its entry and route."""
+    """One batch through the entries of its space, in the walk's order; the answer, its entry and route.
+
+    An answer whose vectors differ in length from the call's earlier batches fails its try (``agreement``; None:
+    the call is one batch).
+    """
+    check = agreement.check if agreement is not None else None
     walk = owner.new_walk(log, model)
     context = walk.context
     for i in walk.order:
@@ -241,14 +289,15 @@ async def _walk_batch(
         admission = walk.availability(i, entry, served, False)
         if admission is not Admission.TRY and (admission is Admission.SKIP or not await walk.probe(i, entry, served)):
             continue
-        done = await walk.tries(i, entry, served, 1 if walk.probing else context.tries, _try_embed, request, None)
+        tries = 1 if walk.probing else context.tries
+        done = await walk.tries(i, entry, served, tries, _try_embed, request, None, check=check)
         if done is not None:
             return await _accepted(walk, i, entry, served, request, done)
         walk.probing = False
     for i in walk.panic_order():  # every entry of the space was open or cooling down: all tried as if closed
         entry = context.entries[i]
         served = entry.served_model(model)
-        done = await walk.tries(i, entry, served, context.tries, _try_embed, request, None)
+        done = await walk.tries(i, entry, served, context.tries, _try_embed, request, None, check=check)
         if done is not None:
             return await _accepted(walk, i, entry, served, request, done)
     failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from turnout.attribution import Attempt, RouteRef, total_cost
 from turnout.errors import ConfigError
@@ -170,6 +170,20 @@ class LedgerHealth:
     since: float
 
 
+class CallListener(Protocol):
+    """What is told of each call the ledger is given, as it is given (the gateway's spend book).
+
+    A call's record is its one final figure: whoever settles money for a call (a spend reservation) takes it from
+    here, so the ledger's row and the settle never disagree.
+    """
+
+    def opened(self, call_id: str) -> None:
+        """Call ``call_id`` began: a record of it will be given (:meth:`recorded`)."""
+
+    def recorded(self, call: CallRecord, cost: float) -> None:
+        """``call`` was given to the ledger; ``cost`` is what its attempts cost (the row's ``cost_usd``)."""
+
+
 class LedgerUnavailable(Exception):
     """The ledger could not answer a question about what it holds (its writer is failing or gone)."""
 
@@ -220,6 +234,9 @@ class Ledger:
     Raises:
         ConfigError: ``path`` cannot hold the database (``ledger.path``).
     """
+
+    #: Told of every call opened and recorded (see :class:`CallListener`; None: nobody listens).
+    listener: CallListener | None = None
 
     def __init__(
         self,
@@ -311,15 +328,16 @@ class Ledger:
                     self._thread.start()
 
     def record(self, call: CallRecord) -> None:
-        """Queue a call for writing (returns at once)."""
-        if call.caller is not None:
-            cost = total_cost(call.attempts)
-            if cost:
-                key = (call.caller, _day_number(call.ts))
-                with self._lock:
-                    self._given[key] = self._given.get(key, 0.0) + cost
+        """Queue a call for writing (returns at once), then tell the :attr:`listener`."""
+        cost = total_cost(call.attempts) or 0.0
+        if cost and call.caller is not None:
+            key = (call.caller, _day_number(call.ts))
+            with self._lock:
+                self._given[key] = self._given.get(key, 0.0) + cost
         self._ensure_thread()
         self._queue.put(call)
+        if self.listener is not None:
+            self.listener.recorded(call, cost)
 
     def given(self, caller: str, since: float) -> float:
         """The cost of the calls of ``caller`` given to this ledger on the UTC day of ``since`` (written or not)."""

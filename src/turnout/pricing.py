@@ -8,7 +8,7 @@ multiplications.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -148,25 +148,6 @@ class ProfileRates:
         if profile not in self._known:
             return None
         return self._catalogue.rates(profile.partition(".")[0], model)
-
-    def embedding_rates(self, profile: str, model: str) -> Rates | None:
-        """The rates ``profile`` pays for embeddings of ``model`` (per input token); None when unknown."""
-        own = self._own.get(profile)
-        if own is not None:
-            return own
-        if profile not in self._known:
-            return None
-        return self._catalogue.embedding_rates(profile.partition(".")[0], model)
-
-    def unpriced(self, reached: Iterable[tuple[str, str]], *, embedding: bool = False) -> list[tuple[str, str]]:
-        """The ``(profile, model)`` pairs of ``reached`` that have no known price, in order, each once.
-
-        What a call reaching them would cost cannot be counted (it would count as $0): a key with a spend limit
-        is refused such a call (:meth:`turnout.gateway.policy.Policy.admit`). ``embedding``: priced as an
-        embedding call (the catalogue's input price is enough).
-        """
-        price = self.embedding_rates if embedding else self.rates
-        return [pair for pair in dict.fromkeys(reached) if price(*pair) is None]
 
 
 def _rate(value: Any) -> _Rate | None:

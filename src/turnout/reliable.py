@@ -270,7 +270,7 @@ class ReliableProvider(Provider):
                 i, entry, served, 1 if walk.probing else tries, answer_of, request, temperature, check=refuse_empty
             )
             if done is not None:
-                answer, closing = walk.served(i, entry, served, done)
+                answer, closing = walk.served(i, entry, served, done, request)
                 if closing is not None:
                     await closing
                 return answer
@@ -312,7 +312,7 @@ class ReliableProvider(Provider):
         if done is None:
             walk.probing = False
             return None
-        answer, closing = walk.served(i, entry, served, done)
+        answer, closing = walk.served(i, entry, served, done, request)
         if closing is not None:
             await closing
         return answer

@@ -23,6 +23,7 @@ from turnout.errors import ResponseTooLarge, StreamingUnsupported
 from turnout.keys import KeyChoice
 from turnout.policy import Action, Step
 from turnout.report import outcome_of
+from turnout.streams import ResponseBuilder
 from turnout.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
 from turnout.walk import Walk, opening
 
@@ -110,6 +111,10 @@ class ReliableStream:
     Attributes:
         entry: The index of the entry in the walk (the hedge's, when the hedge won).
         route: The profile and model it streams from (known for sure once the first batch is relayed).
+        delivered: What its consumer collects of the relayed events (a turn's builder), set before the batches are
+            iterated: a completed stream whose usage is missing or unusable is billed for the estimate of it
+            (:meth:`WalkContext.billed <turnout.walk_context.WalkContext.billed>`). None: the stream collects them
+            itself.
     """
 
     __slots__ = (
@@ -126,6 +131,7 @@ class ReliableStream:
         "_verdict",
         "_verdict_usage",
         "_walk",
+        "delivered",
         "entry",
         "route",
     )
@@ -158,6 +164,7 @@ class ReliableStream:
         self._verdict_usage: Usage | None = None  # and the usage it bills
         self._stopped = False  # the policy stopped the walk on this stream's failure (no recovery)
         self._oversized = False  # the stream failed on its size bound: its entry is not tried again by a recovery
+        self.delivered: ResponseBuilder | None = None
 
     async def batches(self) -> AsyncGenerator[list[StreamEvent], None]:
         """The stream's event batches; its attempts go to the walk's log.
@@ -189,6 +196,7 @@ class ReliableStream:
         self._opened = True
         upstream, ahead = side.upstream, side.ahead
         usage: Usage | None = None
+        own = ResponseBuilder() if self.delivered is None else None  # no consumer collects the events: collect them
         outcome: Outcome = "cancelled"
         error: Exception | None = None
         try:
@@ -199,6 +207,9 @@ class ReliableStream:
                         shown = side.note_output(batch)
                     if UsageEvent in map(type, batch):  # a scan in C: most batches are text only
                         usage = next(e for e in reversed(batch) if type(e) is UsageEvent).usage
+                    if own is not None:
+                        for event in batch:
+                            own.add(event)
                     if batch[-1].__class__ is Final:  # Final is always the last event of a stream
                         outcome = "ok"
                         if (closing := side.walk.answered(side.entry, side.served, side.choice)) is not None:
@@ -218,9 +229,22 @@ class ReliableStream:
             self._stopped = action.step is Step.STOP
             raise
         finally:
-            billed = self._verdict_usage
-            self._record = side.record(self._verdict or outcome, billed if billed is not None else usage, error)
-            error = None  # the failure goes to the caller; this frame, which its traceback holds, lets go of it
+            self._record = side.record(self._verdict or outcome, self._billed(side, outcome, usage, own), error)
+            error = own = self.delivered = None  # the failure goes to the caller; this frame lets go of it (and of
+            # what was delivered)
+
+    def _billed(self, side: _Side, outcome: Outcome, usage: Usage | None, own: ResponseBuilder | None) -> Usage | None:
+        """What the stream's attempt is billed: its verdict's usage, else its own (:meth:`WalkContext.billed`).
+
+        A completed stream (no verdict) is billed its usage, estimated from what was delivered when it is missing or
+        unusable; any other is billed the usage it reported, bounded.
+        """
+        billed, context = self._verdict_usage, side.walk.context
+        if billed is None and outcome == "ok" and self._verdict is None:
+            delivered = self.delivered if self.delivered is not None else own
+            return context.billed(side.entry, side.served, self._request, usage, delivered)
+        billed = billed if billed is not None else usage
+        return context.billed(side.entry, side.served, self._request, billed) if billed is not None else None
 
     def _take_failure(self) -> tuple[Exception, Action] | None:
         """The walk's last failure, which the walk lets go of; whether it stopped the walk is kept.
@@ -327,6 +351,8 @@ class ReliableStream:
             self._verdict, self._verdict_usage = outcome, usage
             return
         old = walk.attempts[self._record]
+        if usage is not None:
+            usage = walk.context.billed(self._entry, old.model, self._request, usage)
         if usage is None or usage == old.usage:
             new = replace(old, outcome=outcome)
         else:

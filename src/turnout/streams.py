@@ -17,20 +17,39 @@ from turnout.types import (
     UsageEvent,
 )
 
+#: Pieces of text or reasoning received since the last :meth:`ResponseBuilder.compact` that it joins into one.
+COMPACT_PIECES = 256
+
 
 class ResponseBuilder:
     """Collects events; :meth:`build` returns the answer they add up to.
 
     Text and reasoning deltas concatenate, tool calls append, the last usage event wins, and the
     :class:`~turnout.types.Final` event supplies the finish reason and model.
+
+    A delta of a few characters costs a string object of some fifty bytes more than its text: a relay calls
+    :meth:`compact` now and then (once per network read) so a long stream holds about its text, not an object per
+    delta. How much a stream may bring in all is bounded where it is read (``max_response_bytes``).
     """
 
-    __slots__ = ("_reasoning", "finish_reason", "finished", "model", "text_parts", "tool_calls", "usage")
+    __slots__ = (
+        "_joined",
+        "_reasoning",
+        "_reasoning_joined",
+        "finish_reason",
+        "finished",
+        "model",
+        "text_parts",
+        "tool_calls",
+        "usage",
+    )
 
     def __init__(self) -> None:
         #: The text deltas so far (a relay that knows an event is text may append to it directly).
         self.text_parts: list[str] = []
+        self._joined = 0  # text_parts before this index are joined runs already
         self._reasoning: list[str] = []
+        self._reasoning_joined = 0
         self.tool_calls: list[ToolCall] = []
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -51,6 +70,21 @@ class ResponseBuilder:
             self.finished = True
             self.finish_reason = event.finish_reason
             self.model = event.model or self.model
+
+    def compact(self) -> None:
+        """Join the text and reasoning pieces that arrived since the last call, once there are many of them.
+
+        Each piece is copied once: the joined runs are not joined again, so a stream's compaction costs a copy of
+        its text in all.
+        """
+        parts = self.text_parts
+        if len(parts) - self._joined > COMPACT_PIECES:
+            parts[self._joined :] = ("".join(parts[self._joined :]),)
+            self._joined += 1
+        reasoning = self._reasoning
+        if len(reasoning) - self._reasoning_joined > COMPACT_PIECES:
+            reasoning[self._reasoning_joined :] = ("".join(reasoning[self._reasoning_joined :]),)
+            self._reasoning_joined += 1
 
     @property
     def text(self) -> str:

@@ -167,10 +167,12 @@ def provider_count(value: object) -> tuple[int, bool]:
 
     The one bound every adapter applies to the numbers of a provider's answer, so that no value a provider
     sends can overflow a record (SQLite's 64-bit integers), a sum or a price. A whole number in
-    ``0..MAX_PROVIDER_COUNT`` is kept as it is; a missing value (``None``) is 0. Anything else is clamped and
-    ``clamped`` is True: a negative number becomes 0, a larger one :data:`MAX_PROVIDER_COUNT`, a finite
-    float its whole part (bounded the same way), and NaN, an infinity, a boolean or a non-number 0. The
-    caller marks what it builds from a clamped count (:attr:`Usage.clamped`).
+    ``0..MAX_PROVIDER_COUNT`` is kept as it is, also written as a float (``12.0``, as some encoders write every
+    number); a missing value (``None``) is 0. Anything else is clamped and ``clamped`` is True: a negative number
+    becomes 0, a larger one :data:`MAX_PROVIDER_COUNT`, a fraction its whole part (bounded the same way), and
+    NaN, an infinity, a boolean or a non-number 0. The caller marks what it builds from a clamped count
+    (:attr:`Usage.clamped`). This bounds a count by what a record can hold, not by what a request allowed: the
+    attempt's record bounds that (:func:`turnout.estimate.billed_usage`).
     """
     if type(value) is int:
         if 0 <= value <= MAX_PROVIDER_COUNT:
@@ -179,6 +181,8 @@ def provider_count(value: object) -> tuple[int, bool]:
     if value is None:
         return 0, False
     if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        if value.is_integer() and 0 <= value <= MAX_PROVIDER_COUNT:
+            return int(value), False
         return min(max(int(value), 0), MAX_PROVIDER_COUNT), True
     if isinstance(value, int) and not isinstance(value, bool):  # an int subclass
         return min(max(int(value), 0), MAX_PROVIDER_COUNT), True
@@ -197,8 +201,9 @@ class Usage:
     read from the provider's prompt cache and ``cache_write_tokens`` the part written to it.
 
     ``clamped`` says a count the provider reported was out of range or not a whole number and was bounded
-    by :func:`provider_count`; ``estimated`` says the counts are Turnout's estimate, not the provider's (an
-    abandoned stream that ended before its usage arrived).
+    by :func:`provider_count`, or was more than the request allowed (its output bound, the model's context
+    window) and was bounded when the attempt was recorded; ``estimated`` says a count is Turnout's estimate, not
+    the provider's (an abandoned call, or a completed answer whose usage was missing or unusable).
     """
 
     input_tokens: int = 0

@@ -214,11 +214,18 @@ class Walk:
         return self.healthy(entry, served)
 
     def served(
-        self, i: int, entry: Entry, served: str, done: tuple[ChatResponse, KeyChoice, float, float]
+        self,
+        i: int,
+        entry: Entry,
+        served: str,
+        done: tuple[ChatResponse, KeyChoice, float, float],
+        request: ChatRequest,
     ) -> tuple[Served, Awaitable[None] | None]:
-        """Entry ``i`` answered (``done``, from :meth:`tries`): its attempt recorded and priced, and the answer.
+        """Entry ``i`` answered ``request`` (``done``, from :meth:`tries`): its attempt recorded and priced; the answer.
 
-        Also returns the closing of a probed breaker to await (None: nothing to wait for).
+        The attempt is billed what :meth:`WalkContext.billed` makes of the answer's usage (estimated when missing or
+        unusable, bounded by what the request allowed); the answer keeps the usage its provider reported. Also
+        returns the closing of a probed breaker to await (None: nothing to wait for).
         """
         response, choice, started, t0 = done
         # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
@@ -234,7 +241,7 @@ class Walk:
                 choice=choice,
                 started=started,
                 elapsed=time.perf_counter() - t0,
-                usage=response.usage,
+                usage=self.context.billed(entry, served, request, response.usage, response),
             )
         )
         return new_served(response, entry.route(served), i), self.answered(entry, served, choice)
@@ -463,6 +470,8 @@ class Walk:
         self.tried = True
         stats = context.stats.of(entry.health_key(served)) if context.stats is not None else None
         for t in range(1, tries + 1):
+            if self.log is not None and self.log.abandoned:  # the caller gave up: no try after the one under way
+                return None
             self.try_number = t
             started = context.clock()
             if t == 1:
@@ -493,7 +502,9 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
-                action, updates = self._failed(i, entry, served, choice, exc, t, tries - t, started, elapsed, stream)
+                action, updates = self._failed(
+                    i, entry, served, request, choice, exc, t, tries - t, started, elapsed, stream
+                )
                 if updates is not None:  # the usual failed try updates nothing: no coroutine to await
                     await updates
                 self.last_failure = (exc, action)
@@ -553,6 +564,7 @@ class Walk:
         i: int,
         entry: Entry,
         served: str,
+        request: object,
         choice: KeyChoice,
         exc: Exception,
         t: int,
@@ -561,8 +573,14 @@ class Walk:
         elapsed: float,
         stream: bool,
     ) -> tuple[Action, Awaitable[None] | None]:
-        """Try ``t`` failed with ``exc``: its attempt recorded, and :meth:`decide_failure`'s action and updates."""
+        """Try ``t`` failed with ``exc``: its attempt recorded, and :meth:`decide_failure`'s action and updates.
+
+        An empty answer's usage is billed, bounded by what the request allowed.
+        """
         cls = error_class_of(exc)
+        usage = exc.usage if isinstance(exc, EmptyCompletion) else None
+        if usage is not None and isinstance(request, ChatRequest):
+            usage = self.context.billed(entry, served, request, usage)
         self.record(
             self.context.attempt(
                 entry,
@@ -573,7 +591,7 @@ class Walk:
                 choice=choice,
                 started=started,
                 elapsed=elapsed,
-                usage=exc.usage if isinstance(exc, EmptyCompletion) else None,
+                usage=usage,
                 error=exc,
                 stream=stream,
             )

@@ -2,9 +2,10 @@
 
 A :class:`WalkContext` is made once per :class:`~turnout.reliable.ReliableProvider` and handed to each
 :class:`~turnout.walk.Walk` it starts. It holds the route's settings and shared objects, and answers the
-lookups a walk makes with them alone: an entry's context window and the cost of a usage (:mod:`turnout.pricing`),
-when an entry stops cooling down (:mod:`turnout.state`), a backoff's length and a cooldown's write, and the record
-of an attempt (:mod:`turnout.attribution`). It knows nothing of any one call; the walk keeps that.
+lookups a walk makes with them alone: an entry's context window, what an answer's usage is billed
+(:func:`turnout.estimate.billed_usage`) and what it costs (:mod:`turnout.pricing`), when an entry stops cooling
+down (:mod:`turnout.state`), a backoff's length and a cooldown's write, and the record of an attempt
+(:mod:`turnout.attribution`). It knows nothing of any one call; the walk keeps that.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from turnout.affinity import Affinity
 from turnout.attribution import Attempt, Outcome, new_attempt
 from turnout.entry import Entry
 from turnout.errors import ProviderError
+from turnout.estimate import billed_usage
 from turnout.health import Breakers
 from turnout.hedge import Hedging
 from turnout.keys import KeyChoice, KeyPool
@@ -23,7 +25,8 @@ from turnout.pricing import Catalogue
 from turnout.report import error_detail, failure_reason
 from turnout.state import StateStore
 from turnout.stats import Stats
-from turnout.types import Usage
+from turnout.streams import ResponseBuilder
+from turnout.types import ChatRequest, ChatResponse, Usage
 
 #: The longest a Retry-After hint raises a backoff, and the longest cooldown a hint sets.
 MAX_RETRY_AFTER_S = 30.0
@@ -84,6 +87,28 @@ class WalkContext:
         if entry.context_window is not None:
             return entry.context_window
         return self.catalogue.context_window(entry.family, model)
+
+    def billed(
+        self,
+        entry: Entry,
+        model: str,
+        request: ChatRequest,
+        usage: Usage | None,
+        delivered: ChatResponse | ResponseBuilder | None = None,
+    ) -> Usage | None:
+        """What an attempt on ``entry`` answering ``request`` is billed for the ``usage`` it reported.
+
+        The one rule for every adapter's answer (:func:`~turnout.estimate.billed_usage`): bounded by the request's
+        output bound (the entry's profile ``max_tokens`` when the request sets none) and the model's context
+        window; ``delivered`` (a completed answer) is estimated when its usage is missing or unusable.
+        """
+        return billed_usage(
+            request,
+            usage,
+            delivered,
+            profile_max_tokens=entry.max_tokens,
+            context_window=self.context_window(entry, model),
+        )
 
     def cost(self, entry: Entry, model: str, usage: Usage | None) -> float | None:
         """The cost of ``usage`` on this entry, or None when the price is unknown."""

@@ -331,12 +331,14 @@ def ledger_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 async def test_a_whole_call_the_client_gave_up_on_is_billed_and_counts_toward_the_limit(tmp_path: Path) -> None:
-    """A non-streaming call whose client times out while the upstream works is recorded cancelled with its input
-    and max_tokens estimated and priced, and counts: $0.005 limit, three abandoned calls, then 429.
+    """A non-streaming call whose client times out while the upstream works keeps its reservation while the upstream
+    works on ($0.005 limit, three abandoned calls, then 429); an upstream that never ends is cut when the gateway
+    stops, and recorded cancelled with its input and max_tokens estimated and priced.
     """
     upstream = Upstream()  # never opens its gate: every call hangs upstream until the client gives up
     path = tmp_path / "l.sqlite3"
     async with served(config(path, limit=0.005), upstream) as server:
+        server.gateway.client.abandoned_wait_s = 0.0  # the upstream never answers: cut it at once when stopping
         statuses: list[int | str] = []
         for _ in range(4):
             arrived = asyncio.Event()
@@ -367,7 +369,7 @@ async def test_a_whole_call_the_client_gave_up_on_is_billed_and_counts_toward_th
     rows = ledger_rows(path, "SELECT outcome, input_tokens, output_tokens, usage_note, cost_usd FROM attempts")
     assert [(o, out, note) for o, _, out, note, _ in rows] == [("cancelled", 1000, "estimated")] * 3
     assert all(cost == pytest.approx((tin + 1000) / 1e6) for _, tin, _, _, cost in rows)
-    assert keys["team"]["spent_usd"] == pytest.approx(sum(cost for *_, cost in rows))
+    assert keys["team"]["in_flight"] == 3 and keys["team"]["reserved_usd"] == pytest.approx(3 * 0.002004)
 
 
 async def test_a_stream_cut_by_the_gateway_s_shutdown_is_billed(tmp_path: Path) -> None:

@@ -328,16 +328,25 @@ async def test_model_selects_hint_profile_or_plain_model(sim: Simulator) -> None
     assert unlisted.value.code == "model_not_found"
 
 
-async def test_client_disconnect_cancels_the_upstream_call(sim: Simulator) -> None:
-    """A client that goes away cancels the upstream request: the simulator logs client_disconnected."""
+async def test_client_disconnect_leaves_the_upstream_call_to_end_until_the_gateway_stops(sim: Simulator) -> None:
+    """A client that goes away leaves the upstream request to end on its own (its usage is what is billed); one
+    still under way when the gateway stops (after ``abandoned_wait_s``) is cut: the simulator logs
+    client_disconnected.
+    """
     toml = config("openai.main", profile(sim, "openai.main", "sim-silence"))
     async with gateway(toml) as server, sdk(server) as client:
+        server.gateway.client.abandoned_wait_s = 0.0
         task = asyncio.ensure_future(client.chat.completions.create(model="", messages=MESSAGES))
         await sim.wait_for_log(1, settled=False)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        log = await sim.wait_for_log(1)
+        for _ in range(10_000):  # the gateway sees the hang-up (one turn of the loop at a time)
+            if not server.gateway.in_flight:
+                break
+            await asyncio.sleep(0)
+        assert [e.outcome for e in sim.log] == ["pending"]
+    log = await sim.wait_for_log(1)
     assert [e.outcome for e in log] == ["client_disconnected"]
 
 

@@ -11,9 +11,11 @@ from gateway_support import GATEWAY_KEY, post
 
 from fakes import FakeClock
 from turnout import Client
+from turnout.config.schema import Pricing
 from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
 from turnout.gateway import Gateway, GatewayServer
-from turnout.gateway.policy import Admitted
+from turnout.gateway.policy import Policy
+from turnout.pricing import Catalogue, Rates, rates_from_pricing
 from turnout.provider import Provider
 from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 
@@ -50,6 +52,21 @@ class Upstream(Provider):
         return Embeddings(vectors=[[0.5, 0.5]] * len(request.inputs), usage=Usage(input_tokens=10))
 
 
+class HouseCatalogue(Catalogue):
+    """A price list of the operator's own: it prices the house model only (USD 1 in, 2 out per million tokens)."""
+
+    rates_of_house = rates_from_pricing(Pricing(input=1.0, output=2.0))
+
+    def rates(self, family: str, model: str) -> Rates | None:
+        return self.rates_of_house if model == UNPRICED else None
+
+    def embedding_rates(self, family: str, model: str) -> Rates | None:
+        return self.rates(family, model)
+
+    def context_window(self, family: str, model: str) -> int | None:
+        return None
+
+
 def config(ledger: Path, profiles: str, *, default: str = "openai.main") -> str:
     return (
         f'default_provider = "{default}"\n'
@@ -66,10 +83,15 @@ def profile(name: str, model: str | None = None, extra: str = "") -> str:
 
 
 @asynccontextmanager
-async def served(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
+async def served(text: str, upstream: Upstream, catalogue: Catalogue | None = None) -> AsyncIterator[GatewayServer]:
     clock = FakeClock()
     client = Client.from_toml(
-        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
+        text,
+        adapter_builder=lambda *_: upstream,
+        clock=clock,
+        sleep=clock.sleep,
+        surface="gateway",
+        catalogue=catalogue,
     )
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
@@ -138,33 +160,45 @@ async def test_a_limited_key_may_embed_with_a_model_priced_per_input_token(tmp_p
     assert upstream.sent == ["text-embedding-3-small"]
 
 
-def test_what_the_policy_says_a_call_reaches_is_what_the_client_routes_it_to(tmp_path: Path) -> None:
-    """``Policy.reached`` names the (profile, model) entries ``Client.route`` builds, for every kind of route."""
+async def test_the_client_s_own_prices_decide_and_nothing_is_sent_at_an_unknown_one(tmp_path: Path) -> None:
+    """The prices the call is walked with decide: the client's catalogue, not another; a refusal is counted."""
+    upstream = Upstream()
+    text = config(tmp_path / "l.sqlite3", profile("main"))
+    async with served(text, upstream, catalogue=HouseCatalogue()) as server:
+        house = await post(server, "/v1/chat/completions", chat(f"openai.main/{UNPRICED}"), key=TEAM_KEY)
+        elsewhere = await post(server, "/v1/chat/completions", chat("openai.main/gpt-4.1"), key=TEAM_KEY)
+        embedded = await post(server, "/v1/embeddings", {"model": "openai.main/gpt-4.1", "input": "a"}, key=TEAM_KEY)
+        rejections = dict(server.gateway.policy.rejections)
+    assert house.status == 200, house.body
+    for refused in (elsewhere, embedded):
+        assert refused.status == 400, refused.body
+        error = refused.json()["error"]
+        assert error["code"] == "model_unpriced" and "'gpt-4.1'" in error["message"]
+    assert upstream.sent == [UNPRICED]
+    assert rejections == {("team", "unpriced"): 2}
+
+
+def test_check_warns_of_the_unpriced_entries_of_the_routes_the_client_builds(tmp_path: Path) -> None:
+    """A limited key's names are routed by the client (a hint to a pool, a sender's tier) and priced as calls are."""
     text = (
         'default_provider = "openai.main"\ndefault_model = "gpt-4.1-mini"\n'
         f'[ledger]\npath = "{tmp_path / "l.sqlite3"}"\n'
-        '[senders.vip]\nprovider = "crowd"\nmodel = "gpt-4.1"\n'
-        '[pools.crowd]\nmembers = ["openai.p1", "openai.p2"]\nfallback = ["openai.main"]\n'
-        '[[model_routes]]\nhint = "fast"\nmodel_provider = "crowd"\nmodel = "gpt-4.1"\n'
-        '[[model_routes]]\nhint = "home"\nmodel_provider = "openai.main"\nmodel = "gpt-4.1"\n'
-        + profile("main", None, 'fallback = ["openai.p1"]\n')
-        + profile("p1", "gpt-4.1", 'fallback_models = ["gpt-4o"]\n')
-        + profile("p2")
+        '[senders.vip]\nprovider = "crowd"\n'
+        '[pools.crowd]\nmembers = ["openai.p1", "openai.p2"]\n'
+        '[[model_routes]]\nhint = "fast"\nmodel_provider = "crowd"\nmodel = "house"\n'
+        f'[gateway.keys.team]\nkey = "{TEAM_KEY}"\nmax_call_usd = 1.0\nmodels = ["hint:fast"]\n'
+        f'[gateway.keys.vip]\nkey = "gw-vip"\nmax_call_usd = 1.0\nsender = "vip"\nmodels = ["openai.p2"]\n'
+        f'[gateway.keys.free]\nkey = "gw-free"\nrpm = 5\nmodels = ["hint:fast"]\n'
+        + profile("main")
+        + profile("p1", UNPRICED, 'fallback_models = ["gpt-4o"]\n')
+        + profile("p2", None, "pricing = { input = 1.0, output = 2.0 }\n")
     )
-    client = Client.from_toml(text, adapter_builder=lambda *_: Upstream(), surface="gateway")
-    policy = Gateway(client).policy
-    choices = [
-        (None, None, None),
-        ("hint:fast", None, None),
-        ("hint:home", None, None),
-        ("hint:nowhere", None, None),
-        ("gpt-4o", None, None),
-        (None, "crowd", None),
-        ("o3", "openai.p2", None),
-        (None, None, "vip"),
-        ("hint:fast", "openai.p2", None),
-    ]
-    for model, provider, sender in choices:
-        target = client.route(model=model, provider=provider, sender=sender)
-        routed = tuple((e.profile, e.served_model(target.model)) for e in target.reliable.entries)
-        assert policy.reached(Admitted(model, provider, sender)) == routed, (model, provider, sender)
+    client = Client.from_toml(text, adapter_builder=lambda *_: Upstream(), catalogue=HouseCatalogue())
+    warnings = Policy(client.config).check(client)
+    named = sorted((w.path, w.message.partition(" reaches ")[2].partition(",")[0]) for w in warnings)
+    assert named == [
+        ("gateway.keys.team", "openai.p1/gpt-4o"),  # p1's fallback model; p1's own is the catalogue's
+        ("gateway.keys.vip", "openai.p1/gpt-4o"),  # the tier's pool, on the default route
+    ], warnings
+    assert all(w.code == "limited_key_unpriced_model" for w in warnings)
+    assert Policy(client.config).check() == []  # without routes: only what needs none (no open unpriced profile)

@@ -126,11 +126,13 @@ def test_cache_tokens_count_as_input() -> None:
 
 
 def test_usage_values_are_bounded() -> None:
-    """A negative, boolean or absurd token count from the provider counts as zero, never as money."""
+    """A negative or boolean token count is 0 and marked clamped (the attempt's record then estimates it); a large
+    whole count is kept as reported (the record bounds it by what the request allowed).
+    """
     from turnout.providers.bedrock import normalise_usage
 
     usage = normalise_usage({"inputTokens": -5, "outputTokens": True, "cacheReadInputTokens": 10**12})
-    assert usage == Usage()
+    assert usage == Usage(input_tokens=10**12, cached_input_tokens=10**12, clamped=True)
 
 
 @pytest.mark.parametrize(

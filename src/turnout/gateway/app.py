@@ -51,7 +51,7 @@ from turnout.gateway.policy import (
 )
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.session import Revocations, Sessions
-from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
+from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable, pool_size
 from turnout.gateway.spend import SpendBook, keys_status, ledger_status
 from turnout.gateway.status import RecentAttempts, status_payload
 from turnout.gateway.surface import Surface
@@ -132,8 +132,15 @@ class Gateway:
         ledger = client.ledger
         shared = None
         if ledger is not None and config.state.backend == "redis" and config.state.url:
-            shared = SharedSpend(config.state.url, prefix=config.state.key_prefix, ledger_path=ledger.path)
+            shared = SharedSpend(
+                config.state.url,
+                prefix=config.state.key_prefix,
+                ledger_path=ledger.path,
+                max_connections=pool_size(config.gateway.max_connections),
+            )
         self.spend = SpendBook(ledger, shared=shared) if ledger is not None else None
+        if ledger is not None and self.spend is not None:  # each call's record settles its reservation
+            ledger.listener = self.spend
         self.policy = Policy(config, self.spend)
         plain = keys if keys is not None else gateway_keys(config)
         callers = self.policy.callers(plain, named_keys(config))
@@ -242,6 +249,7 @@ class Gateway:
                     catalogue.context_window(family, model)
 
     async def _on_cleanup(self, app: web.Application) -> None:
+        await self.client.finish_abandoned()  # their reservations are settled before the spend book closes
         if self.peers is not None:
             await self.peers.aclose()
         if self.spend is not None:
@@ -385,6 +393,8 @@ class Gateway:
         return web.Response(body=orjson.dumps(item), content_type=JSON)
 
     async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
+        if self.spend is not None:  # with Redis: what every host's calls hold now, as Redis says
+            await self.spend.observe([c.name for c in self.auth.callers() if c.limited])
         body = status_payload(
             self.client.config,
             await self.view(),
@@ -514,8 +524,8 @@ class Gateway:
         ex.ended = now = time.time()
         attempts = ex.attempts
         caller = ex.caller
-        if ex.hold is not None and self.spend is not None:  # the call ended: its record counts from here
-            self.spend.release(ex.hold, *_spent(attempts))
+        if ex.hold is not None and self.spend is not None:  # settled by its call's record (now, or when it comes)
+            self.spend.ended(ex.hold)
         if attempts is not None and attempts.__class__ is not tuple:  # a stream's list, which may still grow
             ex.attempts = attempts = tuple(attempts)  # what it holds now
         done = self._done
@@ -587,15 +597,6 @@ class Gateway:
             task.cancel()
         if running:
             await asyncio.wait(running, timeout=within)
-
-
-def _spent(attempts: Sequence[Attempt] | None) -> tuple[float, int]:
-    """What a call's attempts cost and how many tokens they used."""
-    if not attempts:
-        return 0.0, 0
-    cost = sum(a.cost_usd for a in attempts if a.cost_usd is not None)
-    tokens = sum(a.usage.total_tokens for a in attempts if a.usage is not None)
-    return cost, tokens
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:

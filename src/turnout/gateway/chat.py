@@ -15,6 +15,7 @@ passes (``[gateway] drain_secs``) ends the same way, with a ``shutting_down`` er
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -24,7 +25,9 @@ from aiohttp import web
 
 from turnout.affinity import session_of
 from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.estimate import LIMITED_OUTPUT_BOUND
 from turnout.gateway.exchange import Exchange, Host
+from turnout.gateway.passthrough import bounded
 from turnout.gateway.policy import Admitted
 from turnout.gateway.responses_stream import ResponsesStreamEncoder
 from turnout.gateway.spend import Hold, worst_case
@@ -38,6 +41,7 @@ from turnout.gateway.wire import (
     read_body,
 )
 from turnout.reply import Reply
+from turnout.router import Target
 
 log = logging.getLogger("turnout.gateway")
 
@@ -55,7 +59,7 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
         if call.kept is not None and call.kept.previous_id is not None:
             call = await gw.conversations.resume(call, ex.caller.name)
         if ex.caller.limited:  # after the kept conversation joined the input: its worst case counts all of it
-            ex.hold = await _reserve(gw, admitted, call, ex)
+            call, ex.hold = await _reserve(gw, admitted, call, ex)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)
     ex.stream = call.stream
@@ -64,6 +68,8 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
     if call.stream:
         return await _stream(gw, surface, request, call, options, ex)
     try:
+        # a client that goes away leaves the upstream try under way to end on its own; the call's record, given to
+        # the ledger then, settles its reservation with what it cost (the spend book listens to the ledger)
         reply = await gw.client.chat(call.messages, **options)
     except RefusalError as exc:
         if exc.request_rejected:  # the provider refused the request itself: an error, not an answer
@@ -76,15 +82,33 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
     return _complete(gw, surface, request, call, reply, ex)
 
 
-async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -> Hold | None:
-    """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``)."""
+async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -> tuple[ChatCall, Hold | None]:
+    """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``).
+
+    Returns the call as it is sent: with the output bound the reservation priced, so that the worst case is a
+    real bound. A request without ``max_tokens`` gets :func:`limited_bound`; a body passed through carries the
+    bound under its protocol's field (:func:`~turnout.gateway.passthrough.bounded`). The worst case is priced on
+    the route the call takes, so a key with a spend limit is refused here a route with an entry of unknown price.
+    """
     assert ex.caller is not None
     try:
         target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
     except ConfigError:  # the call fails to route the same way, spending nothing
-        return None
-    amount = worst_case(target, call.messages, call.tools, call.max_tokens)
-    return await gw.policy.reserve(ex.caller, amount, ex.request_id)
+        return call, None
+    most = call.max_tokens if call.max_tokens is not None else limited_bound(target)
+    native = bounded(call.native, most) if call.native is not None else None
+    call = dataclasses.replace(call, max_tokens=most, native=native)
+    worst = worst_case(target, call.messages, call.tools, most, call.choices)
+    return call, await gw.policy.reserve(ex.caller, worst, ex.request_id, choices=call.choices)
+
+
+def limited_bound(target: Target) -> int:
+    """The output bound of a limited key's call that sets none: the least of its route's profiles' ``max_tokens``.
+
+    A profile without one counts as :data:`~turnout.estimate.LIMITED_OUTPUT_BOUND`. The least, as the one bound is
+    sent to every entry the call may reach: none is sent more than its profile allows.
+    """
+    return min(entry.max_tokens or LIMITED_OUTPUT_BOUND for entry in target.reliable.entries)
 
 
 def _options(admitted: Admitted, call: ChatCall, ex: Exchange, session: str | None) -> dict[str, Any]:

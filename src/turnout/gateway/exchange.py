@@ -62,7 +62,8 @@ class Exchange:
         self.fallback: tuple[str, str] | None = None
         self.call_id: str | None = None
         self.interrupted = False
-        #: The call's spend reservation (a limited key's), released when the request ends.
+        #: The call's spend reservation (a limited key's): settled by its call's ledger record, which the spend book
+        #: is told of; when the request ends first, it waits for that record (``SpendBook.ended``).
         self.hold: Hold | None = None
         #: Who ended the request early: ``client`` (it went away) or ``server`` (the drain's deadline cut it).
         self.closed_by: str | None = None

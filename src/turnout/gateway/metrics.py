@@ -275,7 +275,8 @@ class Metrics:
         )
         self.rejections = _Counter(
             "turnout_key_rejections",
-            "Calls of a limited client key refused: daily_limit, reservation, max_call, ledger_unavailable, rpm, tpm.",
+            "Calls of a limited client key refused: daily_limit, reservation, max_call, unpriced, ledger_unavailable, "
+            "spend_busy, rpm, tpm.",
             ("key", "reason"),
         )
         self.input_tokens, self.cached_tokens, self.cache_writes, self.cache_saved = _cache_counters()

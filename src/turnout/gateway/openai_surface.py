@@ -14,6 +14,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
+from turnout.estimate import MAX_CHOICES
 from turnout.gateway.passthrough import OPENAI_ONLY_FIELDS, native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
@@ -134,7 +135,7 @@ class ChatCompletionRequest(_In):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, gt=0)
     max_completion_tokens: int | None = Field(default=None, gt=0)
-    n: int | None = None
+    n: int | None = Field(default=None, ge=1)  # above 1 it is split off first (see _chat_call)
     response_format: _ResponseFormat | None = None
     user: str | None = Field(default=None, max_length=MAX_FIELD_CHARS)
 
@@ -201,7 +202,10 @@ def _chat_call(raw: dict[str, Any]) -> ChatCall:
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise invalid(message, param=param) from None
-    if "n" in only and req.stream:
+    choices = raw["n"] if "n" in only else 1
+    if choices > MAX_CHOICES:
+        raise invalid(f"n must be at most {MAX_CHOICES}", param="n")
+    if choices > 1 and req.stream:
         raise invalid("n > 1 is served without streaming only", param="n", code="unsupported_parameter")
     response_format = _response_format(req.response_format)
     choice = req.tool_choice
@@ -219,6 +223,7 @@ def _chat_call(raw: dict[str, Any]) -> ChatCall:
         tool_choice=choice.function.name if isinstance(choice, _ToolChoice) else choice,
         temperature=req.temperature,
         max_tokens=req.max_completion_tokens or req.max_tokens,
+        choices=choices,
         stream=bool(req.stream),
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
         sender=req.user,

@@ -147,6 +147,37 @@ def _allowed_tools(choice: Mapping[str, Any], tools: Any) -> tuple[Any, str]:
     return kept, mode if mode in ("auto", "required") else "auto"
 
 
+#: Where each protocol's body carries the output bound of an answer (OpenAI Chat's other name is ``max_tokens``).
+_OUTPUT_FIELDS = {
+    "openai-chat": "max_completion_tokens",
+    "openai-responses": "max_output_tokens",
+    "anthropic": "max_tokens",
+}
+
+
+def bounded(request: NativeRequest, max_tokens: int) -> NativeRequest:
+    """``request`` whose body asks for at most ``max_tokens`` output tokens an answer, under its protocol's field.
+
+    What a limited key's call passes through carries the bound its reservation priced, whatever the client's body
+    said: an OpenAI Chat body keeps one of its two names for it (``max_completion_tokens``; the adapter renames it
+    for an upstream that reads ``max_tokens``), so no upstream reads a larger one beside it.
+    """
+    name = _OUTPUT_FIELDS.get(request.protocol)
+    if name is None or not isinstance(request.body, Mapping):
+        return request
+    body = dict(request.body)
+    if request.protocol == "openai-chat":
+        body.pop("max_tokens", None)
+    body[name] = max_tokens
+    return NativeRequest(
+        protocol=request.protocol,
+        body=body,
+        headers=request.headers,
+        only=request.only,
+        documents=request.documents,
+    )
+
+
 def native(
     protocol: str,
     body: Any,

@@ -15,7 +15,12 @@ The operator decides (SPEC 10). A request's ``model`` must be a name its key may
 
 Anything else is a 404 ``model_not_found``. A ``[senders.<id>]`` tier applies only as a key's bound
 ``sender``: what a client sends as ``user`` or ``metadata.user_id`` never selects one. A key's
-``daily_limit_usd`` is enforced from the ledger (:mod:`turnout.gateway.spend`): once spent, 429.
+``daily_limit_usd`` is enforced from the ledger (:mod:`turnout.gateway.spend`): once spent, 429. A key with a
+spend limit (``daily_limit_usd``, ``max_call_usd``) may not reach a model without a known price (neither the
+profile's ``pricing`` nor the catalogue's): what such a call costs could not be counted, so it is a 400
+``model_unpriced`` before anything is sent. That is decided on the call's own route, where its worst case is
+reserved (:meth:`Policy.reserve`, :class:`~turnout.gateway.spend.WorstCase`), and ``turnout check`` warns about the
+keys and names that reach one, routing them as calls are routed (:meth:`Policy.check`).
 
 Everything is computed when the gateway starts; admitting a request costs a dict lookup.
 """
@@ -28,19 +33,29 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import orjson
 
-from turnout.config import Config, Profile, default_profile, default_target, key_id, materialize, resolve_profile_ref
+from turnout.config import (
+    Config,
+    ConfigWarning,
+    Profile,
+    default_profile,
+    default_target,
+    key_id,
+    materialize,
+    resolve_profile_ref,
+)
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.errors import ConfigError
-from turnout.gateway.shared_spend import SharedUnavailable
-from turnout.gateway.spend import Hold, SpendBook, seconds_to_midnight
+from turnout.gateway.shared_spend import SharedBusy, SharedUnavailable
+from turnout.gateway.spend import Hold, SpendBook, WorstCase, seconds_to_midnight, unpriced_entries
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
+from turnout.pricing import FAMILY_CATALOGUE_IDS
 from turnout.providers import model_problem
-from turnout.router import HINT_PREFIX
+from turnout.router import HINT_PREFIX, Target
 
 NameKind: TypeAlias = Literal["hint", "alias", "profile", "model"]
 #: What makes a ``[gateway.model_aliases]`` name a pattern.
@@ -111,6 +126,15 @@ class Caller:
         """Whether its calls reserve their worst case first: it has a daily limit, a per-call bound, rpm or tpm."""
         return any(x is not None for x in (self.daily_limit_usd, self.max_call_usd, self.rpm, self.tpm))
 
+    @property
+    def spend_limited(self) -> bool:
+        """Whether its spend is bounded (``daily_limit_usd`` or ``max_call_usd``).
+
+        Every model such a key reaches needs a known price (``rpm`` and ``tpm`` count requests and tokens, whatever
+        they cost).
+        """
+        return self.daily_limit_usd is not None or self.max_call_usd is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
@@ -119,6 +143,18 @@ class Admitted:
     model: str | None
     provider: str | None
     sender: str | None
+
+
+class Routes(Protocol):
+    """What routes a call's options to its target: :meth:`turnout.client.Client.route` (the gateway's client)."""
+
+    def route(self, *, model: str | None = None, provider: str | None = None, sender: str | None = None) -> Target:
+        """The target a call with these options goes to (see ``Client.route``).
+
+        Raises:
+            ConfigError: The options route nowhere (the call fails the same way, spending nothing).
+        """
+        ...
 
 
 class Policy:
@@ -330,14 +366,76 @@ class Policy:
             return any(n.provider == target for n in names.values())
         return target in names or self._primary in names
 
-    def check(self) -> None:
+    def check(self, routes: Routes | None = None) -> list[ConfigWarning]:
         """Validate every ``[gateway.keys.<name>]`` policy without resolving any key (``turnout check``).
+
+        Args:
+            routes: What routes the keys' names, as the gateway's calls are routed (``turnout check`` builds a
+                client that sends nothing). None: only the warnings that need no route.
+
+        Returns:
+            A warning for each model without a known price that a key with a spend limit can reach (its calls
+            there are refused), and for each profile it may send models of its choice to that has neither a
+            ``pricing`` table nor a catalogue (every such call is refused).
 
         Raises:
             ConfigError: A key's ``models`` or ``sender`` names nothing configured, or a limit has no ledger.
         """
+        out: list[ConfigWarning] = []
         for name, entry in self.config.gateway.keys.items():
-            self.caller(name, entry)
+            caller = self.caller(name, entry)
+            if caller.spend_limited:
+                if routes is not None:
+                    out += self._unpriced_routes(caller, routes)
+                out += self._unpriced_open_profiles(caller)
+        return out
+
+    def _unpriced_routes(self, caller: Caller, routes: Routes) -> list[ConfigWarning]:
+        """An entry without a known price that one of ``caller``'s names (or its default route) routes to."""
+        path = f"gateway.keys.{caller.name}"
+        choices = [(repr(n.id), n.choice) for n in caller.names.values()]
+        if caller.default_route or caller.sender is not None:  # an empty ``model`` (see ``_beyond_names``)
+            choices.append(("the default route", RouteChoice(None, None)))
+        seen: set[tuple[str, str]] = set()
+        out: list[ConfigWarning] = []
+        for shown, choice in choices:
+            try:
+                target = routes.route(model=choice.model, provider=choice.provider, sender=caller.sender)
+            except ConfigError:  # it routes nowhere: its calls fail the same way, spending nothing
+                continue
+            for profile, model in unpriced_entries(target):
+                if (profile, model) in seen:
+                    continue
+                seen.add((profile, model))
+                out.append(
+                    ConfigWarning(
+                        code="limited_key_unpriced_model",
+                        path=path,
+                        message=f"key {caller.name} has a spend limit and {shown} reaches {profile}/{model}, which "
+                        f"has no known price: its calls are refused (400 model_unpriced); set pricing on "
+                        f"[providers.models.{profile}]",
+                    )
+                )
+        return out
+
+    def _unpriced_open_profiles(self, caller: Caller) -> list[ConfigWarning]:
+        """A profile ``caller`` may send models of its choice to, whose prices neither it nor a catalogue knows."""
+        path = f"gateway.keys.{caller.name}"
+        out: list[ConfigWarning] = []
+        opened = {*caller.open_profiles, *(n.provider for _, n in caller.patterns if n.choice.model is None)}
+        for profile in sorted(p for p in opened if p in self._profiles):
+            family = profile.partition(".")[0]
+            if self._profiles[profile].pricing is None and FAMILY_CATALOGUE_IDS.get(family, family) is None:
+                out.append(
+                    ConfigWarning(
+                        code="limited_key_unpriced_model",
+                        path=path,
+                        message=f"key {caller.name} has a spend limit and may send models of its choice to {profile}, "
+                        f"whose prices no catalogue knows: its calls are refused (400 model_unpriced); set pricing "
+                        f"on [providers.models.{profile}]",
+                    )
+                )
+        return out
 
     def callers(self, plain_keys: Iterable[str], named_keys: Mapping[str, str]) -> list[tuple[str, Caller]]:
         """``(key, caller)`` for every client key: plain ``api_keys`` with the default policy, then named keys.
@@ -367,8 +465,8 @@ class Policy:
         """Where ``caller``'s request for ``model`` goes, with its sender.
 
         Raises:
-            RequestRejected: 400 for a name that cannot be sent, 404 ``model_not_found`` for a name the key
-                may not use, 429 when its daily limit is spent.
+            RequestRejected: 400 for a name that cannot be sent; 404 ``model_not_found`` for a name the key may
+                not use; 429 when its daily limit is spent.
         """
         if len(model) > MAX_MODEL_CHARS:
             raise invalid(f"model is longer than {MAX_MODEL_CHARS} characters", param="model")
@@ -386,20 +484,27 @@ class Policy:
                 raise RequestRejected(daily_limit(caller, spent))
         return admitted
 
-    async def reserve(self, caller: Caller, amount: float, call_id: str) -> Hold | None:
-        """Reserve ``amount``, the worst case of ``caller``'s call, before it is sent (None: nothing to reserve).
+    async def reserve(self, caller: Caller, worst: WorstCase, call_id: str, *, choices: int = 1) -> Hold | None:
+        """Reserve ``worst``, the worst case of ``caller``'s call, before it is sent (None: nothing to reserve).
 
         A limited key's call holds its worst case until it ends and the ledger has its record
         (:class:`~turnout.gateway.spend.SpendBook`), so however many calls run at once the limit is exceeded by
-        at most one call's reservation.
+        at most one call's reservation. ``choices``: how many answers the call asks for (priced in ``worst``; the
+        refusal names ``n``). A key with a spend limit whose call's route has an entry without a known price is
+        refused first: what the call would cost there could not be counted.
 
         Raises:
-            RequestRejected: 400 ``max_call_exceeded`` when the worst case is above the key's ``max_call_usd``;
+            RequestRejected: 400 ``model_unpriced`` for a key with a spend limit when an entry of the route has
+                no known price; 400 ``max_call_exceeded`` when the worst case is above the key's ``max_call_usd``;
                 429 ``daily_limit_exceeded`` (until 00:00 UTC) when what the key spent and holds reached its limit.
         """
+        if caller.spend_limited and worst.unpriced:
+            self.rejections[(caller.name, "unpriced")] += 1
+            raise RequestRejected(unpriced_model(caller, worst.unpriced))
+        amount = worst.amount
         if caller.max_call_usd is not None and amount > caller.max_call_usd:
             self.rejections[(caller.name, "max_call")] += 1
-            raise RequestRejected(max_call(caller, amount))
+            raise RequestRejected(max_call(caller, amount, choices))
         book = self.spend
         if book is None or (caller.daily_limit_usd is None and caller.rpm is None and caller.tpm is None):
             return None
@@ -407,10 +512,11 @@ class Policy:
         rpm, tpm = caller.rpm, caller.tpm
         try:
             hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm)
-        except SharedUnavailable:
+        except SharedUnavailable as exc:
             if self.fail_closed:
-                self.rejections[(caller.name, "ledger_unavailable")] += 1
-                raise RequestRejected(LEDGER_UNAVAILABLE) from None
+                busy = isinstance(exc, SharedBusy)  # Redis answers; this process has no connection free in time
+                self.rejections[(caller.name, "spend_busy" if busy else "ledger_unavailable")] += 1
+                raise RequestRejected(SPEND_BUSY if busy else LEDGER_UNAVAILABLE) from None
             hold = await book.reserve(caller.name, amount, limit, call_id, rpm=rpm, tpm=tpm, shared=False)
         if hold is None:
             self.rejections[(caller.name, "reservation")] += 1
@@ -508,6 +614,19 @@ LEDGER_UNAVAILABLE = Failure(
 )
 
 
+#: The 503 for a limited key while every Redis connection of this process is busy (it waits a moment first).
+SPEND_BUSY = Failure(
+    status=503,
+    kind="unavailable",
+    message=(
+        "this key has a spend limit and the gateway is too busy to check it in Redis right now; "
+        "the call is refused rather than left uncounted (try again shortly)"
+    ),
+    code="spend_limits_busy",
+    retry_after=1,
+)
+
+
 def daily_limit(caller: Caller, spent: float, held: float = 0.0) -> Failure:
     """The 429 for a key whose daily limit is spent, or held by its calls in flight (it resets at 00:00 UTC)."""
     limit = caller.daily_limit_usd or 0.0
@@ -524,17 +643,49 @@ def daily_limit(caller: Caller, spent: float, held: float = 0.0) -> Failure:
     )
 
 
-def max_call(caller: Caller, amount: float) -> Failure:
-    """The 400 for a call whose worst case is above its key's ``max_call_usd`` (lower ``max_tokens``)."""
+def max_call(caller: Caller, amount: float, choices: int = 1) -> Failure:
+    """The 400 for a call whose worst case is above its key's ``max_call_usd`` (lower ``max_tokens``, or ``n``).
+
+    ``choices``: how many answers the call asked for (OpenAI Chat's ``n``), each priced in ``amount``.
+    """
+    bound = caller.max_call_usd or 0.0
+    if choices > 1:
+        what = f"its input and max_tokens for each of its n = {choices} choices at the route's prices"
+        # the parameter to lower: n, when one choice alone would be within the bound
+        param, advice = ("n", "lower n") if amount / choices <= bound else ("max_tokens", "lower max_tokens and n")
+    else:
+        what, param, advice = "its input and max_tokens at the route's prices", "max_tokens", "lower max_tokens"
     return Failure(
         status=400,
         kind="invalid_request",
         message=(
-            f"this call may cost up to ${amount:.4f} (its input and max_tokens at the route's prices), above the "
-            f"${caller.max_call_usd or 0.0:.4f} one call of key {caller.name!r} may cost; lower max_tokens"
+            f"this call may cost up to ${amount:.4f} ({what}), above the ${bound:.4f} one call of key "
+            f"{caller.name!r} may cost; {advice}"
         ),
-        param="max_tokens",
+        param=param,
         code="max_call_exceeded",
+    )
+
+
+def unpriced_model(caller: Caller, unpriced: Sequence[tuple[str, str]]) -> Failure:
+    """The 400 for a call of a key with a spend limit that may reach a model without a known price."""
+    profile, model = unpriced[0]
+    shown = repr(model[:64]) + ("…" if len(model) > 64 else "")
+    more = (
+        f" (and {len(unpriced) - 1} more entr{'ies' if len(unpriced) > 2 else 'y'} of its route)"
+        if len(unpriced) > 1
+        else ""
+    )
+    return Failure(
+        status=400,
+        kind="invalid_request",
+        message=(
+            f"model {shown} has no known price on {profile}{more}, and key {caller.name!r} has a spend limit: what "
+            f"the call costs could not be counted, so it is not sent; configure pricing on [providers.models.{profile}]"
+            " (USD per million tokens) or use a priced model"
+        ),
+        param="model",
+        code="model_unpriced",
     )
 
 

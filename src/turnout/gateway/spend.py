@@ -9,26 +9,40 @@ So a call counts from the moment it ends until the file holds it, and after that
 twice, and never not at all, also while the file refuses writes (disk full, read-only, moved). The day is the
 UTC day.
 
-Calls still running are counted by their reservations (:meth:`SpendBook.reserve`), not by the ledger.
-Attempts without a known price count as $0 (give such profiles a ``pricing`` table).
+Calls still running are counted by their reservations (:meth:`SpendBook.reserve`), not by the ledger. A call's
+money has one owner: its ledger record. The book listens to the ledger (:class:`~turnout.ledger.CallListener`):
+when the record of a call that holds a reservation is given to the ledger, the reservation is settled with that
+record's cost and tokens, in this process and in Redis, once. A request that ends before its call's record (a call
+given up on, billed when its upstream try ends) keeps its reservation until the record comes
+(:meth:`SpendBook.ended`); one whose call never began releases it at once.
+Attempts without a known price count as $0 (give such profiles a ``pricing`` table); a key with a spend limit
+is refused a call whose route reaches one (:attr:`WorstCase.unpriced`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from turnout.embed_walk import embedding_cost
+from turnout.entry import Entry
 from turnout.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
-from turnout.gateway.shared_spend import SharedSpend
-from turnout.ledger import Ledger, LedgerUnavailable
+from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
+from turnout.ledger import CallRecord, Ledger, LedgerUnavailable
 from turnout.router import Target
 from turnout.types import ChatRequest, Message, ToolSpec, Usage
 
+log = logging.getLogger("turnout.gateway")
+
 #: How stale the ledger's totals may be before the next admission of a limited key refreshes them.
 REFRESH_S = 1.0
+#: How long a reservation waits for the record of a call that began, after its request ended (seconds): a
+#: backstop for a call that is never recorded; a call given up on is recorded when its upstream try ends.
+LATE_RECORD_S = 900.0
 _DAY_S = 86400.0
 
 
@@ -53,6 +67,7 @@ class Hold:
         call_id: The call's id (the ledger's).
         shared: Whether the ledger file holds it too (every process writing the file sees it).
         redis: Whether Redis holds it (every host sees it; settled there when the call ends).
+        day: The UTC day it counts in (its start, Unix seconds).
     """
 
     name: str
@@ -60,6 +75,15 @@ class Hold:
     call_id: str = ""
     shared: bool = False
     redis: bool = False
+    day: float = 0.0
+
+
+@dataclass(slots=True)
+class _Open:
+    """A reservation whose call's record settles it, and whether its call began (a record of it will come)."""
+
+    hold: Hold
+    began: bool = False
 
 
 #: What :meth:`SpendBook.reserve` refuses for, besides the daily limit: the key's requests or tokens per minute.
@@ -91,6 +115,11 @@ class SpendBook:
         self._task: asyncio.Task[None] | None = None
         self.readable = True
         self._holds: dict[str, dict[Hold, None]] = {}  # reservations of calls in flight, per key name
+        self._open: dict[str, _Open] = {}  # the same, by call id: settled by the call's record
+        self._late: dict[str, float] = {}  # requests ended before their call's record: call id -> backstop
+        self._names: set[str] = set()  # every key that reserved (whose unwritten spend a seed counts)
+        if shared is not None:
+            shared.totals = self.day_totals
 
     def spent(self, name: str) -> float:
         """What ``name`` spent today, as far as is known now; starts a refresh when the totals are stale."""
@@ -130,6 +159,8 @@ class SpendBook:
         Raises:
             SharedUnavailable: Redis did not answer (the caller applies ``on_ledger_failure``).
         """
+        if self._late:
+            self._sweep()
         if shared and self.shared is not None:
             return await self._reserve_shared(name, amount, limit, call_id, rpm, tpm)
         if rpm is not None or tpm is not None:
@@ -143,13 +174,13 @@ class SpendBook:
         if rpm is not None or tpm is not None:
             minute, requests, tokens = self._minute(name)
             self._minutes[name] = (minute, requests + 1, tokens)
-        local = Hold(name=name, amount=amount, call_id=call_id)
+        local = Hold(name=name, amount=amount, call_id=call_id, day=self._day)
         holds = self._holds.setdefault(name, {})
         holds[local] = None
         try:
             shared = await self.ledger.reserve(call_id, name, amount, limit, self._day)
         except LedgerUnavailable:
-            return local
+            return self._track(local)
         except BaseException:
             self.release(local)
             raise
@@ -159,24 +190,100 @@ class SpendBook:
             if not holds:
                 self._holds.pop(name, None)
             return None
-        hold = Hold(name=name, amount=amount, call_id=call_id, shared=True)
+        hold = Hold(name=name, amount=amount, call_id=call_id, shared=True, day=self._day)
         holds[hold] = None
-        return hold
+        return self._track(hold)
 
     async def _reserve_shared(
         self, name: str, amount: float, limit: float, call_id: str, rpm: int | None, tpm: int | None
     ) -> Hold | str | None:
         shared = self.shared
         assert shared is not None
-        if shared.stale:  # Redis missed some settles: raise this host's total to its ledger's first
-            totals, _ = await self.ledger.spend_since(self._day)
-            await shared.reconcile(totals, self._day)
-        outcome = await shared.reserve(name, call_id, amount, limit, self._day, rpm, tpm)
-        if outcome == 1:
-            hold = Hold(name=name, amount=amount, call_id=call_id, redis=True)
-            self._holds.setdefault(name, {})[hold] = None
-            return hold
-        return {-1: RPM, -2: TPM}.get(outcome)
+        day = self._day
+        # (a stale host, or a Redis whose data is not the one this host seeded, is seeded from the ledger first)
+        outcome = await shared.reserve(name, call_id, amount, limit, day, rpm, tpm)
+        if outcome != 1:
+            return {-1: RPM, -2: TPM}.get(outcome)
+        held = Hold(name=name, amount=amount, call_id=call_id, redis=True, day=day)
+        self._holds.setdefault(name, {})[held] = None
+        # The file holds it too, without a limit of its own (Redis decided): a process killed before the call's
+        # record is written leaves it there, and the next start bills it at its worst case, which Redis is then
+        # raised to (:meth:`reconcile`). Without the file the call still runs, counted in Redis alone.
+        try:
+            durable = await self.ledger.reserve(call_id, name, amount, math.inf, day)
+        except LedgerUnavailable:
+            durable = False
+        except BaseException:
+            self.release(held)
+            raise
+        if not durable:
+            return self._track(held)
+        hold = Hold(name=name, amount=amount, call_id=call_id, shared=True, redis=True, day=day)
+        holds = self._holds[name]
+        holds.pop(held, None)
+        holds[hold] = None
+        return self._track(hold)
+
+    def _track(self, hold: Hold) -> Hold:
+        """Keep ``hold`` until its call's record (or its request's end, when no call began) settles it."""
+        self._open[hold.call_id] = _Open(hold)
+        self._names.add(hold.name)
+        return hold
+
+    async def day_totals(self, day: float) -> dict[str, float] | None:
+        """What this host's ledger holds per key for ``day`` (what Redis is seeded with; None: it cannot be read now).
+
+        The file's totals, and this process's records the file lacks yet.
+        """
+        try:
+            totals, written = await self.ledger.spend_since(day)
+        except LedgerUnavailable:
+            return None
+        out = dict(totals)
+        for name in self._names | set(totals):
+            unwritten = self.ledger.given(name, day) - written.get(name, 0.0)
+            if unwritten > 0.0:
+                out[name] = out.get(name, 0.0) + unwritten
+        return out
+
+    # --- the seam with the ledger (CallListener) ---------------------------------------------------
+
+    def opened(self, call_id: str) -> None:
+        """Call ``call_id`` began: its record, when it is given to the ledger, settles its reservation."""
+        pending = self._open.get(call_id)
+        if pending is not None:
+            pending.began = True
+
+    def recorded(self, call: CallRecord, cost: float) -> None:
+        """The ledger was given ``call``'s record: settle its reservation with the record's cost and tokens."""
+        pending = self._open.get(call.call_id)
+        if pending is None:
+            return
+        tokens = sum(a.usage.total_tokens for a in call.attempts if a.usage is not None)
+        self.release(pending.hold, cost, tokens)
+
+    def ended(self, hold: Hold) -> None:
+        """The request of ``hold`` ended: without a call, the hold goes now; else it waits for the call's record."""
+        pending = self._open.get(hold.call_id)
+        if pending is None or pending.hold is not hold:  # settled already (its record came)
+            return
+        if not pending.began:
+            self.release(hold)
+            return
+        self._late[hold.call_id] = time.monotonic() + LATE_RECORD_S
+
+    def _sweep(self) -> None:
+        """Release (at $0, loudly) the holds whose call was never recorded within :data:`LATE_RECORD_S`."""
+        now = time.monotonic()
+        while self._late:
+            call_id, deadline = next(iter(self._late.items()))
+            if deadline > now:
+                return
+            del self._late[call_id]
+            pending = self._open.get(call_id)
+            if pending is not None:
+                log.error("turnout gateway: a call's record never came; its reservation is released")
+                self.release(pending.hold)
 
     async def reconcile(self) -> None:
         """Raise this host's spend in Redis to what its ledger file holds today (start-up; never double counts).
@@ -186,7 +293,9 @@ class SpendBook:
             LedgerUnavailable: The ledger could not be read.
         """
         if self.shared is not None:
-            totals, _ = await self.ledger.spend_since(self._day)
+            totals = await self.day_totals(self._day)
+            if totals is None:
+                raise LedgerUnavailable("the ledger could not be read")
             await self.shared.reconcile(totals, self._day)
 
     def _minute(self, name: str) -> tuple[int, int, int]:
@@ -198,19 +307,23 @@ class SpendBook:
         """The call of ``hold`` ended and the ledger was given its record: its cost counts from there.
 
         ``cost`` and ``tokens`` are what the call spent (Redis counts them for every host; a key's ``tpm``).
+        Releasing a hold a second time does nothing.
         """
+        holds = self._holds.get(hold.name)
+        if holds is None or hold not in holds:
+            return
+        self._open.pop(hold.call_id, None)
+        self._late.pop(hold.call_id, None)
         if hold.shared:
             self.ledger.release(hold.call_id)
         if hold.redis and self.shared is not None:
-            self.shared.settle(hold.name, hold.call_id, cost, tokens, self._day)
+            self.shared.settle(hold.name, hold.call_id, cost, tokens, hold.day)
         elif tokens:
             minute, requests, used = self._minute(hold.name)
             self._minutes[hold.name] = (minute, requests, used + tokens)
-        holds = self._holds.get(hold.name)
-        if holds is not None:
-            holds.pop(hold, None)
-            if not holds:
-                del self._holds[hold.name]
+        holds.pop(hold, None)
+        if not holds:
+            del self._holds[hold.name]
 
     def reserved(self, name: str) -> float:
         """What the calls of ``name`` in flight hold now."""
@@ -219,6 +332,23 @@ class SpendBook:
     def holding(self, name: str) -> int:
         """How many calls of ``name`` hold a reservation now."""
         return len(self._holds.get(name, ()))
+
+    def held_view(self, name: str) -> tuple[float, int]:
+        """What ``name``'s reservations hold (USD, how many): with Redis, every host's as Redis last said."""
+        if self.shared is not None and name in self.shared.held_now:
+            return self.shared.held_now[name]
+        return self.reserved(name), self.holding(name)
+
+    async def observe(self, names: Iterable[str]) -> None:
+        """Ask Redis what it holds for each key in ``names`` now (for ``/status``; nothing when it does not answer)."""
+        if self.shared is None:
+            return
+        try:
+            for name in names:
+                await self.shared.held(name, self._day)
+        except SharedUnavailable:
+            for name in names:  # this process's own view, rather than a figure Redis gave earlier
+                self.shared.held_now.pop(name, None)
 
     async def refresh(self) -> None:
         """Read today's totals from the ledger file (through its writer, after what is queued)."""
@@ -277,12 +407,13 @@ def keys_status(
         return []
     out: list[dict[str, object]] = []
     for name, daily, per_call, rpm, tpm in limits:
+        held, holding = book.held_view(name)
         out.append(
             {
                 "key": name,
                 "spent_usd": round(book.spent(name), 6),
-                "reserved_usd": round(book.reserved(name), 6),
-                "in_flight": book.holding(name),
+                "reserved_usd": round(held, 6),
+                "in_flight": holding,
                 "daily_limit_usd": daily,
                 "max_call_usd": per_call,
                 "rpm": rpm,
@@ -292,31 +423,88 @@ def keys_status(
     return out
 
 
-def worst_case(target: Target, messages: Sequence[Message], tools: Sequence[ToolSpec], max_tokens: int | None) -> float:
+@dataclass(frozen=True, slots=True)
+class WorstCase:
+    """The most a call can cost on its route, and the entries of the route whose price is unknown.
+
+    Attributes:
+        amount: The highest cost among the route's priced entries (USD).
+        unpriced: ``(profile, served model)`` of every entry without a known price (neither the profile's
+            ``pricing`` nor the catalogue's), in the walk's order, each once: what the call would cost there could
+            not be counted, so a key with a spend limit is refused the call (:meth:`Policy.reserve
+            <turnout.gateway.policy.Policy.reserve>`).
+    """
+
+    amount: float
+    unpriced: tuple[tuple[str, str], ...] = ()
+
+
+#: The usage :func:`unpriced_entries` prices with: whether an entry has a price does not depend on it.
+_NO_USAGE = Usage()
+
+
+def _priced(target: Target, usage_of: Callable[[Entry], Usage], embedding: bool) -> WorstCase:
+    """The most ``usage_of(entry)`` costs on an entry of ``target``, and the entries without a price.
+
+    Priced as a chat, or (``embedding``) as an embedding call. The one place that says which entries of a route
+    are unpriced, for a call's reservation and for ``turnout check`` alike; the prices are the walk's own (the
+    route's catalogue and its profiles' ``pricing``).
+    """
+    reliable = target.reliable
+    context = reliable.context
+    worst = 0.0
+    unpriced: dict[tuple[str, str], None] = {}
+    for entry in reliable.entries:
+        served = entry.served_model(target.model)
+        usage = usage_of(entry)
+        if embedding:
+            cost = embedding_cost(context.catalogue, entry, served, usage)
+        else:
+            cost = context.cost(entry, served, usage)
+        if cost is None:
+            unpriced[(entry.profile, served)] = None
+        elif cost > worst:
+            worst = cost
+    return WorstCase(worst, tuple(unpriced))
+
+
+def unpriced_entries(target: Target, *, embedding: bool = False) -> tuple[tuple[str, str], ...]:
+    """``(profile, served model)`` of every entry of ``target`` without a known price, in order, each once.
+
+    ``embedding``: priced as an embedding call (an input price is enough). What :func:`worst_case` and
+    :func:`embedding_worst_case` report as :attr:`WorstCase.unpriced`.
+    """
+    return _priced(target, lambda _: _NO_USAGE, embedding).unpriced
+
+
+def worst_case(
+    target: Target,
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec],
+    max_tokens: int | None,
+    choices: int = 1,
+) -> WorstCase:
     """The most a call can cost on any entry of ``target``: its input (estimated) and its output bound, priced.
 
     The output bound is the request's ``max_tokens``, else the entry's profile ``max_tokens``, else
-    :data:`turnout.estimate.DEFAULT_OUTPUT_BOUND`. An entry without a known price counts as $0.
+    :data:`turnout.estimate.DEFAULT_OUTPUT_BOUND`. A request for ``choices`` answers (OpenAI Chat's ``n``) is priced
+    as that many whole calls, input included: OpenAI bills the input once and the output of every choice, but a
+    compatible upstream that is passed ``n`` may bill each choice as a request of its own. An entry without a known
+    price adds nothing to the amount and is named in :attr:`WorstCase.unpriced`.
     """
     request = ChatRequest(messages=tuple(messages), tools=tuple(tools), max_tokens=max_tokens)
-    input_tokens = estimate_tokens(messages, tools)
-    reliable = target.reliable
-    worst = 0.0
-    for entry in reliable.entries:
-        usage = Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens))
-        cost = reliable.context.cost(entry, entry.served_model(target.model), usage)
-        if cost is not None and cost > worst:
-            worst = cost
-    return worst
+    input_tokens = estimate_tokens(messages, tools) * choices
+
+    def usage_of(entry: Entry) -> Usage:
+        return Usage(input_tokens=input_tokens, output_tokens=output_bound(request, entry.max_tokens) * choices)
+
+    return _priced(target, usage_of, embedding=False)
 
 
-def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) -> float:
-    """The most an embedding call can cost on any entry of ``target``: its inputs' tokens (estimated), priced."""
+def embedding_worst_case(target: Target, inputs: Sequence[str | Sequence[int]]) -> WorstCase:
+    """The most an embedding call can cost on any entry of ``target``: its inputs' tokens (estimated), priced.
+
+    An entry without a known input price adds nothing to the amount and is named in :attr:`WorstCase.unpriced`.
+    """
     usage = Usage(input_tokens=estimate_embedding_tokens(inputs))
-    reliable = target.reliable
-    worst = 0.0
-    for entry in reliable.entries:
-        cost = embedding_cost(reliable.context.catalogue, entry, entry.served_model(target.model), usage)
-        if cost is not None and cost > worst:
-            worst = cost
-    return worst
+    return _priced(target, lambda _: usage, embedding=True)

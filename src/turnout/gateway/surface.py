@@ -49,7 +49,9 @@ class ChatCall:
         tools: Tools the model may call.
         tool_choice: ``auto``, ``none``, ``required`` or a tool name.
         temperature: Sampling temperature, when given.
-        max_tokens: Upper bound on output tokens, when given.
+        max_tokens: Upper bound on output tokens of one answer, when given (a limited key's call without one is
+            given the bound its reservation priced, see :mod:`turnout.gateway.chat`).
+        choices: How many answers the request asks for (OpenAI Chat's ``n``): a reservation prices each of them.
         stream: Whether the client asked for a stream.
         include_usage: OpenAI ``stream_options.include_usage``: end the stream with a usage chunk.
         thinking: Anthropic ``thinking`` enabled: reasoning is returned as ``thinking`` blocks.
@@ -67,6 +69,7 @@ class ChatCall:
     tool_choice: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    choices: int = 1
     stream: bool = False
     include_usage: bool = False
     thinking: bool = False

@@ -78,6 +78,10 @@ def finish_reason(stop_reason: str | None, has_calls: bool) -> str:
     return "tool_calls" if has_calls else "stop"
 
 
+#: The counts of an Anthropic ``usage`` that :func:`normalise_usage` reads.
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """Anthropic ``usage`` → :class:`Usage`: its ``input_tokens`` excludes cache reads and writes."""
     cache_read, bad_read = provider_count(raw.get("cache_read_input_tokens"))
@@ -545,9 +549,11 @@ class AnthropicDecoder(SSEEventDecoder):
         # ping and unknown event types are ignored
 
     def _take_usage(self, usage: Any) -> None:
-        # message_delta usage is cumulative and may repeat the input/cache counters: the latest value wins.
+        # message_delta usage is cumulative and may repeat the input/cache counters: the latest value wins. Only
+        # the counts normalise_usage reads are kept, so a usage of many other keys grows nothing.
         if isinstance(usage, Mapping):
-            for key, value in usage.items():
+            for key in _USAGE_KEYS:
+                value = usage.get(key)
                 if value is not None:
                     self._usage[key] = value
 

@@ -4,9 +4,13 @@ Imported only by the Bedrock adapter, so ``import turnout`` never imports botoco
 
 - :class:`AwsCredentials` resolves a profile's credentials through botocore's own chain (environment, shared
   config and credentials files and ``aws_profile``, SSO, assume-role, web identity, container and instance
-  metadata) in a worker thread, never on the event loop, and keeps them: a call uses the kept ones, and
+  metadata) on a credential thread (:mod:`turnout.providers.credential_threads`), never on the event loop nor in
+  its default executor (which the ledger's reservations use), and keeps them: a call uses the kept ones, and
   credentials that can expire are handed to botocore's own refresh at most every :data:`RECHECK_S` seconds,
-  again in a thread; a chain that found nothing is asked again only after as long.
+  again on a credential thread; a chain that found nothing is asked again only after as long. One resolution
+  runs at a time per profile, the calls that come meanwhile wait for it, each at most :data:`RESOLVE_TIMEOUT_S`
+  (a ``credential_process`` or an endpoint that hangs fails its calls in that time, and then at once while it
+  still hangs, and holds one thread).
 - Requests are signed with these credentials by :mod:`turnout.providers.sigv4` (SigV4 computed with the
   standard library, held to botocore's ``SigV4Auth`` by a differential test and to AWS's test suite).
 - :class:`FrameReader` cuts an ``application/vnd.amazon.eventstream`` body into frames and hands each whole
@@ -30,11 +34,15 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError, PartialCreden
 from botocore.session import Session
 
 from turnout.errors import ErrorClass, ProtocolError, ProviderError
+from turnout.providers.credential_threads import Flight, finished
 
 #: The signing name of the Bedrock runtime (botocore's ``bedrock-runtime`` model: ``signingName``).
 SIGNING_NAME = "bedrock"
 #: How often kept credentials that can expire are handed to botocore to refresh (it refreshes only when due).
 RECHECK_S = 30.0
+#: The longest a call waits for the chain (botocore bounds each of its own requests; a ``credential_process`` it
+#: does not).
+RESOLVE_TIMEOUT_S = 30.0
 #: The prelude: total length, headers length, prelude CRC (big-endian 32-bit each).
 PRELUDE = 12
 #: The prelude, the message CRC and nothing else: the smallest frame.
@@ -168,47 +176,66 @@ class AwsCredentials:
         profile: The Turnout profile (``bedrock.main``), for the errors.
         aws_profile: The shared-config profile to read (None: botocore's default, ``AWS_PROFILE``).
         clock: Monotonic seconds (tests inject a fake one).
+        timeout: The longest a call waits for a resolution (:data:`RESOLVE_TIMEOUT_S`).
     """
 
-    def __init__(self, profile: str, aws_profile: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        profile: str,
+        aws_profile: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        timeout: float = RESOLVE_TIMEOUT_S,
+    ) -> None:
         self.profile = profile
         self.aws_profile = aws_profile
         self._clock = clock
+        self._timeout = timeout
         self._frozen: ReadOnlyCredentials | None = None
         self._source: Credentials | None = None  # kept when botocore may refresh them
         self._check_at = 0.0
-        self._lock: asyncio.Lock | None = None
+        self._flight: Flight[ReadOnlyCredentials] = Flight()  # the resolution in flight, shared by its callers
         self._session: Session | None = None
         self._missing: ProviderError | None = None  # the chain's last answer when it found nothing
 
     async def get(self) -> ReadOnlyCredentials:
-        """The credentials to sign with (resolved or refreshed in a worker thread when needed).
+        """The credentials to sign with (resolved or refreshed on a credential thread when needed).
 
         Raises:
-            ProviderError: No credentials anywhere (non-retryable, naming the profile and where it looked), or
-                the chain failed (retryable when it may succeed later).
+            ProviderError: No credentials anywhere (non-retryable, naming the profile and where it looked), the
+                chain failed (retryable when it may succeed later), or it did not answer within the timeout
+                (retryable, ``credentials_timeout``).
         """
         frozen = self._frozen
         if frozen is not None and (self._source is None or self._clock() < self._check_at):
             return frozen
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:  # one resolution at a time: the calls waiting share its result
-            frozen = self._frozen
-            if frozen is not None and (self._source is None or self._clock() < self._check_at):
-                return frozen
-            missing = self._missing
-            if missing is not None and self._clock() < self._check_at:
-                raise missing  # the chain found nothing a moment ago: no thread, no metadata wait per call
-            try:
-                frozen = await asyncio.to_thread(self._resolve)
-            except ProviderError as exc:
-                if exc.error_type == "credentials_missing":
-                    self._missing, self._check_at = exc, self._clock() + RECHECK_S
-                raise
+        missing = self._missing
+        if missing is not None and self._clock() < self._check_at:
+            raise missing  # the chain found nothing a moment ago: no thread, no metadata wait per call
+        if self._flight.overdue(self._timeout):  # the resolution under way already outlasted a call's wait
+            raise self._timed_out("the resolution under way has not answered in")
+        job = self._flight.join(self._resolve)  # one resolution at a time: the calls waiting share its result
+        try:
+            async with asyncio.timeout(self._timeout):
+                frozen = await finished(job)
+        except TimeoutError:
+            raise self._timed_out("not resolved within") from None
+        except ProviderError as exc:
+            if exc.error_type == "credentials_missing" and self._flight.current is job:
+                self._missing, self._check_at = exc, self._clock() + RECHECK_S
+            raise
+        if self._flight.current is job:  # else the credentials were invalidated meanwhile: not kept
             self._frozen, self._missing = frozen, None
             self._check_at = self._clock() + RECHECK_S
-            return frozen
+        return frozen
+
+    def _timed_out(self, what: str) -> ProviderError:
+        return ProviderError(
+            f"AWS credentials for {self.profile}: {what} {self._timeout:g}s",
+            error_class=ErrorClass.RETRYABLE,
+            provider=self.profile,
+            error_type="credentials_timeout",
+        )
 
     def invalidate(self) -> None:
         """Forget the kept credentials (the upstream said they expired): the next call resolves them anew."""
@@ -216,9 +243,10 @@ class AwsCredentials:
         self._source = None
         self._session = None
         self._missing = None
+        self._flight.forget()  # a resolution still running may return the expired ones
 
     def _resolve(self) -> ReadOnlyCredentials:
-        """Resolve through botocore's chain (runs in a worker thread: it may read files or call a metadata endpoint)."""
+        """Resolve through botocore's chain (on a credential thread: it reads files, runs processes, asks endpoints)."""
         try:
             source = self._source
             if source is None:

@@ -46,6 +46,7 @@ from turnout.types import (
     ToolCallEvent,
     Usage,
     UsageEvent,
+    provider_count,
 )
 
 #: The variable holding a Bedrock API key when the profile gives none.
@@ -61,8 +62,6 @@ FINISH_REASONS: Mapping[str, str] = {
 }
 REFUSAL_STOPS = frozenset({"guardrail_intervened", "content_filtered"})
 MALFORMED_STOPS = frozenset({"malformed_model_output", "malformed_tool_use"})
-#: The largest token count believed from a usage field (bounded where it is parsed).
-MAX_TOKENS_COUNT = 1 << 31
 #: The HTTP status of each exception a ConverseStream frame can carry (botocore's ``bedrock-runtime`` model): an
 #: exception inside a 200 is the same failure as the status it would have had before the stream.
 EXCEPTION_STATUS: Mapping[str, int] = {
@@ -77,21 +76,22 @@ _EXPIRED_TYPES = frozenset({"expiredtokenexception", "expiredtoken"})
 _EXPIRED_TEXT = "security token included in the request is expired"
 
 
-def _count(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKENS_COUNT:
-        return value
-    return 0
-
-
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
-    """Converse ``usage`` → :class:`Usage`: ``inputTokens`` leaves out cache reads and writes, as Anthropic's does."""
-    read = _count(raw.get("cacheReadInputTokens"))
-    write = _count(raw.get("cacheWriteInputTokens"))
+    """Converse ``usage`` → :class:`Usage`: ``inputTokens`` leaves out cache reads and writes, as Anthropic's does.
+
+    Each count is bounded by :func:`~turnout.types.provider_count` (a whole number written ``12.0`` is 12), and the
+    usage is marked ``clamped`` when one was out of range or not a number.
+    """
+    read, bad_read = provider_count(raw.get("cacheReadInputTokens"))
+    write, bad_write = provider_count(raw.get("cacheWriteInputTokens"))
+    plain, bad_input = provider_count(raw.get("inputTokens"))
+    output, bad_output = provider_count(raw.get("outputTokens"))
     return Usage(
-        input_tokens=_count(raw.get("inputTokens")) + read + write,
-        output_tokens=_count(raw.get("outputTokens")),
+        input_tokens=plain + read + write,
+        output_tokens=output,
         cached_input_tokens=read,
         cache_write_tokens=write,
+        clamped=bad_read or bad_write or bad_input or bad_output,
     )
 
 

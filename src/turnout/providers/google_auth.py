@@ -3,14 +3,18 @@
 google-auth owns the credential chain (``credentials_file``, ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's
 application-default file, the metadata server, workload identity federation) and the token exchange; this
 module only decides when to ask it. A token is reused until :data:`REFRESH_MARGIN_S` before it expires;
-discovery and refresh run in a worker thread (google-auth's transport blocks), bounded in time, one at a time
-per profile, so the event loop never waits on them and concurrent calls share one refresh. google-auth is
-imported by this module alone, which only a Vertex profile's adapter imports: never ``import turnout``.
+discovery and refresh run on a credential thread (google-auth's transport blocks;
+:mod:`turnout.providers.credential_threads`), never in the event loop's default executor, which the ledger's
+reservations use. One refresh runs at a time per profile and the calls that come meanwhile wait for it; each
+waits at most :data:`TOKEN_TIMEOUT_S`, so a token endpoint that never answers costs its calls that bound and
+holds one thread, and neither a reservation nor the process's shutdown waits for it. google-auth is imported
+by this module alone, which only a Vertex profile's adapter imports: never ``import turnout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -26,6 +30,7 @@ from google.auth import exceptions
 from google.oauth2 import service_account
 
 from turnout.errors import ErrorClass, ProviderError
+from turnout.providers.credential_threads import Flight, finished
 
 #: The OAuth scope Vertex AI accepts.
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -93,6 +98,7 @@ class TokenSource:
         self._token: str | None = None
         self._fresh_until = 0.0
         self._lock = threading.Lock()  # one refresh at a time, whichever event loop or thread asks
+        self._flight: Flight[str] = Flight()  # the refresh in flight: the calls that come meanwhile wait for it
         #: Refreshes made (tests and the benchmark read it).
         self.refreshes = 0
 
@@ -117,8 +123,23 @@ class TokenSource:
         return await self._run(rejected)
 
     async def _run(self, rejected: str | None) -> str:
+        """The refresh in flight (else a new one) on a credential thread, waited for at most the timeout.
+
+        A renewal that joined a refresh begun before its token was rejected, and got that token back, asks again.
+        While a refresh has gone on longer than the timeout (an endpoint that never answers), a call fails at once.
+        """
+        if self._flight.overdue(self._timeout):  # the refresh under way already outlasted a call's wait
+            raise self._error(
+                f"no Google access token: the refresh under way has not answered in {self._timeout:g}s",
+                ErrorClass.RETRYABLE,
+                "token_timeout",
+            )
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self._refresh, rejected), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                token = await finished(self._flight.join(functools.partial(self._refresh, rejected)))
+                if rejected is not None and token == rejected:
+                    token = await finished(self._flight.join(functools.partial(self._refresh, rejected)))
+                return token
         except TimeoutError:
             raise self._error(
                 f"no Google access token after {self._timeout:g}s", ErrorClass.RETRYABLE, "token_timeout"

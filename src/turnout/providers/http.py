@@ -12,7 +12,9 @@ A URL given as a ``yarl.URL`` built with ``encoded=True`` is sent as it is: a si
 Size bounds count the bytes *after* decompression: aiohttp inflates a ``Content-Encoding`` (gzip, deflate, br
 with Brotli installed) a bounded piece at a time as the body is read, so a whole body is read piece by piece and
 its decoded size compared with ``max_response_bytes`` as it grows (the compressed ``Content-Length`` says nothing
-about what it inflates to), and an encoded stream is bounded the same way in total; either raises
+about what it inflates to). A stream is bounded the same way in total, encoded or not: everything a stream's
+parsers and builders hold (text, reasoning, tool arguments, a frame being read) is decoded from its body, so the
+body's decoded total bounds it, counted here once for every adapter. Either raises
 :class:`~turnout.errors.ResponseTooLarge` with memory bounded by the limit.
 
 Every aiohttp and socket exception is translated here, at one boundary, into a
@@ -243,7 +245,7 @@ class StreamingResponse:
     ) -> None:
         self._client = client
         self._args = args
-        #: Decoded bytes an encoded stream may still bring (None: unbounded in total, bounded per event).
+        #: Decoded bytes the stream may still bring (None: unbounded in total, bounded per event).
         self._left = max_bytes
 
     async def __aenter__(self) -> StreamingResponse:
@@ -257,8 +259,6 @@ class StreamingResponse:
             raise client._failed(exc, watchdog, timeouts, target, url)  # noqa: B904 - the cause is set by _failed
         watchdog._content = resp.content  # the headers arrived: watch the body from now on
         self._resp, self._watchdog, self.status, self.headers = resp, watchdog, resp.status, resp.headers
-        if self._left is not None and not _encoded(resp.headers):
-            self._left = None  # a plain stream's size on the wire is its size: its events are bounded one by one
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -290,14 +290,20 @@ class StreamingResponse:
         if self._left is not None:
             self._left -= len(chunk)
             if self._left < 0:
-                target = self._watchdog._target
-                raise ResponseTooLarge(
-                    "compressed stream exceeds the response limit once decoded",
-                    provider=target.provider,
-                    model=target.model,
-                    status=self.status,
-                )
+                del chunk  # the error's traceback holds this frame: not the read past the bound
+                raise self._too_large()
         return chunk
+
+    def _too_large(self) -> ResponseTooLarge:
+        """The error of a stream whose decoded total passed its bound; the connection is closed on leaving."""
+        target = self._watchdog._target
+        encoded = "compressed " if _encoded(self.headers) else ""
+        return ResponseTooLarge(
+            f"{encoded}stream exceeds the response limit once decoded",
+            provider=target.provider,
+            model=target.model,
+            status=self.status,
+        )
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive (:meth:`read_chunk` until the end of the body)."""
@@ -587,8 +593,9 @@ class HttpClient:
 
         Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
         upstream sees the client go; a body read to its end releases the connection to the pool. With
-        ``max_bytes``, a content-encoded stream brings at most that many bytes once decoded (reading past it raises
-        :class:`~turnout.errors.ResponseTooLarge`).
+        ``max_bytes``, the stream brings at most that many bytes in total once decoded, content-encoded or not
+        (reading past it raises :class:`~turnout.errors.ResponseTooLarge`): what its parsers accumulate is bounded
+        by it.
         """
         return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context), max_bytes)
 

@@ -203,6 +203,7 @@ class Turn:
                 stream = None  # no entry can stream it: the recovery runs the whole walk
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
+                stream.delivered = self.builder  # a completed stream without a believable usage is billed by it
                 # No cancel event to watch, no draft to send and the events shown: what :meth:`_text` does with a
                 # whole text event that holds no ``<`` and meets no open think tag is to collect it and show it.
                 # The loop does that itself (most events are such text; the handlers would double their cost).
@@ -227,6 +228,7 @@ class Turn:
                                     await self._send_drafts()
                                 for each in shown:
                                     yield each
+                            self.builder.compact()  # once per read: a long stream holds its text, not its deltas
                 except TurnCancelled:
                     raise
                 except TurnoutError as exc:
@@ -245,6 +247,7 @@ class Turn:
                 resume = self._resume(stream, error)
             finally:
                 error = None  # the error's traceback holds this frame: keeping it would make a cycle for the collector
+            self._release()  # nothing the stream collected is shown or answered any more: the recovery answers
             recovered, shown_events = await self._recover(resume)
             for event in shown_events:
                 yield event
@@ -337,10 +340,11 @@ class Turn:
         if error is not None and self.visible:
             stream.record_verdict("stream_interrupted", delivered_usage(self.request, self.builder))
             cause = error.error_class if isinstance(error, ProviderError) else None
+            usage = self.builder.usage
             interrupted = StreamInterruptedAfterOutput(
                 f"the stream failed after output was shown ({type(error).__name__}); it is not replayed",
-                partial_text=self.partial_text,
-                usage=self.builder.usage,
+                partial_text=self._release(),
+                usage=usage,
                 attempts=self.call.attempts,
                 cause_class=cause,
             )
@@ -396,6 +400,7 @@ class Turn:
         if isinstance(exc, AllProvidersFailed):  # its message tells the whole turn, the stream's tries included
             exc.args = (aggregate_message(exc.attempts, self.reliable.context.tries),)
         self.call.fail(exc)
+        self._release()
         try:
             raise exc
         finally:
@@ -406,7 +411,28 @@ class Turn:
             self.stream.record_verdict("cancelled", delivered_usage(self.request, self.builder))
         if isinstance(exc, TurnCancelled):
             exc.attempts = tuple(self.call.attempts)
-        self.call.fail(TurnCancelled(partial_text=self.partial_text) if isinstance(exc, GeneratorExit) else exc)
+        partial = self._release()
+        self.call.fail(TurnCancelled(partial_text=partial) if isinstance(exc, GeneratorExit) else exc)
+
+    def _release(self) -> str:
+        """Let go of what the stream collected, once the turn ended without its answer; the text shown, as one string.
+
+        The turn outlives its stream: the caller may keep the :class:`~turnout.runtime.stream.ReplyStream`, and the
+        error raised holds the :meth:`events` frame, so the turn, through its traceback. Neither should keep the
+        stream's text pieces, reasoning and tool calls: what is kept is the shown text alone, as the one string the
+        error carries too (:attr:`partial_text` gives that same string).
+        """
+        shown = self.shown
+        partial = shown[0] if len(shown) == 1 else "".join(shown)
+        shown[:] = (partial,) if partial else ()  # in place: the events frame holds this list too
+        usage, self.builder = self.builder.usage, ResponseBuilder()
+        self.builder.usage = usage
+        if self.events_visible:
+            self.builder.text_parts = shown  # shown text and answer text stay one list
+        self._held_tools.clear()
+        self._drafts.clear()
+        self._draft_text = ""
+        return partial
 
 
 #: The method for each event kind (one table for every turn, rather than bound methods made per turn).
