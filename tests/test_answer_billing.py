@@ -86,6 +86,14 @@ def test_the_output_ceiling_counts_every_choice_and_the_profile_bound() -> None:
     assert usage_ceiling(asked).output_tokens == 400
 
 
+def test_an_answer_of_several_choices_without_usage_is_estimated_for_every_choice() -> None:
+    """``n = 3`` and no usage: Turnout read one choice, and the provider billed three; each counts as the one read."""
+    native = NativeRequest(protocol="openai-chat", body={"n": 3})
+    asked = ChatRequest.of("What is the answer?", max_tokens=1000, native=native)
+    billed = billed_usage(asked, None, ChatResponse(text=ANSWER))
+    assert billed == Usage(input_tokens=estimate_tokens(asked.messages), output_tokens=3 * 500, estimated=True)
+
+
 def test_the_input_ceiling_is_the_context_window_when_known() -> None:
     """Input is bounded by the model's context window when known, else by a multiple of the prompt's estimate."""
     estimate = estimate_tokens(request().messages)

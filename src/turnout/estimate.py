@@ -79,7 +79,7 @@ def delivered_usage(request: ChatRequest, builder: ResponseBuilder) -> Usage:
     The provider's partial usage, when it says at least as much; else the input estimate (or the provider's input
     count) and the estimate of the output delivered.
     """
-    output = delivered_tokens(builder)
+    output = delivered_tokens(request, builder)
     reported = builder.usage
     if reported is not None and reported.output_tokens >= output:
         return reported
@@ -113,14 +113,17 @@ def opening_usage(request: ChatRequest) -> Usage:
     return Usage(input_tokens=estimate_tokens(request.messages, request.tools), estimated=True)
 
 
-def delivered_tokens(delivered: ChatResponse | ResponseBuilder) -> int:
-    """An estimate of the output tokens of what was delivered: the text, the reasoning and the tool calls."""
+def delivered_tokens(request: ChatRequest, delivered: ChatResponse | ResponseBuilder) -> int:
+    """An estimate of the output tokens of what was delivered: the text, the reasoning and the tool calls.
+
+    Turnout reads one answer; a request for several (:func:`choices`) counts each as long as the one read.
+    """
     if isinstance(delivered, ResponseBuilder):
         chars = sum(map(len, delivered.text_parts)) + len(delivered.reasoning)
     else:
         chars = len(delivered.text) + len(delivered.reasoning or "")
     chars += sum(len(c.name) + len(c.arguments) for c in delivered.tool_calls)
-    return -(-chars // CHARS_PER_TOKEN)
+    return -(-chars // CHARS_PER_TOKEN) * choices(request)
 
 
 def choices(request: ChatRequest) -> int:
@@ -223,7 +226,7 @@ def billed_usage(
     """
     if delivered is not None and unusable(reported):
         input_estimate = estimate_tokens(request.messages, request.tools)
-        output_estimate = delivered_tokens(delivered)
+        output_estimate = delivered_tokens(request, delivered)
         if reported is None:
             return Usage(input_tokens=input_estimate, output_tokens=output_estimate, estimated=True)
         ceiling = usage_ceiling(request, profile_max_tokens, context_window)

@@ -389,3 +389,4 @@ async def test_model_lookup_agrees_with_what_chat_accepts(sim: Simulator) -> Non
     assert plain.model_extra["turnout"]["model"] == "gpt-unlisted"
     assert pinned.model_extra is not None and pinned.model_extra["turnout"]["model"] == "sim-ok-t2"
     assert bare.model_extra is not None and bare.model_extra["turnout"]["model"] is None
+

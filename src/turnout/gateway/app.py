@@ -305,10 +305,10 @@ class Gateway:
                         ex.closed_by = "server"
                         response = self.error_response(shape, SHUTTING_DOWN)
                         response.force_close()
-                    except ConnectionError:
+                    except ConnectionError:  # the client went away as its answer was written (its headers)
                         ex.status = CLIENT_CLOSED
                         ex.closed_by = "client"
-                        raise
+                        response = web.Response(status=CLIENT_CLOSED)  # aiohttp finds the connection closed
                     except Exception:
                         log.error("unexpected error serving %s %s", request.method, request.path, exc_info=True)
                         response = self.error_response(shape, INTERNAL)
