@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
+import turnout.call
 from turnout.attribution import Attempt, Outcome, RouteRef
 from turnout.call import Call, CallPlan, call_outcome, new_call_id
 from turnout.errors import (
@@ -194,3 +196,12 @@ def test_call_ids_are_unique_and_of_one_shape() -> None:
         Call(CallPlan(requested=SONNET, operation="chat")).call_id
         != Call(CallPlan(requested=SONNET, operation="chat")).call_id
     )
+
+
+def test_call_ids_are_the_prefix_and_the_counter_in_ten_hex_digits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call id is the prefix, leading zeros kept, then the counter in ten hex digits."""
+    for prefix in ("000000000000", "00ab00000001", "ffffffffffff"):
+        monkeypatch.setattr(turnout.call, "_CALL_PREFIX", prefix)
+        for n in (1, 15, 16, 2**32, 16**10 - 1):
+            monkeypatch.setattr(turnout.call, "_call_numbers", itertools.count(n))
+            assert turnout.call.new_call_id() == prefix + format(n, "010x")

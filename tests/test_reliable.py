@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -12,12 +14,13 @@ from turnout.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
+    ProviderError,
     ProviderTimeout,
     RefusalError,
 )
 from turnout.reliable import Resume
 from turnout.state import MemoryStore
-from turnout.types import Capabilities, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
+from turnout.types import Capabilities, ChatRequest, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
 
 # --- basics -----------------------------------------------------------------------------------
 
@@ -693,3 +696,85 @@ async def test_cancellation_is_recorded_and_propagates() -> None:
             await task
     assert [a.outcome for a in scope.attempts] == ["cancelled"]
     assert len(p.calls) == 1
+
+
+# --- failures freed, witnesses ----------------------------------------------------------------
+
+
+class RateLimited(Scripted):
+    """Raises a new 429 on every call, as an adapter does (no local holds it), keeping weak references to them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: list[weakref.ref[ProviderError]] = []
+
+    def _error(self) -> ProviderError:
+        error = err(429, "slow down", headers={"retry-after": "0"})
+        self.raised.append(weakref.ref(error))
+        return error
+
+    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
+        raise self._error()
+
+
+class Refusing(RateLimited):
+    """Raises a new content-policy refusal on every call, as an adapter does."""
+
+    def _error(self) -> ProviderError:
+        error = err(400, "no", error_code="content_policy_violation")
+        self.raised.append(weakref.ref(error))
+        return error
+
+
+async def test_a_served_failover_leaves_nothing_for_the_garbage_collector() -> None:
+    """A call served after a failed try frees that failure by reference counting: no cycle waits for the collector."""
+    primary = RateLimited()
+    route = walk(E("openai.a", "m", [primary]), E("openai.b", "m", [Scripted("ok")]))
+    gc.disable()
+    try:
+        with dispatch_scope() as scope:
+            assert (await route.chat(req(), "m")).text == "ok"
+        assert [a.outcome for a in scope.attempts] == ["rate_limited", "ok"]
+        assert len(primary.raised) == 1 and primary.raised[0]() is None
+    finally:
+        gc.enable()
+
+
+async def test_a_call_that_every_entry_failed_leaves_nothing_for_the_garbage_collector() -> None:
+    """Once the caller lets go of ``AllProvidersFailed``, its failures are freed by reference counting."""
+    first, second = RateLimited(), RateLimited()
+    route = walk(E("openai.a", "m", [first]), E("openai.b", "m", [second]))
+    gc.disable()
+    try:
+        caught: list[bool] = []
+        try:
+            await route.chat(req(), "m")
+        except AllProvidersFailed as exc:
+            caught.append(exc.last_error is not None)
+        assert caught == [True] and len(first.raised) >= 1 and len(second.raised) >= 1
+        assert [r() for r in first.raised + second.raised] == [None] * len(first.raised + second.raised)
+    finally:
+        gc.enable()
+
+
+async def test_a_call_the_policy_stopped_leaves_nothing_for_the_garbage_collector() -> None:
+    """A refusal that stopped the walk is freed by reference counting once the caller lets go of it."""
+    refusing = Refusing()
+    route = walk(E("openai.a", "m", [refusing]), E("openai.b", "m", [Scripted("ok")]))
+    gc.disable()
+    try:
+        with pytest.raises(RefusalError):
+            await route.chat(req(), "m")
+        assert len(refusing.raised) == 1 and refusing.raised[0]() is None
+    finally:
+        gc.enable()
+
+
+def test_a_walk_s_witness_is_its_call_s_or_its_own_shared_with_its_side() -> None:
+    """A logged walk's witness is its call id; unlogged walks get distinct ones; a hedge's side walk shares it."""
+    route = walk(E("openai.a", "m", [Scripted("ok")]))
+    logged = route.new_walk(DispatchScope([], "call-1"), "m")
+    assert logged.witness == "call-1" and logged.side().witness == "call-1"
+    first, second = route.new_walk(None, "m"), route.new_walk(None, "m")
+    assert first.witness != second.witness and first.witness == first.witness
+    assert second.side().witness == second.witness

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 
-from fakes import FakeClock, Fleet, err
+from fakes import FakeClock, Fleet, Scripted, err
 from turnout import Client
 from turnout.errors import (
     AllProvidersFailed,
@@ -21,10 +22,12 @@ from turnout.errors import (
 )
 from turnout.types import (
     Capabilities,
+    ChatRequest,
     ChatResponse,
     Final,
     ProviderToolEvent,
     ReasoningDelta,
+    StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
@@ -296,6 +299,51 @@ async def test_empty_text_deltas_do_not_count_as_output() -> None:
     fleet = Fleet(openai__primary=[[text(""), err(500)]], anthropic__backup=["ok"])
     async with client(fleet) as c:
         assert (await c.turn("hi", events=Sinks().event)).text == "ok"
+
+
+class OneRead(Scripted):
+    """Streams its scripted events as one batch, as one network read that decoded them all."""
+
+    async def stream_batches(
+        self, request: ChatRequest, model: str, temperature: float | None = None
+    ) -> AsyncGenerator[list[StreamEvent], None]:
+        yield [event async for event in self.stream(request, model, temperature)]
+
+
+def one_read(*steps: Any) -> Client:
+    clock = FakeClock()
+    provider = OneRead(*steps)
+    return Client.from_toml(ONE, adapter_builder=lambda *_: provider, clock=clock, sleep=clock.sleep, ledger=False)
+
+
+async def test_a_batch_shows_exactly_what_was_yielded() -> None:
+    """Inside one batch of text the shown text grows with each event yielded; stopping there keeps exactly that."""
+    async with one_read([text(t) for t in "abcde"] + [Final()]) as c:
+        stream = c.stream("hi")
+        seen: list[str] = []
+        async for event in stream:
+            assert isinstance(event, TextDelta)
+            seen.append(event.text)
+            assert stream.partial_text == "".join(seen)
+            if len(seen) == 3:
+                break
+        await stream.aclose()
+        assert stream.partial_text == "abc"
+
+
+@pytest.mark.parametrize("batched", [False, True])
+async def test_think_tags_split_across_text_events_become_reasoning(batched: bool) -> None:
+    """A ``<think>`` span split anywhere across text events is shown as reasoning, never as answer text or draft."""
+    pieces = ["Hi <th", "ink>pl", "an</thi", "nk> a<b", "", " done"]
+    script = [[text(p) for p in pieces] + [USAGE, Final()]]
+    sinks = Sinks()
+    async with one_read(*script) if batched else client(Fleet(openai__primary=script), ONE) as c:
+        reply = await c.turn("hi", draft=sinks.draft, events=sinks.event, cancel=asyncio.Event())
+    reasoning = "".join(e.text for e in sinks.events if isinstance(e, ReasoningDelta))
+    assert (sinks.text, reasoning) == ("Hi  a<b done", "plan")
+    assert (reply.text, reply.reasoning, reply.usage) == ("Hi  a<b done", "plan", USAGE.usage)
+    assert sinks.drafts[-1] == "Hi  a<b done" and not any("plan" in d for d in sinks.drafts)
+    assert [e.type for e in sinks.events][-2:] == ["usage", "final"]
 
 
 async def test_cancellation_before_output_aborts_without_retry() -> None:

@@ -7,8 +7,6 @@ import dataclasses
 import pytest
 
 from turnout.attribution import Attempt
-from turnout.gateway.surface import ChatCall
-from turnout.reply import Reply
 from turnout.types import (
     ChatRequest,
     ChatResponse,
@@ -128,17 +126,17 @@ def test_usage_adds_fieldwise() -> None:
     assert total.total_tokens == 17
 
 
-def test_values_are_frozen_but_the_records_of_every_call() -> None:
-    """Values cannot be mutated after creation; the records built on every call or token are not frozen.
+def test_values_are_frozen() -> None:
+    """Values cannot be mutated after creation, the records built on every call among them.
 
-    Those hash by value all the same, as they did frozen: a message or a usage can still key a dict.
+    They hash by value: a message or a usage can key a dict.
     """
     with pytest.raises(dataclasses.FrozenInstanceError):
         ReasoningDelta(text="a").text = "b"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ToolCall(id="c", name="f", arguments="{}").name = "g"  # type: ignore[misc]
-    per_call = (Message, ChatRequest, NativeRequest, ChatResponse, Usage, TextDelta, Attempt, Reply, ChatCall)
-    assert [c.__name__ for c in per_call if c.__dataclass_params__.frozen] == []  # type: ignore[attr-defined]
+    per_call = (Message, ChatRequest, NativeRequest, Usage, Attempt)
+    assert [c.__name__ for c in per_call if not c.__dataclass_params__.frozen] == []  # type: ignore[attr-defined]
     assert hash(Usage(input_tokens=1)) == hash(Usage(input_tokens=1))
     assert {Message.user("a"): 1}[Message.user("a")] == 1
     assert TextDelta(text="a").type == "text" and TextDelta("a") == TextDelta(text="a")

@@ -40,13 +40,9 @@ Outcome: TypeAlias = Literal[
 SKIPS: frozenset[str] = frozenset(("cooldown_skip", "breaker_skip"))
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     """One physical provider call, or one skip (cooldown or circuit breaker).
-
-    Not frozen, as it is built for every try: a frozen dataclass sets each field through ``object.__setattr__``,
-    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
-    a frozen one does.
 
     Attributes:
         provider: The profile, ``family.alias``.

@@ -15,7 +15,7 @@ import asyncio
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
 from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
@@ -80,8 +80,6 @@ class CallPlan:
         intra_family: Whether fallbacks within one family are shown (``[notices] intra_family``).
         peers: Other entries whose answer is no fallback either: the members of a pool the route starts with.
         tracer: Records a finished call as trace spans (None: tracing is off).
-        notices: The notice of each entry's last served route, by entry (as many as the route has entries; kept by
-            :meth:`Call.accept`, not compared).
     """
 
     requested: RouteRef
@@ -91,9 +89,6 @@ class CallPlan:
     intra_family: bool = False
     peers: frozenset[int] = frozenset()
     tracer: CallTracer | None = None
-    notices: dict[int, tuple[RouteRef, FallbackNotice | None]] = field(
-        default_factory=dict, init=False, compare=False, repr=False
-    )
 
     @property
     def stream(self) -> bool:
@@ -168,7 +163,7 @@ class Call(DispatchScope):
         """
         plan = self.plan
         requested = plan.requested
-        if entry == 0 and (served is requested or served == requested):
+        if entry == 0 and served == requested:
             return None
         if entry in plan.peers:
             return None
@@ -178,18 +173,7 @@ class Call(DispatchScope):
         """Commit ``response`` from ``served`` (entry ``entry``) as the call's answer and record the call."""
         plan = self.plan
         requested = plan.requested
-        # The requested route's own answer (the common case) is no fallback: known without asking the rule.
-        if entry == 0 and served is requested:
-            notice = None
-        else:
-            # An entry serves through one kept route object per model (``Entry.route``), so a notice kept for that
-            # object is this call's too: the rule is asked once per (plan, entry, route), not on every fallback.
-            kept = plan.notices.get(entry)
-            if kept is not None and kept[0] is served:
-                notice = kept[1]
-            else:
-                notice = self.fallback(served, entry)
-                plan.notices[entry] = (served, notice)
+        notice = self.fallback(served, entry)
         attempts = tuple(self.attempts)
         if plan.ledger is not None:
             accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)

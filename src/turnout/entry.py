@@ -103,7 +103,7 @@ class Entry:
 
 
 class Served(NamedTuple):
-    """A complete answer of the walk and the entry that produced it (a named tuple: one is made per call).
+    """A complete answer of the walk and the entry that produced it.
 
     Attributes:
         response: The answer.
@@ -114,14 +114,6 @@ class Served(NamedTuple):
     response: ChatResponse
     route: RouteRef
     entry: int
-
-
-_tuple_new = tuple.__new__
-
-
-def new_served(response: ChatResponse, route: RouteRef, entry: int) -> Served:
-    """``Served(response, route, entry)`` without the class call (a named tuple's ``__new__`` is Python code)."""
-    return _tuple_new(Served, (response, route, entry))
 
 
 class ContextLimits:

@@ -155,8 +155,8 @@ class ReliableProvider(Provider):
             if affinity is None:
                 members = pool.arrange(list(by_member), context.stats)
             else:
-                healthy: Callable[[str], bool] | None = None  # no pin to check, or a calm store: all healthy
-                if pin is not None and not context.store.calm():
+                healthy: Callable[[str], bool] | None = None  # no pin to check: all healthy
+                if pin is not None:
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
                     healthy = functools.partial(self._ready, first, requested, context.clock())
                 members = affinity.arrange(list(by_member), pin, healthy, pool, context.stats)
@@ -265,16 +265,9 @@ class ReliableProvider(Provider):
                 if answer is not None:
                     return answer
                 continue
-            # What :meth:`_complete` does, in this frame: a walk's tries need no coroutine of their own per entry.
-            done = await walk.tries(
-                i, entry, served, 1 if walk.probing else tries, answer_of, request, temperature, check=refuse_empty
-            )
-            if done is not None:
-                answer, closing = walk.served(i, entry, served, done, request)
-                if closing is not None:
-                    await closing
+            answer = await self._complete(walk, i, entry, served, 1 if walk.probing else tries, request, temperature)
+            if answer is not None:
                 return answer
-            walk.probing = False
         for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed (SPEC 6.7)
             entry = self.entries[i]
             tries = resume.tries if resume is not None and resume.entry == i else context.tries
@@ -312,10 +305,7 @@ class ReliableProvider(Provider):
         if done is None:
             walk.probing = False
             return None
-        answer, closing = walk.served(i, entry, served, done, request)
-        if closing is not None:
-            await closing
-        return answer
+        return await walk.served(i, entry, served, done, request)
 
     async def _hedged(
         self,

@@ -87,13 +87,9 @@ class ToolCall:
         return orjson.loads(self.arguments or "{}")
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One chat message.
-
-    Not frozen, as it is built for every message of every call: a frozen dataclass sets each field through
-    ``object.__setattr__``, which makes it about three times as costly to build. Treat it as read-only all the same;
-    it hashes by value, as a frozen one does.
 
     ``content`` is a string or a tuple of parts (text and images). An assistant message may carry
     ``tool_calls``; a ``tool`` message carries the result of one call in ``content`` with
@@ -189,13 +185,9 @@ def provider_count(value: object) -> tuple[int, bool]:
     return 0, True
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Token usage of one call.
-
-    Not frozen, as it is built for every answer: a frozen dataclass sets each field through ``object.__setattr__``,
-    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
-    a frozen one does.
 
     ``input_tokens`` is the whole prompt, cached part included; ``cached_input_tokens`` is the part
     read from the provider's prompt cache and ``cache_write_tokens`` the part written to it.
@@ -248,13 +240,9 @@ class ResponseFormat:
     strict: bool = False
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NativeRequest:
     """The caller's request in its own wire protocol, for an entry that speaks that protocol.
-
-    Not frozen, as it is built for every request a gateway passes through: a frozen dataclass sets each field
-    through ``object.__setattr__``, which makes it about three times as costly to build. Treat it as read-only all
-    the same; it hashes by value, as a frozen one does.
 
     An entry whose adapter speaks :attr:`protocol` sends :attr:`body` as it came (its own model, stream flag
     and credentials set), so content blocks, tools and fields Turnout does not model pass through unchanged.
@@ -277,13 +265,9 @@ class NativeRequest:
     documents: tuple[str, ...] = ()
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChatRequest:
     """What the caller asks for, independent of any provider's wire format.
-
-    Not frozen, as it is built for every call: a frozen dataclass sets each field through ``object.__setattr__``,
-    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
-    a frozen one does.
 
     Attributes:
         messages: The conversation, oldest first.
@@ -337,13 +321,9 @@ class ChatRequest:
         return bool(self.messages) and self.messages[-1].role == "assistant"
 
 
-@dataclass(slots=True, kw_only=True, unsafe_hash=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChatResponse:
     """One provider's complete answer.
-
-    Not frozen, as it is built for every answer: a frozen dataclass sets each field through ``object.__setattr__``,
-    which makes it about three times as costly to build. Treat it as read-only all the same; it hashes by value, as
-    a frozen one does.
 
     Attributes:
         text: The answer text ("" when the model only called tools).
@@ -381,13 +361,9 @@ class ChatResponse:
 # --- stream events ---------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TextDelta:
-    """A piece of answer text: ``TextDelta("...")`` or ``TextDelta(text="...")``.
-
-    Not frozen and not keyword-only, unlike the other records: one is built per streamed token, and a frozen
-    one costs twice as much to build, a keyword argument a third more. Treat it as read-only all the same.
-    """
+    """A piece of answer text: ``TextDelta("...")`` or ``TextDelta(text="...")`` (the one record built by position)."""
 
     text: str
     type: ClassVar[Literal["text"]] = "text"

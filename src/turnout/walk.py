@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from turnout.attribution import Attempt, DispatchScope, Outcome
 from turnout.classify import error_class_of, is_dead_key_error
-from turnout.entry import ContextLimits, Entry, Served, new_served
+from turnout.entry import ContextLimits, Entry, Served
 from turnout.errors import (
     ContextWindowExceeded,
     EmptyCompletion,
@@ -38,7 +38,7 @@ from turnout.provider import Provider, chat_using_tools
 from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.state.pins import Pin
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
-from turnout.walk_context import WalkContext, cooldown_seconds
+from turnout.walk_context import WalkContext
 
 #: The longest a backoff grows (it doubles after each sleep).
 MAX_BACKOFF_S = 10.0
@@ -61,25 +61,8 @@ def answer_of(
 
 def refuse_empty(response: ChatResponse) -> None:
     """An empty answer is a failed try (SPEC 6.3)."""
-    text = response.text
-    if text and "<think>" not in text and not text.isspace():  # plain text: an answer, known without the rule
-        return
     if response.is_semantically_empty:
         raise EmptyCompletion(usage=response.usage)
-
-
-def asks_capabilities(request: ChatRequest, images: bool) -> bool:
-    """Whether a non-streaming request needs its entries' capabilities checked (:meth:`Walk.admits`).
-
-    Images, a response format, or a native body carrying what only its protocol can (:attr:`NativeRequest.only`)
-    or documents.
-    Any entry can take any other request, so a walk that knows no context window admits it by its cooldowns and
-    breaker alone.
-    """
-    native = request.native
-    return (
-        images or request.response_format is not None or (native is not None and bool(native.only or native.documents))
-    )
 
 
 async def opening(
@@ -213,19 +196,19 @@ class Walk:
             affinity.served(conversation, entry.profile, choice.index, self.pin)
         return self.healthy(entry, served)
 
-    def served(
+    async def served(
         self,
         i: int,
         entry: Entry,
         served: str,
         done: tuple[ChatResponse, KeyChoice, float, float],
         request: ChatRequest,
-    ) -> tuple[Served, Awaitable[None] | None]:
+    ) -> Served:
         """Entry ``i`` answered ``request`` (``done``, from :meth:`tries`): its attempt recorded and priced; the answer.
 
         The attempt is billed what :meth:`WalkContext.billed` makes of the answer's usage (estimated when missing or
-        unusable, bounded by what the request allowed); the answer keeps the usage its provider reported. Also
-        returns the closing of a probed breaker to await (None: nothing to wait for).
+        unusable, bounded by what the request allowed); the answer keeps the usage its provider reported. The entry
+        is healthy (:meth:`answered`): a probed breaker is closed before the answer is returned.
         """
         response, choice, started, t0 = done
         # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
@@ -244,7 +227,10 @@ class Walk:
                 usage=self.context.billed(entry, served, request, response.usage, response),
             )
         )
-        return new_served(response, entry.route(served), i), self.answered(entry, served, choice)
+        closing = self.answered(entry, served, choice)
+        if closing is not None:
+            await closing
+        return Served(response, entry.route(served), i)
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""
@@ -256,9 +242,7 @@ class Walk:
         self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
     ) -> Admission:
         """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
-        if (stream or self.limits is not None or asks_capabilities(request, images)) and not self.capable(
-            entry, served, request, images, stream=stream
-        ):
+        if not self.capable(entry, served, request, images, stream=stream):
             return Admission.SKIP
         return self.availability(i, entry, served, stream)
 
@@ -266,8 +250,8 @@ class Walk:
         """Whether entry ``i`` may be tried now, whatever the request asks: its cooldowns and its breaker."""
         context = self.context
         store = context.store
-        if context.single or store.calm():
-            return Admission.TRY  # nothing is cooling down and no breaker is open: no entry to look up
+        if context.single:
+            return Admission.TRY
         now = context.clock()
         until = context.cooling_until(entry, now)
         if until is not None:
@@ -502,11 +486,9 @@ class Walk:
                 elapsed = time.perf_counter() - t0
                 if stats is not None:
                     stats.finished()
-                action, updates = self._failed(
+                action = await self._failed(
                     i, entry, served, request, choice, exc, t, tries - t, started, elapsed, stream
                 )
-                if updates is not None:  # the usual failed try updates nothing: no coroutine to await
-                    await updates
                 self.last_failure = (exc, action)
                 step = action.step
                 if step is Step.NEXT_ENTRY:  # the usual step first
@@ -559,7 +541,7 @@ class Walk:
             usage=billed,
         )
 
-    def _failed(
+    async def _failed(
         self,
         i: int,
         entry: Entry,
@@ -572,8 +554,8 @@ class Walk:
         started: float,
         elapsed: float,
         stream: bool,
-    ) -> tuple[Action, Awaitable[None] | None]:
-        """Try ``t`` failed with ``exc``: its attempt recorded, and :meth:`decide_failure`'s action and updates.
+    ) -> Action:
+        """Try ``t`` failed with ``exc``: its attempt recorded, and the failure settled (:meth:`settle`).
 
         An empty answer's usage is billed, bounded by what the request allowed.
         """
@@ -596,7 +578,7 @@ class Walk:
                 stream=stream,
             )
         )
-        return self.decide_failure(i, entry, served, choice, exc, cls, tries_left)
+        return await self.settle(i, entry, served, choice, exc, cls, tries_left)
 
     async def settle(
         self,
@@ -608,10 +590,10 @@ class Walk:
         cls: ErrorClass,
         tries_left: int,
     ) -> Action:
-        """Decide what follows a failure of class ``cls`` (:func:`turnout.policy.decide`); update the state it names."""
-        action, updates = self.decide_failure(index, entry, served, choice, exc, cls, tries_left)
-        if updates is not None:
-            await updates
+        """Decide what follows a failure of class ``cls`` (:meth:`decide_failure`); update the state it names."""
+        action = self.decide_failure(index, entry, served, choice, exc, cls, tries_left)
+        hint = exc.retry_after if isinstance(exc, ProviderError) else None
+        await self.apply(entry, served, choice.key_id, action, hint)
         return action
 
     def decide_failure(
@@ -623,11 +605,10 @@ class Walk:
         exc: Exception,
         cls: ErrorClass,
         tries_left: int,
-    ) -> tuple[Action, Awaitable[None] | None]:
-        """:meth:`settle`'s decision, and its state updates to await at once (None: nothing to update).
+    ) -> Action:
+        """What follows a failure of class ``cls`` on entry ``index`` (:func:`turnout.policy.decide`).
 
-        A failed try that updates nothing (no breaker to count it, no key to report, and no cooldown, or one that
-        a zero ``Retry-After`` ends as it starts) then costs no coroutine.
+        A context-window failure is kept in :attr:`limits` first: the policy asks whether a larger entry remains.
         """
         context = self.context
         pool = entry.keys
@@ -640,9 +621,8 @@ class Walk:
         rotates = pool.rotates
         now = context.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`apply` reads its own)
         auth = is_dead_key_error(exc)
-        hint = exc.retry_after if isinstance(exc, ProviderError) else None
         replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
-        action = decide(
+        return decide(
             cls,
             Position(
                 tries_left,
@@ -658,15 +638,6 @@ class Walk:
             auth_failure=auth,
             replay=replay,
         )
-        kid = choice.key_id
-        if (
-            # A health failure counts once per call, when the walk leaves the entry (its retries are one signal).
-            (context.breakers is not None and ((action.health and action.step is Step.NEXT_ENTRY) or self.probing))
-            or (action.report_key and kid is not None)
-            or ((action.cool_profile or (action.cool_key and kid is not None)) and cooldown_seconds(hint) > 0)
-        ):
-            return action, self.apply(entry, served, kid, action, hint)
-        return action, None
 
     async def apply(self, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None) -> None:
         """Apply what :meth:`decide_failure` decided: count the failure towards the breaker, cool down, report a key."""

@@ -64,28 +64,35 @@ async def test_cooldown_expires_with_redis_ttl(redis_url: str) -> None:
         await a.aclose()
 
 
-async def test_calm_follows_the_shared_mirror(redis_url: str) -> None:
-    """Another process's cooldown or open breaker makes a store not calm, also after a resync; their end, calm again."""
+async def test_the_mirror_follows_another_process_s_cooldowns_and_breakers(redis_url: str) -> None:
+    """Another process's cooldown or open breaker reaches this store's mirror, also after a resync; so does its end."""
     a, b = RedisStore(redis_url, prefix="t9:"), RedisStore(redis_url, prefix="t9:")
+
+    def cooling() -> bool:
+        return b.cooldown_until("p.q", time.time()) is not None
+
+    def open_breaker() -> bool:
+        return b.breaker("p.q/m") is not None
+
     try:
         await a.start()
         await b.start()
-        assert b.calm()
+        assert not cooling() and not open_breaker()
         await a.set_cooldown("p.q", time.time() + 30)
-        assert await b.wait_until(lambda: not b.calm(), within=5)
+        assert await b.wait_until(cooling, within=5)
         await b.sync()  # a resync replaces the mirror's dictionaries
-        assert not b.calm()
+        assert cooling()
         await a.clear_cooldown("p.q")
-        assert await b.wait_until(b.calm, within=5)
+        assert await b.wait_until(lambda: not cooling(), within=5)
         now = time.time()
         await a.open_breaker("p.q/m", BreakerRecord(opened_at=now, until=now + 30, interval=30))
-        assert await b.wait_until(lambda: not b.calm(), within=5)
+        assert await b.wait_until(open_breaker, within=5)
         await b.sync()
-        assert not b.calm()
+        assert open_breaker()
         await a.close_breaker("p.q/m")
-        assert await b.wait_until(b.calm, within=5)
+        assert await b.wait_until(lambda: not open_breaker(), within=5)
         await b.sync()
-        assert b.calm()
+        assert not open_breaker()
     finally:
         await a.aclose()
         await b.aclose()

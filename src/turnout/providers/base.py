@@ -487,15 +487,16 @@ class HTTPAdapter(Provider):
             raise ProtocolError(
                 f"malformed response: {type(exc).__name__}", provider=self.settings.profile, model=model
             ) from exc
-        # The answer is this adapter's until it returns it: finished here, without a copy (it is not frozen)
-        if request.native is not None and self.passes_through(request):
-            parsed.native = data
-        if parsed.request_id is None:
+        native = data if request.native is not None and self.passes_through(request) else None
+        request_id = parsed.request_id
+        if request_id is None:
             headers = resp.headers
-            parsed.request_id = (
+            request_id = (
                 headers.get("x-request-id") or headers.get("request-id") or headers.get("x-amzn-requestid") or None
             )
-        return parsed
+        if native is None and request_id == parsed.request_id:
+            return parsed
+        return replace(parsed, native=native if native is not None else parsed.native, request_id=request_id)
 
     def stream(
         self, request: ChatRequest, model: str, temperature: float | None = None

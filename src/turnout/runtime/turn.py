@@ -169,7 +169,7 @@ class Turn:
     def visible(self) -> bool:
         """Whether output reached someone who cannot un-see it: shown text, reasoning or provider-executed tools.
 
-        Derived rather than set per text event: the plain path only collects each text it shows.
+        Derived rather than set per text event: with visible events, collecting answer text is showing it.
         """
         return self._shown_other or bool(self.shown)
 
@@ -204,11 +204,6 @@ class Turn:
             if stream is not None:
                 self.served, self.entry = stream.route, stream.entry
                 stream.delivered = self.builder  # a completed stream without a believable usage is billed by it
-                # No cancel event to watch, no draft to send and the events shown: what :meth:`_text` does with a
-                # whole text event that holds no ``<`` and meets no open think tag is to collect it and show it.
-                # The loop does that itself (most events are such text; the handlers would double their cost).
-                plain = self.cancel is None and self.draft is None and self.events_visible
-                shown_text = self.shown
                 try:
                     chosen = False  # which side streams is known with the first batch (a hedge may win)
                     async with aclosing(stream.batches()) as upstream:
@@ -216,11 +211,6 @@ class Turn:
                             if not chosen:
                                 self.served, self.entry, chosen = stream.route, stream.entry, True
                             for event in batch:
-                                if plain and type(event) is TextDelta and not self._thinking and "<" not in event.text:
-                                    if event.text:
-                                        shown_text.append(event.text)
-                                        yield event
-                                    continue
                                 if self.cancel is not None and self.cancel.is_set():
                                     raise TurnCancelled(partial_text=self.partial_text, usage=self.builder.usage)
                                 shown = _HANDLERS[event.type](self, event)

@@ -112,15 +112,6 @@ class StateStore(ABC):
     async def kept(self, key: str) -> bytes | None:
         """The value kept under ``key`` (None: none, or expired)."""
 
-    def calm(self) -> bool:
-        """True only when no cooldown and no open breaker is recorded (read on every walk, so no I/O).
-
-        A walk then admits every capable entry without looking each one up. False is always safe: it only sends
-        the walk the long way (a store that does not know cheaply says False; an expired cooldown not yet pruned
-        may keep it False).
-        """
-        return False
-
     def dead_keys(self, now: float) -> list[dict[str, Any]]:
         """The dead keys at ``now``, by id, with their rest and probe (for ``/status`` and ``turnout status``)."""
         return describe_dead_keys(self.key_records(), now)

@@ -68,10 +68,6 @@ class MemoryStore(StateStore):
             self._since.pop(key, None)
         return dict(self._cooldowns)
 
-    def calm(self) -> bool:
-        """See :class:`~turnout.state.base.StateStore`."""
-        return not self._cooldowns and not self._breakers
-
     def key_health(self, key_id: str) -> KeyHealth | None:
         """See :class:`~turnout.state.base.StateStore`."""
         return self._keys.get(key_id)

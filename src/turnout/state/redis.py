@@ -174,11 +174,6 @@ class RedisStore(StateStore):
             self._since.pop(key, None)
         return dict(self._cooldowns)
 
-    def calm(self) -> bool:
-        """See :class:`~turnout.state.base.StateStore` (the mirrors as they are now: a resync replaces them)."""
-        self._ensure_started()
-        return not self._cooldowns and not self._breakers
-
     def key_health(self, key_id: str) -> KeyHealth | None:
         """See :class:`~turnout.state.base.StateStore`."""
         self._ensure_started()
