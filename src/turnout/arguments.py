@@ -39,29 +39,36 @@ MAX_JSON_DEPTH = 128
 #: ``tool_choice`` words every protocol understands; anything else names a tool.
 TOOL_CHOICE_WORDS = frozenset(("auto", "none", "required"))
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_OPEN = frozenset(b"[{")
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def too_deep(encoded: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the JSON text ``encoded`` nests arrays and objects deeper than ``limit`` levels.
 
-    A text with no more brackets than ``limit`` (nearly every one) is answered by counting them; another has its
-    strings removed and its brackets followed.
+    A text with no more brackets than ``limit`` (nearly every one) cannot nest deeper, so counting them answers;
+    another is parsed, and its arrays and objects are followed level by level (a bracket inside a string is text).
+
+    Raises:
+        orjson.JSONDecodeError: ``encoded`` is not JSON.
     """
     if encoded.count(b"[") + encoded.count(b"{") <= limit:
         return False
-    depth = 0
-    for b in _STRING.sub(b"", encoded).translate(None, _NOT_BRACKETS):
-        if b in _OPEN:
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
+    level = _containers([orjson.loads(encoded)])  # the arrays and objects one level deep
+    for _ in range(limit):
+        level = _containers(inner for outer in level for inner in _members(outer))
+    return bool(level)
+
+
+def _containers(values: Iterable[object]) -> list[object]:
+    """The arrays and objects among ``values``."""
+    return [value for value in values if isinstance(value, dict | list)]
+
+
+def _members(value: object) -> Iterable[object]:
+    """The values an array or object holds (a scalar holds none)."""
+    if isinstance(value, dict):
+        return value.values()
+    return value if isinstance(value, list) else ()
 
 
 def check_json(value: object, path: str) -> None:

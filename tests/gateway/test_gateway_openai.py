@@ -22,7 +22,9 @@ from gateway_support import (
 )
 
 from turnout.gateway import GatewayServer
+from turnout.gateway.openai_surface import OpenAISurface
 from turnout.sim import Simulator
+from turnout.types import Message
 
 
 def sdk(server: GatewayServer, key: str = GATEWAY_KEY) -> openai.AsyncOpenAI:
@@ -390,3 +392,42 @@ async def test_model_lookup_agrees_with_what_chat_accepts(sim: Simulator) -> Non
     assert pinned.model_extra is not None and pinned.model_extra["turnout"]["model"] == "sim-ok-t2"
     assert bare.model_extra is not None and bare.model_extra["turnout"]["model"] is None
 
+
+def test_text_messages_with_the_common_options_become_turnouts_call() -> None:
+    """Text messages and the common scalar options are read into Turnout's terms; the body passes through whole.
+
+    ``developer`` is a system message, a name is kept on user messages only, ``max_completion_tokens`` wins over
+    ``max_tokens``, ``user`` is the sender, and options Turnout does not model (``top_p``, ``seed``) stay in the
+    body sent to an OpenAI Chat upstream.
+    """
+    body = {
+        "model": "gpt-4.1-mini",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "developer", "content": "Answer in English.", "name": "ops"},
+            {"role": "user", "content": "hi", "name": "ann"},
+            {"role": "assistant", "content": "hello", "name": "bot"},
+            {"role": "user", "content": ""},
+        ],
+        "stream": True,
+        "temperature": 1,
+        "max_tokens": 64,
+        "max_completion_tokens": 32,
+        "user": "u-1",
+        "top_p": 0.5,
+        "seed": 3,
+    }
+    call = OpenAISurface().parse(orjson.dumps(body))
+    assert call.model == "gpt-4.1-mini"
+    assert call.messages == (
+        Message(role="system", content="You are terse."),
+        Message(role="system", content="Answer in English."),
+        Message(role="user", content="hi", name="ann"),
+        Message(role="assistant", content="hello"),
+        Message(role="user", content=""),
+    )
+    assert call.stream and not call.include_usage
+    assert call.temperature == 1.0 and call.max_tokens == 32 and call.choices == 1
+    assert call.sender == "u-1"
+    assert call.tools == () and call.tool_choice is None and call.response_format is None
+    assert call.native is not None and call.native.body == body and call.native.only == ()

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.errors import ErrorClass, RefusalError
 from turnout.estimate import MAX_CHOICES
-from turnout.gateway.passthrough import OPENAI_ONLY_FIELDS, native, split_openai_chat
+from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
 from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
@@ -26,7 +26,6 @@ from turnout.types import (
     Message,
     ReasoningDelta,
     ResponseFormat,
-    Role,
     StreamEvent,
     TextDelta,
     TextPart,
@@ -195,7 +194,7 @@ def _response_format(fmt: _ResponseFormat | None) -> ResponseFormat | None:
 
 
 def _chat_call(raw: dict[str, Any]) -> ChatCall:
-    """The :class:`ChatCall` of any request body (validated with pydantic; see :meth:`OpenAISurface.parse`)."""
+    """The :class:`ChatCall` of a request body (validated with pydantic; see :meth:`OpenAISurface.parse`)."""
     modelled, only = split_openai_chat(raw)
     try:
         req = ChatCompletionRequest.model_validate(modelled)
@@ -229,65 +228,6 @@ def _chat_call(raw: dict[str, Any]) -> ChatCall:
         sender=req.user,
         response_format=response_format,
         native=native("openai-chat", raw, only),
-    )
-
-
-# --- the plain request ----------------------------------------------------------------------------
-# Most requests are a model and a few text messages. Validating one with pydantic, splitting off what passes through
-# and translating each message cost about three times what reading it directly does: some 65k machine instructions, a
-# seventh of a gateway request's work beyond a bare proxy's. So a plain request is read here. It answers only what it
-# is sure of and leaves every other body to _chat_call (tests/gateway/test_gateway_openai_paths.py holds the two to
-# the same call for every body it reads).
-
-#: The top-level fields a plain request may have (any other the general path reads sends the body there).
-_PLAIN_FIELDS = frozenset(("model", "messages", "stream", "temperature", "max_tokens", "max_completion_tokens", "user"))
-_OTHER_FIELDS = (
-    frozenset(f.alias or name for name, f in ChatCompletionRequest.model_fields.items()) | {*OPENAI_ONLY_FIELDS, "n"}
-) - _PLAIN_FIELDS
-#: The fields of a plain message, and the role each plain role becomes.
-_PLAIN_MESSAGE = frozenset(("role", "content", "name"))
-_PLAIN_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-def _plain_call(raw: dict[str, Any]) -> ChatCall | None:
-    """The :class:`ChatCall` of a plain request (text messages, the common scalar options), else None."""
-    if not _OTHER_FIELDS.isdisjoint(raw):
-        return None
-    model = raw.get("model")
-    messages = raw.get("messages")
-    if type(model) is not str or len(model) > MAX_MODEL_CHARS or type(messages) is not list or not messages:
-        return None
-    stream = raw.get("stream")
-    temperature = raw.get("temperature")
-    max_tokens = raw.get("max_tokens")
-    most = raw.get("max_completion_tokens")
-    user = raw.get("user")
-    if (
-        (stream is not None and type(stream) is not bool)
-        or (temperature is not None and (type(temperature) not in (int, float) or not 0 <= temperature <= 2))
-        or any(n is not None and (type(n) is not int or n <= 0) for n in (max_tokens, most))
-        or (user is not None and (type(user) is not str or len(user) > MAX_FIELD_CHARS))
-    ):
-        return None
-    out: list[Message] = []
-    for m in messages:
-        if type(m) is not dict or not _PLAIN_MESSAGE.issuperset(m):
-            return None
-        kind = m.get("role")
-        role = _PLAIN_ROLES.get(kind) if type(kind) is str else None
-        content = m.get("content")
-        name = m.get("name")
-        if role is None or type(content) is not str or (name is not None and type(name) is not str):
-            return None
-        out.append(Message(role=role, content=content, name=name if role == "user" else None))
-    return ChatCall(
-        model=model,
-        messages=tuple(out),
-        temperature=None if temperature is None else float(temperature),
-        max_tokens=most or max_tokens,
-        stream=bool(stream),
-        sender=user,
-        native=native("openai-chat", raw, []),
     )
 
 
@@ -377,7 +317,7 @@ class OpenAISurface:
         for an OpenAI Chat upstream (see :mod:`turnout.gateway.passthrough`).
         """
         raw = parse_json(body)
-        return _plain_call(raw) or _chat_call(raw)
+        return _chat_call(raw)
 
     def reply_body(self, reply: Reply, call: ChatCall) -> bytes:
         """A ``chat.completion`` object (the upstream's own, when the request held what only it carries)."""

@@ -7,7 +7,6 @@ decided here, once, so both surfaces always agree.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -104,12 +103,13 @@ def invalid(message: str, *, param: str | None = None, code: str | None = None) 
 
 
 def parse_json(body: bytes) -> Any:
-    """The request body as JSON: a 400 when it is not a JSON object, or nests deeper than the gateway sends on.
+    """The request body as JSON: a 400 when it is not a JSON object, too deep, or holds a number out of range.
 
     The parser takes 1024 levels and the encoder 254: a body in between would parse, then fail as it is encoded
     for the upstream, inside the walk. The gateway accepts only what it can encode: at most
     :data:`~turnout.arguments.MAX_JSON_DEPTH` levels, anywhere in the body (``metadata``, a tool's schema, a
-    response format), for every surface.
+    response format), for every surface. Numbers are bounded by :func:`_beyond_int64`; the parser itself refuses
+    ``NaN``, ``Infinity`` and a number too large for a double, as invalid JSON.
     """
     try:
         data = orjson.loads(body)
@@ -119,7 +119,36 @@ def parse_json(body: bytes) -> Any:
         raise invalid("invalid request body: a JSON object is expected")
     if too_deep(body):
         raise invalid(f"invalid request body: JSON nested deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep")
+    if _beyond_int64(data):
+        raise invalid("the request holds an integer outside the signed 64-bit range", code="integer_out_of_range")
     return data
+
+
+_I64 = 2**63
+
+
+def _beyond_int64(value: object) -> bool:
+    """Whether ``value`` holds, at any depth (a tool schema too), an integer outside the signed 64-bit range.
+
+    Such an integer cannot be sent on: most upstreams refuse it. orjson reads an integer beyond 64 bits as a float,
+    changing its value (``-2**63 - 1`` becomes ``-2.0**63``), so a float of magnitude 2**63 or more, which cannot
+    be told from one, is refused too. A list of numbers only (a token array, thousands long) is answered at once
+    by its largest magnitude.
+    """
+    if type(value) is dict:
+        return any(type(v) is not str and _beyond_int64(v) for v in value.values())
+    if type(value) is list:
+        try:
+            if max(map(abs, value), default=0) < _I64:
+                return False
+        except TypeError:  # not numbers only: each item is looked at
+            pass
+        return any(type(v) is not str and _beyond_int64(v) for v in value)
+    if type(value) is int:
+        return not -_I64 <= value < _I64
+    if type(value) is float:
+        return abs(value) >= _I64
+    return False
 
 
 _UNION_TAGS = frozenset(("str", "int", "float", "bool", "dict", "list", "none"))
@@ -386,59 +415,18 @@ def route_choice(config: Config, raw: str | None) -> RouteChoice:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, checked by :func:`check_numbers`.
+    """The whole body (each surface parses it with :func:`parse_json`).
 
     Raises:
-        RequestRejected: 413 beyond ``limit`` bytes (checked before reading), or 400 for an integer the
-            gateway cannot send on.
+        RequestRejected: 413 beyond ``limit`` bytes (checked before reading).
     """
     length = request.content_length
     if length is not None and length > limit:
         raise RequestRejected(too_large(limit))
     try:
-        body = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise RequestRejected(too_large(limit)) from None
-    check_numbers(body)
-    return body
-
-
-_I64 = 2**63
-_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
-_NINETEEN_DIGITS = b"0" * 19  # the fewest digits an integer of magnitude 2**63 or more has
-
-
-class _OutOfRange(Exception):
-    pass
-
-
-def _int64(text: str) -> int:
-    value = int(text)
-    if not -_I64 <= value < _I64:
-        raise _OutOfRange
-    return value
-
-
-def check_numbers(body: bytes) -> None:
-    """Refuse a body holding an integer outside the signed 64-bit range, anywhere (a tool schema too).
-
-    Such a number parses, but cannot be encoded again (orjson stops at 64 bits) and most upstreams refuse
-    it; it is a 400 here rather than a failure inside the walk. Bodies without a run of 19 digits (nearly
-    all) are passed after one ``translate``; the others are parsed once more to look at their integers.
-
-    Raises:
-        RequestRejected: 400 ``integer_out_of_range``.
-    """
-    if _NINETEEN_DIGITS not in body.translate(_DIGITS_ONLY):
-        return
-    try:
-        json.loads(body, parse_int=_int64)
-    except _OutOfRange:
-        raise invalid(
-            "the request holds an integer outside the signed 64-bit range", code="integer_out_of_range"
-        ) from None
-    except ValueError:  # not JSON (or not UTF-8): the surface's parser answers that
-        return
 
 
 def interrupted(exc: StreamInterruptedAfterOutput) -> Failure:
