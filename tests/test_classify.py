@@ -578,6 +578,46 @@ def test_text_hints_come_last(message: str, expected: float | None) -> None:
     assert hint(message, headers={"retry-after": "1"}) == 1.0
 
 
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        # a refusal is asked before the context window
+        (ErrorFacts(status=400, error_code="context_length_exceeded", message="content filtering policy"), REF),
+        (ErrorFacts(error_code="context_length_exceeded", message="blocked by a content filter"), REF),
+        # a 429 is too large for the context window only by its typed code, and is never read for refusal phrases
+        (ErrorFacts(status=429, error_code="context_length_exceeded", message="prompt is too long"), CW),
+        (ErrorFacts(status=429, message="prompt is too long content filtering policy"), RL),
+        # context-window phrases count on any other 4xx, and not on a 5xx
+        (ErrorFacts(status=413, message="prompt is too long"), CW),
+        (ErrorFacts(status=503, message="prompt is too long"), R),
+    ],
+)
+def test_rules_are_asked_in_order(facts: ErrorFacts, expected: ErrorClass) -> None:
+    """Refusal before context window, and each one's phrases only for the statuses SPEC section 5 gives them."""
+    assert classify(facts) is expected
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ErrorFacts(status=429, error_type="authentication_error"),
+        ErrorFacts(status=401, message="Your input was flagged by moderation"),
+        ErrorFacts(status=403, message="Forbidden", error_code="invalid_api_key"),
+    ],
+)
+def test_typed_key_rejection_and_401_kill_a_key_whatever_else_they_say(facts: ErrorFacts) -> None:
+    """A typed invalid-key fact kills a key whatever the status, and a 401 whatever its message."""
+    assert is_dead_key_error(facts)
+    assert provider_error(facts, provider="a.b", model="m").auth_failure
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1"])
+def test_headers_that_are_no_finite_wait_fall_through(value: str) -> None:
+    """A header hint that is not a finite, non-negative number is skipped, in seconds or milliseconds."""
+    assert hint(headers={"retry-after": value}, retry_delay="4s") == 4.0
+    assert hint(headers={"retry-after-ms": value}, retry_delay="4s") == 4.0
+
+
 def test_anthropic_content_filtering_block_is_a_refusal() -> None:
     """Anthropic's 400 'Output blocked by content filtering policy' is a refusal, not a plain 400."""
     from turnout.classify import ErrorFacts, classify

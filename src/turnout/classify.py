@@ -169,15 +169,9 @@ def _has(text: str, phrases: tuple[str, ...]) -> bool:
 def _lowered(facts: ErrorFacts) -> tuple[str, str, str, str]:
     """``error_code``, ``error_type``, ``reason`` and ``message`` of ``facts``, lowercased (``""`` for None).
 
-    Computed once per failure and handed to the checks below, which all compare lowercased text.
+    The rules below all compare lowercased text.
     """
-    code, etype, reason, message = facts.error_code, facts.error_type, facts.reason, facts.message
-    return (
-        code.lower() if code else "",
-        etype.lower() if etype else "",
-        reason.lower() if reason else "",
-        message.lower() if message else "",
-    )
+    return _low(facts.error_code), _low(facts.error_type), _low(facts.reason), _low(facts.message)
 
 
 REFUSAL_HINTS = (
@@ -191,7 +185,32 @@ REFUSAL_HINTS = (
 MODERATION_HINTS = ("moderation", "flagged")
 
 
+def _refusal(status: int | None, code: str, reason: str, text: str) -> bool:
+    """A refusal: its typed code or reason; else, for a 400 or an error without a status, its phrases."""
+    if code in REFUSAL_CODES or reason in REFUSAL_CODES:
+        return True
+    return status in (None, 400) and _has(text, REFUSAL_HINTS)
+
+
+def _context_window(status: int | None, code: str, text: str) -> bool:
+    """Too large for the context window: its typed code; else its phrases (a 4xx but a 429, or no status)."""
+    if code == "context_length_exceeded":
+        return True
+    if status == 429:
+        return False
+    if status is not None and not 400 <= status < 500:
+        return False
+    return _has(text, CONTEXT_WINDOW_HINTS)
+
+
+def _has_retry_hint(facts: ErrorFacts) -> bool:
+    """A retry hint is given, in any form (whether it parses is :func:`retry_after_seconds`' question)."""
+    h = facts.headers
+    return bool(facts.retry_delay) or "retry-after" in h or "retry-after-ms" in h
+
+
 def _timed_quota(facts: ErrorFacts) -> bool:
+    """A quota that refills by the minute or the day."""
     # Gemini's ids say ``PerMinute`` / ``PerDay``; Vertex AI's metrics ``per_minute``, and its online-prediction
     # quotas (``aiplatform.googleapis.com/online_prediction_requests_per_base_model``) are per minute too
     return any(
@@ -200,29 +219,30 @@ def _timed_quota(facts: ErrorFacts) -> bool:
     )
 
 
-def classify(facts: ErrorFacts) -> ErrorClass:
-    """The error class of a failure described by ``facts`` (SPEC section 5)."""
-    code, etype, reason, text = _lowered(facts)
-    return _classify(facts, code, etype, reason, text)
-
-
-def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) -> ErrorClass:
-    # The refusal, context-window and retry-hint rules are asked in line, in the order SPEC section 5 gives them;
-    # ``tests/test_classify_paths.py`` holds this to the rules as separate functions over generated facts.
+def _key_rejected(facts: ErrorFacts) -> bool:
+    """The rule of :func:`is_dead_key_error` (SPEC 6.8), on the facts of one failure."""
     status = facts.status
-    # A refusal: its typed code or reason; then, for a 400 or an error without a status, its phrases. Too large for
-    # the context window: its typed code; then, for a 4xx other than a 429 or an error without a status, its phrases.
-    if code in REFUSAL_CODES or reason in REFUSAL_CODES:
+    code, etype, reason, text = _lowered(facts)
+    if status == 401:
+        return True
+    if status == 403:  # a moderation block (OpenRouter) says nothing about the key
+        return not _has(text, MODERATION_HINTS)
+    # Typed facts only: free text can quote the client's own input ("invalid api key" in a model name).
+    return reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
+
+
+def classify(facts: ErrorFacts) -> ErrorClass:
+    """The error class of a failure described by ``facts`` (SPEC section 5).
+
+    The rules are asked in the order SPEC section 5 gives them: refusal, context window, 402, rate limits
+    (business limits first), billing codes, the status, the type or code of an error without a status, and
+    last the message's phrases.
+    """
+    status = facts.status
+    code, etype, reason, text = _lowered(facts)
+    if _refusal(status, code, reason, text):
         return ErrorClass.REFUSAL
-    if status == 429:  # decided below, without the phrase scans only other statuses need
-        if code == "context_length_exceeded":
-            return ErrorClass.CONTEXT_WINDOW
-    elif status is None or status == 400:
-        if _has(text, REFUSAL_HINTS):
-            return ErrorClass.REFUSAL
-        if code == "context_length_exceeded" or _has(text, CONTEXT_WINDOW_HINTS):
-            return ErrorClass.CONTEXT_WINDOW
-    elif code == "context_length_exceeded" or (400 <= status < 500 and _has(text, CONTEXT_WINDOW_HINTS)):
+    if _context_window(status, code, text):
         return ErrorClass.CONTEXT_WINDOW
     if status == 402:
         return ErrorClass.RATE_LIMITED_NON_RETRYABLE
@@ -231,8 +251,7 @@ def _classify(facts: ErrorFacts, code: str, etype: str, reason: str, text: str) 
             return ErrorClass.RATE_LIMITED_NON_RETRYABLE
         if text.startswith("request too large"):
             return ErrorClass.RATE_LIMITED_NON_RETRYABLE
-        headers = facts.headers  # a retry hint, given in any form (whether it parses is the hint's own question)
-        if "retry-after" in headers or "retry-after-ms" in headers or facts.retry_delay or _timed_quota(facts):
+        if _has_retry_hint(facts) or _timed_quota(facts):
             return ErrorClass.RATE_LIMITED
         if _has(text, BUSINESS_RATE_LIMIT_HINTS) or "quota" in text:
             return ErrorClass.RATE_LIMITED_NON_RETRYABLE
@@ -380,36 +399,22 @@ def provider_error(
     fallback_message: str = "provider error",
 ) -> ProviderError:
     """A typed, classified error for ``facts``, its message scrubbed of every secret."""
-    code, etype, reason, text = _lowered(facts)
-    # the scrub's scan for key shapes reads the lowercased message too, rather than lowercasing it again
-    kept = tuple(secrets)
-    message = scrub(facts.message[:2000], kept, text) if facts.message else scrub(fallback_message[:2000], kept)
-    error_class = _classify(facts, code, etype, reason, text)
+    message = scrub((facts.message or fallback_message)[:2000], tuple(secrets))
+    error_class = classify(facts)
     headers = facts.headers
-    status = facts.status
-    retry_after = retry_after_seconds(facts)
     request_id = request_id or headers.get("x-request-id") or headers.get("request-id")
-    # The one rule that may kill a key (SPEC 6.8; :func:`is_dead_key_error` asks it of facts through here): a 401;
-    # a 403 that is not a moderation block (OpenRouter's says nothing about the key); else typed facts only, as free
-    # text can quote the client's own input ("invalid api key" in a model name).
-    if status == 401:
-        auth_failure = True
-    elif status == 403:
-        auth_failure = not _has(text, MODERATION_HINTS)
-    else:
-        auth_failure = reason in KEY_INVALID_REASONS or etype in KEY_INVALID_TYPES or code in KEY_INVALID_TYPES
     kind = RefusalError if error_class is ErrorClass.REFUSAL else ProviderError
     return kind(
         message,
         error_class=error_class,
         provider=provider,
         model=model,
-        status=status,
+        status=facts.status,
         error_type=facts.error_type,
         error_code=facts.error_code,
-        retry_after=retry_after,
+        retry_after=retry_after_seconds(facts),
         request_id=request_id,
-        auth_failure=auth_failure,
+        auth_failure=_key_rejected(facts),
     )
 
 
@@ -445,7 +450,6 @@ def is_dead_key_error(failure: BaseException | ErrorFacts) -> bool:
     Never message text, which can echo the client's input. For an exception this is its ``auth_failure``,
     which :func:`provider_error` sets by the same rule.
     """
-    if isinstance(failure, ProviderError):  # the usual question (one per failed try) asked first
-        return failure.auth_failure
-    # the rule is :func:`provider_error`'s, which judges every failure it classifies
-    return isinstance(failure, ErrorFacts) and provider_error(failure, provider=None, model=None).auth_failure
+    if isinstance(failure, ErrorFacts):
+        return _key_rejected(failure)
+    return isinstance(failure, ProviderError) and failure.auth_failure

@@ -190,28 +190,22 @@ def facts_from_object(data: Mapping[str, Any], *, status: int | None, headers: M
         headers: Response headers, case-insensitive or with lowercased names (retry hints are read from them).
     """
     err = data.get("error")
-    # The Mapping checks here are guarded by ``type(...) is dict`` / ``is not None``: decoded JSON objects are
-    # dicts and absent fields are None, and both spare the (slower) ABC check.
-    source: Mapping[str, Any]
-    if type(err) is dict:
-        source = err
-    elif isinstance(err, str):
+    if isinstance(err, str):
         etype = data.get("type")
         return ErrorFacts(
             status=status, headers=headers, message=err, error_type=etype if isinstance(etype, str) else None
         )
-    else:
-        source = err if isinstance(err, Mapping) else data
+    source: Mapping[str, Any] = err if isinstance(err, Mapping) else data
     message = _text(source.get("message")) or _text(source.get("detail"))
     etype = source.get("type")
     error_type = etype if isinstance(etype, str) else None
     error_code = _code(source.get("code"))
     reason = None
     inner = source.get("innererror")
-    if inner is not None and isinstance(inner, Mapping):
+    if isinstance(inner, Mapping):
         reason = _code(inner.get("code"))
     meta = source.get("metadata")
-    if meta is not None and isinstance(meta, Mapping):
+    if isinstance(meta, Mapping):
         raw = meta.get("raw")
         if isinstance(raw, str) and raw:
             up_message, up_type, up_code = _unwrap_raw(raw)
@@ -244,8 +238,6 @@ def error_facts(status: int, headers: Mapping[str, str], body: bytes) -> ErrorFa
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ErrorFacts(status=status, headers=headers, message=body_excerpt(body))
-    if type(data) is dict:  # the usual error object needs none of the checks below
-        return facts_from_object(data, status=status, headers=headers)
     if isinstance(data, list) and data:
         data = data[0]
     if not isinstance(data, Mapping):
