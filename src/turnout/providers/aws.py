@@ -24,7 +24,6 @@ import asyncio
 import os
 import struct
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -56,7 +55,7 @@ _prelude = struct.Struct(">II")
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One decoded event-stream frame: its string headers and its payload bytes."""
+    """One decoded event-stream frame: its headers (by name, as botocore types their values) and its payload bytes."""
 
     headers: Mapping[str, object]
     payload: bytes
@@ -111,62 +110,14 @@ class FrameReader:
                 del buf[:start]
 
     def _decode(self, raw: bytes) -> Frame:
-        frame = string_frame(raw)
-        return frame if frame is not None else self._reference(raw)
-
-    def _reference(self, raw: bytes) -> Frame:
         """Botocore's decoding of one whole frame: every header type, and the error for a frame that is wrong."""
         parser = eventstream.EventStreamBuffer()
         parser.add_data(raw)
         try:
             message = next(parser)
-        except eventstream.ParserError as exc:
-            raise self._bad(type(exc).__name__) from exc
-        except (StopIteration, struct.error, ValueError, UnicodeDecodeError) as exc:
+        except (eventstream.ParserError, StopIteration, struct.error, ValueError, UnicodeDecodeError) as exc:
             raise self._bad(type(exc).__name__) from exc
         return Frame(message.headers, message.payload)
-
-
-_u16 = struct.Struct(">H")
-_u32 = struct.Struct(">I")
-_STRING = 7
-
-
-def string_frame(raw: bytes) -> Frame | None:
-    """One whole frame whose CRCs match and whose headers are all strings; None for any other frame.
-
-    Bedrock's frames are all of this kind, and botocore's header parser costs about four times an SSE event per
-    frame (one frame per token), so these are read here; every other frame, a wrong one included, is left to
-    botocore (:meth:`FrameReader._reference`), which ``tests/providers/test_bedrock_frames.py`` holds this to.
-    """
-    if len(raw) < MIN_FRAME:
-        return None
-    crc = zlib.crc32(raw[:8])
-    if crc != _u32.unpack_from(raw, 8)[0] or zlib.crc32(raw[8:-4], crc) != _u32.unpack_from(raw, len(raw) - 4)[0]:
-        return None
-    end = PRELUDE + _u32.unpack_from(raw, 4)[0]
-    if end > len(raw) - 4:
-        return None
-    headers: dict[str, object] = {}
-    pos = PRELUDE
-    try:
-        while pos < end:
-            size = raw[pos]
-            name = raw[pos + 1 : pos + 1 + size].decode()
-            pos += 1 + size
-            if pos + 3 > end or raw[pos] != _STRING or name in headers:
-                return None
-            length = _u16.unpack_from(raw, pos + 1)[0]
-            pos += 3
-            if pos + length > end:
-                return None
-            headers[name] = raw[pos : pos + length].decode()
-            pos += length
-    except (IndexError, UnicodeDecodeError):
-        return None
-    if pos != end:
-        return None
-    return Frame(headers, raw[end:-4])
 
 
 class AwsCredentials:
