@@ -1,115 +1,124 @@
-"""The access log under `turnout serve`: whole lines, in writes a pipe keeps apart, flushed soon and at close."""
+"""The access log under `turnout serve`: a line per request, written by a thread of its own, all of it at shutdown."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
-import os
+import threading
+import time
+from collections.abc import Iterator
 
+import orjson
 import pytest
+from gateway_support import TWO_PROFILES, post
 from hypothesis import example, given
 from hypothesis import strategies as st
 from yarl import URL
 
-from turnout.gateway import accesslog
-from turnout.gateway.accesslog import WRITE_BYTES, BatchedLines, direct_sink, logged_path, round_ms, use_batched_lines
+from fakes import Fleet
+from turnout import Client
+from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.accesslog import access_log, logged_path, start_writer, stop_writer, use_queue
+
+CHAT = {"model": "", "messages": [{"role": "user", "content": "hi"}]}
+FIELDS = {
+    "ts",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "surface",
+    "stream",
+    "provider",
+    "model",
+    "attempts",
+    "fallback",
+    "interrupted",
+    "closed_by",
+    "caller",
+    "call_id",
+}
 
 
-def read_all(fd: int) -> bytes:
-    os.set_blocking(fd, False)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return out
-        if not chunk:
-            return out
-        out += chunk
+class Recorded(io.StringIO):
+    """A stream that notes which thread wrote to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def write(self, s: str) -> int:
+        self.threads.add(threading.current_thread().name)
+        return super().write(s)
 
 
-async def test_lines_are_written_whole_in_writes_of_at_most_4_kib(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Many lines leave in few writes, none over 4 KiB and none cutting a line; the rest on flush."""
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def recording_write(fd: int, data: bytes | memoryview) -> int:
-        writes.append(bytes(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(accesslog.os, "write", recording_write)
-    read_fd, write_fd = os.pipe()
-    handler = BatchedLines(write_fd)
-    lines = [b'{"n":%d,"pad":"%s"}' % (i, b"x" * (i % 300)) for i in range(200)]
-    for line in lines:
-        handler.write(line)
-    handler.flush()
-    data = read_all(read_fd)
-    os.close(read_fd)
-    os.close(write_fd)
-    assert data.split(b"\n")[:-1] == lines
-    assert 1 < len(writes) < len(lines) / 5
-    assert all(len(w) <= WRITE_BYTES and w.endswith(b"\n") for w in writes)
-
-
-async def test_a_quiet_gateway_flushes_its_lines_within_the_interval() -> None:
-    """A lone line is written by the timer (at most FLUSH_EVERY_S later), without another line to push it."""
-    read_fd, write_fd = os.pipe()
-    handler = BatchedLines(write_fd)
-    handler.write(b'{"status":200}')
-    assert read_all(read_fd) == b""
-    readable = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_reader(read_fd, readable.set)
+@pytest.fixture
+def serve_logging() -> Iterator[None]:
+    """The access logger as the test found it, afterwards (``use_queue`` changes it as ``turnout serve`` does)."""
+    saved = (list(access_log.handlers), access_log.propagate, access_log.level)
+    access_log.handlers.clear()
     try:
-        async with asyncio.timeout(5):
-            await readable.wait()
+        yield
     finally:
-        loop.remove_reader(read_fd)
-    data = read_all(read_fd)
-    os.close(read_fd)
-    os.close(write_fd)
-    assert data == b'{"status":200}\n'
+        access_log.handlers[:] = saved[0]
+        access_log.propagate = saved[1]
+        access_log.setLevel(saved[2])
 
 
-def test_serve_gives_lines_to_the_batched_handler_directly() -> None:
-    """With the batched handler alone on the access logger, the gateway may skip log records; not otherwise."""
-    logger = logging.getLogger("turnout.gateway.access")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
-    try:
-        logger.handlers.clear()
-        assert direct_sink() is None
-        handler = use_batched_lines(os.open(os.devnull, os.O_WRONLY))
-        assert direct_sink() is handler
-        logger.addHandler(logging.NullHandler())  # someone else listens too: records again
-        assert direct_sink() is None
-    finally:
-        logger.handlers[:] = saved[0]
-        logger.propagate = saved[1]
-        logger.setLevel(saved[2])
+async def test_a_served_gateway_writes_a_json_line_per_request_before_it_stops(serve_logging: None) -> None:
+    """Under serve's logging each request's line, every field, is written off the event loop by the time it stops."""
+    out = Recorded()
+    use_queue(out)
+    client = Client.from_toml(TWO_PROFILES, adapter_builder=Fleet(), ledger=False)
+    async with GatewayServer(Gateway(client, owns_client=True)) as server:
+        for _ in range(20):
+            assert (await post(server, "/v1/chat/completions", CHAT)).status == 200
+    lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert len(lines) == 20
+    assert all(set(line) == FIELDS for line in lines)
+    assert {line["path"] for line in lines} == {"/v1/chat/completions"}
+    assert all(line["status"] == 200 and line["call_id"] for line in lines)
+    assert len({line["call_id"] for line in lines}) == 20
+    assert threading.current_thread().name not in out.threads  # the event loop's thread never wrote
 
 
-@given(
-    st.one_of(
-        st.floats(allow_nan=False, allow_infinity=False),
-        st.floats(min_value=0, max_value=4e9),
-        st.floats(min_value=0, max_value=100),
-        st.integers(0, 2**40).map(lambda n: n / 2048),  # exact ties and near-ties of a half millisecond
-        st.integers(0, 2**40).map(lambda n: n / 1000 + 0.0005),
-    )
-)
-@example(1.0625)
-@example(1764596000.1235)
-@example(0.0)
-@example(-0.0)
-@example(-0.0001)
-@example(9512151119924608.0)
-@example(5e-324)
-def test_round_ms_is_round_to_three_places(x: float) -> None:
-    """The access line's timestamp and duration are ``round(x, 3)`` exactly, sign of zero included."""
-    fast = round_ms(x)
-    assert fast == round(x, 3)
-    assert str(fast) == str(round(x, 3))
+async def test_stopping_the_writer_writes_every_queued_line_in_order(serve_logging: None) -> None:
+    """Lines queued before the stop are all written, in the order they were logged."""
+    out = io.StringIO()
+    use_queue(out)
+    writer = start_writer()
+    assert writer is not None
+    for i in range(1000):
+        access_log.info('{"n":%d}', i)
+    await stop_writer(writer)
+    assert out.getvalue().splitlines() == [f'{{"n":{i}}}' for i in range(1000)]
+
+
+async def test_a_stuck_stream_does_not_hold_the_shutdown(serve_logging: None) -> None:
+    """A stream whose writes block (a pipe nobody reads) keeps the stop waiting no longer than its timeout."""
+    release = threading.Event()
+
+    class Stuck(io.StringIO):
+        def write(self, s: str) -> int:
+            release.wait(10)
+            return super().write(s)
+
+    use_queue(Stuck())
+    writer = start_writer()
+    assert writer is not None
+    access_log.info("a line")
+    started = time.monotonic()
+    await stop_writer(writer, within=0.2)
+    assert time.monotonic() - started < 2.0
+    release.set()
+    await asyncio.sleep(0)
+
+
+def test_only_serve_logging_has_a_writer_to_start(serve_logging: None) -> None:
+    """A gateway in your own process has no writer of its own: its lines are ordinary records."""
+    access_log.addHandler(logging.NullHandler())
+    assert start_writer() is None
 
 
 _path_chars = st.sampled_from([*"/abc-_.~:@!$&'()*+,;=", "%2F", "%2f", "%25", "%41", "%e2%9a%a1", "%", "%zz", "é", " "])

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from gateway_support import MESSAGES, config, gateway, get, post, profile, sample
+from gateway_support import MESSAGES, Ended, config, gateway, get, post, profile, sample
 from typer.testing import CliRunner
 
 from fakes import call_record
@@ -75,7 +75,7 @@ def test_metrics_count_only_answered_attempts_and_price_the_saving_with_the_prof
     priced = Metrics(labelled={("openai.a", "m")}, rates=lambda p, m: rates if p == "openai.a" else None)
     plain = Metrics(labelled={("openai.a", "m")})
     for metrics in (priced, plain):
-        metrics._count([ok, failed], [ok, failed])
+        metrics.fold([Ended(attempts=(ok, failed))])
     priced_cache = cache_by_profile(priced.export()[0])["openai.a"]
     assert priced_cache == {
         "input_tokens": 1000,

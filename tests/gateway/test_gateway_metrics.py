@@ -1,20 +1,16 @@
-"""Finished requests counted in batches: the metrics and the recent attempts are those of one request at a time.
-
-To the last bit of every sum.
-"""
+"""What the metrics count of finished requests, the totals they export, and the exposition of those totals."""
 
 from __future__ import annotations
-
-from bisect import bisect_left
 
 import pytest
 from gateway_support import TWO_PROFILES, Ended, get, post, sample
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import Fleet
 from turnout import Client
-from turnout.attribution import SKIPS, Attempt
+from turnout.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer, app
 from turnout.gateway.metrics import Metrics
 from turnout.gateway.status import BUCKET_S, RecentAttempts
@@ -47,61 +43,7 @@ CHAT = {"model": "", "messages": [{"role": "user", "content": "hi"}]}
 _LABELLED = {("openai.main", "gpt-4.1"), ("anthropic.prod", "claude")}
 
 
-Rows = dict[tuple[str, ...], list[float]]
-
-
-def _observe(rows: Rows, bounds: tuple[float, ...], key: tuple[str, ...], v: float) -> None:
-    row = rows.setdefault(key, [0.0] * (len(bounds) + 2))
-    row[bisect_left(bounds, v)] += 1.0
-    row[-1] += v
-
-
-def _one_by_one(done: list[Ended]) -> Metrics:
-    """The general path: each request counted alone, value by value, as the gateway counted before batches."""
-    m = Metrics(labelled=_LABELLED)
-    for ex in done:
-        key = (ex.surface, str(ex.status))
-        m.requests.totals[key] = m.requests.totals.get(key, 0.0) + 1.0
-        _observe(m.duration.rows, m.duration.bounds, (ex.surface,), ex.seconds)
-        if ex.attempts is None:
-            continue
-        upstream = 0.0
-        for a in ex.attempts:
-            model = a.model if (a.provider, a.model) in _LABELLED else "other"
-            counted = (a.provider, model, a.outcome)
-            m.attempts.totals[counted] = m.attempts.totals.get(counted, 0.0) + 1.0
-            if a.outcome in SKIPS:
-                continue
-            if a.try_number > 1:
-                m.retries.totals[(a.provider, model)] = m.retries.totals.get((a.provider, model), 0.0) + 1.0
-            upstream += a.duration_ms
-            _observe(m.latency.rows, m.latency.bounds, (a.provider, model), a.duration_ms / 1000.0)
-            if a.ttft_ms is not None:
-                _observe(m.ttft.rows, m.ttft.bounds, (a.provider, model), a.ttft_ms / 1000.0)
-        if ex.fallback is not None:
-            m.fallbacks.totals[ex.fallback] = m.fallbacks.totals.get(ex.fallback, 0.0) + 1.0
-        if ex.status != CLIENT_CLOSED:
-            overhead = max(0.0, ex.seconds - upstream / 1000.0)
-            _observe(m.overhead.rows, m.overhead.bounds, (ex.surface,), overhead)
-    return m
-
-
-@given(st.lists(_ended, max_size=30), st.lists(st.integers(1, 30), max_size=4))
-def test_a_batch_of_requests_counts_what_one_at_a_time_counts(done: list[Ended], cuts: list[int]) -> None:
-    """Counters, buckets and sums (labels in the same order) of batches cut anywhere equal value-by-value counting."""
-    batched = Metrics(labelled=_LABELLED)
-    start = 0
-    for stop in [*sorted(cuts), len(done)]:
-        batched.fold(done[start:stop])
-        start = max(start, stop)
-    expected = _one_by_one(done).export()
-    got = batched.export()
-    assert got == expected
-    assert [list(family) for family in got[1].values()] == [list(family) for family in expected[1].values()]
-    assert batched.render() == _one_by_one(done).render()
-
-
-def test_one_request_is_counted_as_before() -> None:
+def test_one_request_is_counted_by_label() -> None:
     """A single request's status, duration, attempts, retries, latency, fallback and overhead, by label."""
     attempts = (
         Attempt(provider="openai.main", model="gpt-4.1", outcome="retryable", duration_ms=100.0),
@@ -134,6 +76,49 @@ def test_a_request_whose_client_went_away_has_no_overhead() -> None:
     assert histograms["turnout_gateway_overhead_seconds"] == {}
     assert counters["turnout_upstream_attempts"] == {("openai.main", "gpt-4.1", "ok"): 1.0}
     assert counters["turnout_gateway_requests"] == {("openai", "499"): 1.0, ("openai", "401"): 1.0}
+
+
+@given(st.lists(_ended, max_size=30), st.lists(st.integers(1, 30), max_size=4))
+def test_the_exposition_is_prometheus_text_that_counts_every_request(done: list[Ended], cuts: list[int]) -> None:
+    """However the requests are handed over, /metrics parses and counts each request, attempt and observation once."""
+    metrics = Metrics(labelled=_LABELLED)
+    start = 0
+    for stop in [*sorted(cuts), len(done)]:
+        metrics.fold(done[start:stop])
+        start = max(start, stop)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+
+    def total(name: str, suffix: str) -> float:
+        return sum(s.value for s in families[name].samples if s.name == name + suffix)
+
+    calls = [ex.attempts for ex in done if ex.attempts is not None]
+    waited = [ex for ex in done if ex.attempts is not None and ex.status != CLIENT_CLOSED]
+    assert total("turnout_gateway_requests", "_total") == len(done) == metrics.requests_finished()
+    assert total("turnout_gateway_request_duration_seconds", "_count") == len(done)
+    assert total("turnout_upstream_attempts", "_total") == sum(map(len, calls))
+    assert total("turnout_gateway_overhead_seconds", "_count") == len(waited)
+    assert total("turnout_fallbacks", "_total") == sum(1 for ex in done if ex.attempts is not None and ex.fallback)
+    counters, histograms = metrics.export()
+    assert sum(counters["turnout_gateway_requests"].values()) == len(done)
+    assert sum(sum(row[:-1]) for row in histograms["turnout_gateway_request_duration_seconds"].values()) == len(done)
+
+
+def test_the_totals_carry_the_ledger_errors_rejections_sign_ins_and_refusals() -> None:
+    """What the ledger and the policy counted is read when the totals are taken; sign-ins and refusals as counted."""
+    metrics = Metrics()
+    metrics.logins.labels("wrong_key").inc()
+    metrics.refusals.labels("host").inc()
+    metrics.refusals.labels("host").inc()
+    counters, _ = metrics.export(ledger_errors=2, rejections={("team", "rpm"): 3})
+    assert counters["turnout_ledger_errors"] == {(): 2.0}
+    assert counters["turnout_key_rejections"] == {("team", "rpm"): 3.0}
+    assert counters["turnout_gateway_logins"] == {("wrong_key",): 1.0}
+    assert counters["turnout_gateway_refused"] == {("host",): 2.0}
+    assert metrics.export()[0]["turnout_ledger_errors"] == {}  # no ledger: no sample
+    text = metrics.render().decode()
+    assert sample(text, "turnout_gateway_refused_total", reason="host") == 2
+    assert sample(text, "turnout_gateway_logins_total", outcome="wrong_key") == 1
+    assert "# HELP turnout_ledger_errors_total Failed ledger writes" in text
 
 
 @given(st.lists(_ended, max_size=30))

@@ -1,20 +1,23 @@
 """The access log: one JSON line per request on the ``turnout.gateway.access`` logger.
 
-A line costs the gateway about as much as the rest of its own work on a request when it goes through a log
-record and a write per line. So under ``turnout serve`` (unless logging is configured otherwise) the
-logger's one handler is :class:`BatchedLines`, and the gateway hands it each line directly, without a log
-record: lines are buffered and written to stderr in whole lines, up to 4 KiB per write (the size a pipe
-writes at once, so the lines of several worker processes never mix within a line), at least every 0.2 s
-and when the gateway stops. A gateway in your own process logs ordinary records, handled as you configure.
+Under ``turnout serve`` (unless logging is configured otherwise) the logger's one handler is a
+:class:`QueuedLines`, a :class:`logging.handlers.QueueHandler`: the event loop only puts each record on a
+queue, and a :class:`logging.handlers.QueueListener` thread writes the lines to stderr, one write per line
+(the lines of several worker processes never mix within a line). The gateway starts that thread when it
+starts and stops it when it stops (:func:`start_writer`, :func:`stop_writer`): every line queued by then is
+written first, waiting at most :data:`STOP_TIMEOUT_S` so that a stderr nobody reads cannot hold the shutdown.
+A gateway in your own process logs ordinary records, handled as you configure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-from typing import TYPE_CHECKING
+import queue
+import sys
+import threading
+from logging.handlers import QueueHandler, QueueListener
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from yarl import URL
@@ -22,65 +25,23 @@ if TYPE_CHECKING:
 #: The logger of the access lines.
 access_log = logging.getLogger("turnout.gateway.access")
 
-#: The longest single write: a pipe writes this much at once, so lines of several processes never interleave.
-WRITE_BYTES = 4096
-#: The longest a line waits in the buffer, in seconds.
-FLUSH_EVERY_S = 0.2
+#: The longest stopping the writer waits for the queued lines to be written, in seconds.
+STOP_TIMEOUT_S = 2.0
 
 
-class BatchedLines(logging.Handler):
-    """Writes lines to a file descriptor in batches (see the module docstring).
+class QueuedLines(QueueHandler):
+    """Queues the access lines for :attr:`writer`, a thread that writes each to ``stream``.
 
     Args:
-        fd: Where to write (default: stderr).
+        stream: Where the lines go (default: stderr).
     """
 
-    def __init__(self, fd: int = 2) -> None:
-        super().__init__()
-        self.fd = fd
-        self._lines: list[bytes] = []
-        self._size = 0
-        self._timer: asyncio.TimerHandle | None = None
-
-    def write(self, line: bytes) -> None:
-        """Queue one line (without its newline)."""
-        size = self._size + len(line) + 1
-        if size > WRITE_BYTES and self._lines:  # the queued lines fill one write: send them first
-            self.flush()
-            size = len(line) + 1
-        self._lines.append(line)
-        self._size = size
-        if self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no event loop: nothing would flush later, so write now
-                self.flush()
-                return
-            self._timer = loop.call_later(FLUSH_EVERY_S, self.flush)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """A log record from elsewhere: its formatted message as a line."""
-        try:
-            self.write(self.format(record).encode("utf-8", "backslashreplace"))
-        except Exception:  # logging must never raise into the caller
-            self.handleError(record)
-
-    def flush(self) -> None:
-        """Write every queued line now: one write, of at most :data:`WRITE_BYTES` unless one line is longer."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._lines:
-            return
-        lines, self._lines, self._size = self._lines, [], 0
-        lines.append(b"")  # the last newline
-        with contextlib.suppress(OSError):  # stderr closed or full: the lines are lost, serving goes on
-            _write_all(self.fd, b"\n".join(lines))
-
-    def close(self) -> None:
-        """Write what is queued, then close."""
-        self.flush()
-        super().close()
+    def __init__(self, stream: TextIO | None = None) -> None:
+        lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        super().__init__(lines)
+        out = logging.StreamHandler(stream if stream is not None else sys.stderr)
+        out.setFormatter(logging.Formatter("%(message)s"))
+        self.writer = QueueListener(lines, out)
 
 
 def logged_path(url: URL) -> str:
@@ -92,50 +53,32 @@ def logged_path(url: URL) -> str:
     return safe if "%" not in safe else url.path
 
 
-#: Below this, every integer and every half between two is a double.
-_EXACT = 2.0**52
+def use_queue(stream: TextIO | None = None) -> QueuedLines:
+    """Send the access lines to ``stream`` (default: stderr) through a :class:`QueuedLines` of their own.
 
-
-def round_ms(x: float) -> float:
-    """``round(x, 3)`` exactly, at a fraction of its cost (it converts to decimal digits and back).
-
-    ``p = x * 1000`` is the exact product rounded to the nearest double, and below :data:`_EXACT` every half
-    between two integers is a double; so ``p`` is never on the other side of a half than the exact product,
-    and its nearest integer is the exact product's unless ``p`` is a half itself. That integer divided by 1000
-    is the double nearest the rounded decimal: what ``round`` returns. For a half (a tie, or a product just
-    beside one), zero, a negative or a huge value, it is ``round`` itself.
+    ``turnout serve`` calls it when it configures logging; the gateway then starts and stops the writer.
     """
-    p = x * 1000.0
-    if 0.0 < p < _EXACT:
-        whole = round(p)
-        if abs(p - whole) != 0.5:
-            return whole / 1000.0
-    return round(x, 3)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def use_batched_lines(fd: int = 2) -> BatchedLines:
-    """Send the access lines to ``fd`` through a :class:`BatchedLines` of their own (``turnout serve``)."""
-    handler = BatchedLines(fd)
+    handler = QueuedLines(stream)
     access_log.addHandler(handler)
     access_log.propagate = False
     access_log.setLevel(logging.INFO)
     return handler
 
 
-def direct_sink() -> BatchedLines | None:
-    """The handler to give lines to directly: set when a :class:`BatchedLines` alone takes the access lines."""
-    handlers = access_log.handlers
-    if (
-        len(handlers) == 1
-        and isinstance(handlers[0], BatchedLines)
-        and not access_log.propagate
-        and access_log.isEnabledFor(logging.INFO)
-    ):
-        return handlers[0]
+def start_writer() -> QueueListener | None:
+    """Start the writer of the :class:`QueuedLines` on the access logger; None when there is none."""
+    for handler in access_log.handlers:
+        if isinstance(handler, QueuedLines):
+            handler.writer.start()
+            return handler.writer
     return None
+
+
+async def stop_writer(writer: QueueListener, within: float = STOP_TIMEOUT_S) -> None:
+    """Write the queued lines and stop ``writer``'s thread, waiting for it at most ``within`` seconds.
+
+    The thread is a daemon: one stuck writing (a full pipe nobody reads) does not keep the process alive.
+    """
+    stopping = threading.Thread(target=writer.stop, name="turnout-access-log-stop", daemon=True)
+    stopping.start()
+    await asyncio.to_thread(stopping.join, within)

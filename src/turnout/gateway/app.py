@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from itertools import compress, repeat
+from logging.handlers import QueueListener
 from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from turnout.attribution import Attempt
 from turnout.call import new_call_id
 from turnout.client import Client
 from turnout.errors import ConfigError, UnsupportedRequest
-from turnout.gateway.accesslog import BatchedLines, access_log, direct_sink, logged_path, round_ms
+from turnout.gateway.accesslog import access_log, logged_path, start_writer, stop_writer
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
 from turnout.gateway.chat import JSON, serve_chat
@@ -169,7 +170,7 @@ class Gateway:
         self._running: set[asyncio.Task[Any]] = set()
         self.started = time.time()
         self._idle: asyncio.Event | None = None
-        self._lines: BatchedLines | None = None
+        self._access_writer: QueueListener | None = None  # the access log's writer thread (turnout serve)
         #: Finished requests not yet counted in the metrics and recent attempts (see ``_fold``).
         self._done: list[Exchange] = []
         self.openai = OpenAISurface()
@@ -185,7 +186,7 @@ class Gateway:
             config.gateway.cors_origins,
             self._edge_error,
             config.gateway.allowed_hosts,
-            refused=lambda reason: self.metrics.refusals.add((reason,), 1),
+            refused=lambda reason: self.metrics.refusals.labels(reason).inc(),
         )
         revocations = Revocations(peers.directory if peers is not None else None)
         self.page = StatusPage(
@@ -195,7 +196,7 @@ class Gateway:
             self.recent,
             sessions=Sessions(session_secret, revocations=revocations),
             started=self.started,
-            count_login=lambda outcome: self.metrics.logins.add((outcome,), 1),
+            count_login=lambda outcome: self.metrics.logins.labels(outcome).inc(),
             money=self.money,
         )
         self.app = self._application()
@@ -224,7 +225,7 @@ class Gateway:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
-        self._lines = direct_sink()
+        self._access_writer = start_writer()
         await self.client.factory.start()  # a shared store (Redis) loads the shared state before serving
         if self.spend is not None and any(c.limited for c in self.auth.callers()):
             await self.spend.refresh()  # today's spend so far, before the first request is admitted
@@ -249,13 +250,17 @@ class Gateway:
                     catalogue.context_window(family, model)
 
     async def _on_cleanup(self, app: web.Application) -> None:
-        await self.client.finish_abandoned()  # their reservations are settled before the spend book closes
-        if self.peers is not None:
-            await self.peers.aclose()
-        if self.spend is not None:
-            await self.spend.aclose()
-        if self.owns_client:
-            await self.client.aclose()
+        try:
+            await self.client.finish_abandoned()  # their reservations are settled before the spend book closes
+            if self.peers is not None:
+                await self.peers.aclose()
+            if self.spend is not None:
+                await self.spend.aclose()
+            if self.owns_client:
+                await self.client.aclose()
+        finally:
+            if self._access_writer is not None:  # last: every request's line is queued by now
+                await stop_writer(self._access_writer)
 
     def _surface_for(self, request: web.Request) -> Surface:
         return self.anthropic if "anthropic-version" in request.headers else self.openai
@@ -436,12 +441,10 @@ class Gateway:
         now = factory.clock()
         store = factory.store
         self._fold()
-        metrics = self.metrics
-        if self.client.ledger is not None:
-            metrics.ledger_errors.totals[()] = float(self.client.ledger.errors)
-        for labels, n in self.policy.rejections.items():
-            metrics.rejections.totals[labels] = float(n)
-        counters, histograms = metrics.export()
+        ledger = self.client.ledger
+        counters, histograms = self.metrics.export(
+            ledger_errors=ledger.errors if ledger is not None else None, rejections=self.policy.rejections
+        )
         return Totals(
             worker=self.worker,
             at=now,
@@ -532,16 +535,15 @@ class Gateway:
         done.append(ex)
         if len(done) >= FOLD_EVERY:
             self._fold()
-        sink = self._lines
-        if sink is None and not access_log.isEnabledFor(logging.INFO):
+        if not access_log.isEnabledFor(logging.INFO):
             return
         line = orjson.dumps(
             {
-                "ts": round_ms(now),
+                "ts": round(now, 3),
                 "method": request.method,
                 "path": logged_path(request.rel_url)[:MAX_FIELD_CHARS],
                 "status": ex.status,
-                "duration_ms": round_ms(seconds * 1000.0),
+                "duration_ms": round(seconds * 1000.0, 3),
                 "surface": ex.surface,
                 "stream": ex.stream,
                 "provider": ex.provider,
@@ -554,10 +556,7 @@ class Gateway:
                 "call_id": ex.call_id,
             }
         )
-        if sink is not None:
-            sink.write(line)
-        else:
-            access_log.info(line.decode())
+        access_log.info(line.decode())
 
     def _fold(self) -> None:
         """Count the requests finished since the last fold in the metrics and the recent attempts."""

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the gateway, in a registry per application (so tests and apps never collide).
+"""Prometheus metrics of the gateway, in registries per application (so tests and apps never collide).
 
 Attempt-level metrics come from the attempts of each call (``Reply.attempts`` or the error's
 ``.attempts``): no extra work happens on the upstream path. Only the ``(provider, model)`` pairs the
@@ -10,26 +10,26 @@ every configured entry (``family.alias/model``) and ``turnout_breaker_transition
 the process's counts. An entry whose model the configuration does not name is labelled ``family.alias/other``
 (its state is the highest among such entries of the profile).
 
-Counting is on every request's path, so the gateway keeps its finished requests and hands them over in
-batches (:meth:`Metrics.fold`, before anything reads the totals): a batch is counted mostly in C, a dict
-update per counter label and a bucket update per histogram label (the event loop is the only writer, so no
-lock); ``prometheus_client`` only formats the totals, when ``/metrics`` is scraped. What is formatted is a
-:class:`~turnout.gateway.workers.Totals`: this process's own (:meth:`Metrics.export`), or with several workers
-the whole server's (:func:`turnout.gateway.workers.merge`).
+What the gateway counts itself (requests, attempts, fallbacks, tokens, sign-ins, refusals) is counted with
+``prometheus_client``'s :class:`~prometheus_client.Counter` and :class:`~prometheus_client.Histogram` in a
+registry of this process's own (:attr:`Metrics.counted`); the finished requests are handed over in batches
+(:meth:`Metrics.fold`, before anything reads the totals). ``/metrics`` shows the whole server, though: a
+:class:`~turnout.gateway.workers.Totals` that is this process's own counts (:meth:`Metrics.export`), or with
+several workers every worker's merged (:func:`turnout.gateway.workers.merge`). So the exposition registry
+(:attr:`Metrics.registry`) holds one collector that reads those totals, and the upstream state they carry, at
+scrape time.
 """
 
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
-from functools import reduce
-from itertools import accumulate, chain, compress, repeat
-from operator import add, attrgetter, is_not, ne, not_, sub, truediv
-from typing import Any, Protocol, TypeVar
+from collections import Counter as Tally
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.attribution import SKIPS, Attempt
@@ -50,7 +50,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 BREAKER_STATES = {Gate.CLOSED: 0, Gate.OPEN: 1, Gate.DUE: 2}
 
 Labels = tuple[str, ...]
-K = TypeVar("K", bound=Hashable)
 
 
 class Finished(Protocol):
@@ -77,115 +76,103 @@ class Finished(Protocol):
         """(requested, served) profile when another entry than the one requested answered."""
 
 
-_SURFACE = attrgetter("surface")
-_STATUS = attrgetter("status")
-_SECONDS = attrgetter("seconds")
-_ATTEMPTS = attrgetter("attempts")
-_FALLBACK = attrgetter("fallback")
-_ATTEMPT_KEY = attrgetter("provider", "model", "outcome", "try_number")
-_PROVIDER_MODEL = attrgetter("provider", "model")
-_OUTCOME = attrgetter("outcome")
-_DURATION = attrgetter("duration_ms")
-_TTFT = attrgetter("ttft_ms")
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A counter or histogram of the totals: how it is named, described and labelled in the exposition.
+
+    Attributes:
+        name: The name (a counter's samples add ``_total``), also its key in the totals.
+        doc: The help text.
+        labels: The label names, in the order of the totals' label tuples.
+        buckets: A histogram's upper bounds (+Inf is added); None for a counter.
+    """
+
+    name: str
+    doc: str
+    labels: Labels = ()
+    buckets: tuple[float, ...] | None = None
 
 
-def _grouped(keys: list[K], values: list[float]) -> Iterable[tuple[K, list[float]]]:
-    """``values`` by their key, each key's in their order, keys in the order they first appear."""
-    if not keys or keys.count(keys[0]) == len(keys):  # the usual batch: one key (counted in C)
-        return [(keys[0], values)] if keys else []
-    groups: dict[K, list[float]] = {}
-    for key, value in zip(keys, values, strict=True):
-        groups.setdefault(key, []).append(value)
-    return groups.items()
+_PM = ("provider", "model")
+REQUESTS = Family("turnout_gateway_requests", "Gateway requests by surface and HTTP status.", ("surface", "status"))
+DURATION = Family(
+    "turnout_gateway_request_duration_seconds",
+    "Wall time of a gateway request, first byte in to last byte out.",
+    ("surface",),
+    _LATENCY_BUCKETS,
+)
+ATTEMPTS = Family(
+    "turnout_upstream_attempts",
+    "Upstream attempts (and cooldown skips) by profile, model and outcome.",
+    ("provider", "model", "outcome"),
+)
+FALLBACKS = Family(
+    "turnout_fallbacks",
+    "Answers served by another entry than the one requested.",
+    ("requested_provider", "served_provider"),
+)
+RETRIES = Family("turnout_retries", "Attempts beyond the first try on an entry.", _PM)
+LATENCY = Family("turnout_upstream_latency_seconds", "Duration of one upstream attempt.", _PM, _LATENCY_BUCKETS)
+TTFT = Family(
+    "turnout_upstream_ttft_seconds",
+    "Time to the first streamed token of an upstream attempt.",
+    _PM,
+    _LATENCY_BUCKETS,
+)
+OVERHEAD = Family(
+    "turnout_gateway_overhead_seconds",
+    "Time a request spent in the gateway outside upstream attempts (parsing, routing, encoding, backoff).",
+    ("surface",),
+    _OVERHEAD_BUCKETS,
+)
+LEDGER_ERRORS = Family(
+    "turnout_ledger_errors", "Failed ledger writes: batches or rows refused, failed opens, calls dropped."
+)
+REJECTIONS = Family(
+    "turnout_key_rejections",
+    "Calls of a limited client key refused: daily_limit, reservation, max_call, unpriced, ledger_unavailable, "
+    "spend_busy, rpm, tpm.",
+    ("key", "reason"),
+)
+INPUT_TOKENS = Family("turnout_input_tokens", "Input tokens of answered attempts.", _PM)
+CACHED_TOKENS = Family(
+    "turnout_cached_input_tokens", "Input tokens of answered attempts read from the prompt cache.", _PM
+)
+CACHE_WRITES = Family(
+    "turnout_cache_write_tokens", "Input tokens of answered attempts written to the prompt cache.", _PM
+)
+CACHE_SAVED = Family(
+    "turnout_cache_saved_usd", "USD the prompt cache saved: cached tokens at the input price minus at theirs.", _PM
+)
+LOGINS = Family(
+    "turnout_gateway_logins",
+    "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
+    ("outcome",),
+)
+REFUSALS = Family(
+    "turnout_gateway_refused",
+    "Requests refused before any work, by reason: host, cross_site or content_type.",
+    ("reason",),
+)
 
-
-def _upstream_ms(attempts: Sequence[Attempt]) -> float:
-    """The time a call spent in upstream attempts (skips take none), summed in order."""
-    upstream = 0.0
-    for a in attempts:
-        if a.outcome not in SKIPS:
-            upstream += a.duration_ms
-    return upstream
-
-
-class _Counter:
-    """A counter family: a total per label tuple."""
-
-    __slots__ = ("doc", "labels", "name", "totals")
-
-    def __init__(self, name: str, doc: str, labels: Labels) -> None:
-        self.name, self.doc, self.labels = name, doc, labels
-        self.totals: dict[Labels, float] = {}
-
-    def add(self, key: Labels, n: float) -> None:
-        """Count ``n`` more under ``key``."""
-        totals = self.totals
-        totals[key] = totals.get(key, 0.0) + n
-
-    def family(self, totals: Mapping[Labels, float]) -> Metric:
-        out = CounterMetricFamily(self.name, self.doc, labels=self.labels)
-        for key, value in totals.items():
-            out.add_metric(key, value)
-        return out
-
-
-class _Histogram:
-    """A histogram family: per label tuple, a count per bucket (the last one is +Inf) and the sum."""
-
-    __slots__ = ("bounds", "doc", "labels", "name", "rows")
-
-    def __init__(self, name: str, doc: str, labels: Labels, bounds: tuple[float, ...]) -> None:
-        self.name, self.doc, self.labels, self.bounds = name, doc, labels, bounds
-        self.rows: dict[Labels, list[float]] = {}
-
-    def observe(self, key: Labels, values: list[float]) -> None:
-        """Observe each of ``values`` under ``key``, in order (the sum adds them one by one, as they came)."""
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = [0.0] * (len(self.bounds) + 2)  # buckets, +Inf, then the sum
-        # each value counts in the first bucket whose bound is >= it (le)
-        for bucket, n in Counter(map(bisect_left, repeat(self.bounds), values)).items():
-            row[bucket] += n
-        row[-1] = reduce(add, values, row[-1])
-
-    def family(self, rows: Mapping[Labels, Sequence[float]]) -> Metric:
-        out = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
-        edges = [*(repr(b) for b in self.bounds), "+Inf"]
-        for key, row in rows.items():
-            cumulative = list(accumulate(row[:-1]))
-            out.add_metric(key, list(zip(edges, cumulative, strict=True)), row[-1])
-        return out
-
-
-def _cache_counters() -> tuple[_Counter, _Counter, _Counter, _Counter]:
-    """Input tokens of answered attempts, the part read from and written to the prompt cache, and what it saved."""
-    pm = ("provider", "model")
-    return (
-        _Counter("turnout_input_tokens", "Input tokens of answered attempts.", pm),
-        _Counter("turnout_cached_input_tokens", "Input tokens of answered attempts read from the prompt cache.", pm),
-        _Counter("turnout_cache_write_tokens", "Input tokens of answered attempts written to the prompt cache.", pm),
-        _Counter(
-            "turnout_cache_saved_usd",
-            "USD the prompt cache saved: cached tokens at the input price minus at theirs.",
-            pm,
-        ),
-    )
-
-
-def _edge_counters() -> tuple[_Counter, _Counter]:
-    """Status page sign-ins by outcome, and requests refused at the gateway's edge by reason."""
-    return (
-        _Counter(
-            "turnout_gateway_logins",
-            "Status page sign-ins by outcome: ok, wrong_key, or throttled (refused by the login rate limit).",
-            ("outcome",),
-        ),
-        _Counter(
-            "turnout_gateway_refused",
-            "Requests refused before any work, by reason: host, cross_site or content_type.",
-            ("reason",),
-        ),
-    )
+#: The counters of the totals, in the order ``/metrics`` shows them. The ledger's errors and the limited keys'
+#: rejections are counted elsewhere (by the ledger and the policy) and read when the totals are taken.
+COUNTERS = (
+    REQUESTS,
+    ATTEMPTS,
+    FALLBACKS,
+    RETRIES,
+    LEDGER_ERRORS,
+    REJECTIONS,
+    INPUT_TOKENS,
+    CACHED_TOKENS,
+    CACHE_WRITES,
+    CACHE_SAVED,
+    LOGINS,
+    REFUSALS,
+)
+#: The histograms of the totals, in the order ``/metrics`` shows them.
+HISTOGRAMS = (DURATION, LATENCY, TTFT, OVERHEAD)
 
 
 class Metrics:
@@ -216,7 +203,7 @@ class Metrics:
 
     Args:
         labelled: The (profile, model) pairs labelled by name; any other model is labelled ``other``.
-        registry: The registry (default: a new one).
+        registry: The exposition registry (default: a new one).
         breakers: The client's circuit breakers (None: no breaker metrics).
         clock: Wall clock in seconds (whether an open breaker's interval is over).
         rates: The rates of a profile's model (prices what cached input saved; None: nothing counts as saved).
@@ -231,174 +218,117 @@ class Metrics:
         clock: Callable[[], float] = time.time,
         rates: Callable[[str, str], Rates | None] | None = None,
     ) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        self.requests = _Counter(
-            "turnout_gateway_requests", "Gateway requests by surface and HTTP status.", ("surface", "status")
-        )
-        self.duration = _Histogram(
-            "turnout_gateway_request_duration_seconds",
-            "Wall time of a gateway request, first byte in to last byte out.",
-            ("surface",),
-            _LATENCY_BUCKETS,
-        )
-        self.attempts = _Counter(
-            "turnout_upstream_attempts",
-            "Upstream attempts (and cooldown skips) by profile, model and outcome.",
-            ("provider", "model", "outcome"),
-        )
-        self.fallbacks = _Counter(
-            "turnout_fallbacks",
-            "Answers served by another entry than the one requested.",
-            ("requested_provider", "served_provider"),
-        )
-        self.retries = _Counter("turnout_retries", "Attempts beyond the first try on an entry.", ("provider", "model"))
-        self.latency = _Histogram(
-            "turnout_upstream_latency_seconds",
-            "Duration of one upstream attempt.",
-            ("provider", "model"),
-            _LATENCY_BUCKETS,
-        )
-        self.ttft = _Histogram(
-            "turnout_upstream_ttft_seconds",
-            "Time to the first streamed token of an upstream attempt.",
-            ("provider", "model"),
-            _LATENCY_BUCKETS,
-        )
-        self.overhead = _Histogram(
-            "turnout_gateway_overhead_seconds",
-            "Time a request spent in the gateway outside upstream attempts (parsing, routing, encoding, backoff).",
-            ("surface",),
-            _OVERHEAD_BUCKETS,
-        )
-        self.ledger_errors = _Counter(
-            "turnout_ledger_errors", "Failed ledger writes: batches or rows refused, failed opens, calls dropped.", ()
-        )
-        self.rejections = _Counter(
-            "turnout_key_rejections",
-            "Calls of a limited client key refused: daily_limit, reservation, max_call, unpriced, ledger_unavailable, "
-            "spend_busy, rpm, tpm.",
-            ("key", "reason"),
-        )
-        self.input_tokens, self.cached_tokens, self.cache_writes, self.cache_saved = _cache_counters()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        #: What this process counts (never exposed as it is: :meth:`export` reads it into the totals).
+        self.counted = CollectorRegistry()
+        self.requests = self._counter(REQUESTS)
+        self.duration = self._histogram(DURATION)
+        self.attempts = self._counter(ATTEMPTS)
+        self.fallbacks = self._counter(FALLBACKS)
+        self.retries = self._counter(RETRIES)
+        self.latency = self._histogram(LATENCY)
+        self.ttft = self._histogram(TTFT)
+        self.overhead = self._histogram(OVERHEAD)
+        self.input_tokens = self._counter(INPUT_TOKENS)
+        self.cached_tokens = self._counter(CACHED_TOKENS)
+        self.cache_writes = self._counter(CACHE_WRITES)
+        self.cache_saved = self._counter(CACHE_SAVED)
+        self.logins = self._counter(LOGINS)
+        self.refusals = self._counter(REFUSALS)
         self._rates = rates
-        self.logins, self.refusals = _edge_counters()
         self._labelled = frozenset(labelled)
         self._breakers = breakers
         self._clock = clock
-        self._statuses: dict[int, str] = {}
-        self.counters = (
-            self.requests,
-            self.attempts,
-            self.fallbacks,
-            self.retries,
-            self.logins,
-            self.refusals,
-            self.ledger_errors,
-            self.rejections,
-            self.input_tokens,
-            self.cached_tokens,
-            self.cache_writes,
-            self.cache_saved,
-        )
-        self.histograms = (self.duration, self.latency, self.ttft, self.overhead)
-        self._view = Totals(worker="", at=0.0)  # what the next scrape formats: set by render
+        self._view = Totals(worker="", at=0.0)  # what the next scrape shows: set by render
         self._spend: Mapping[str, float] = {}  # each limited key's spend today: set by render
         self.registry.register(_Collector(self))
+
+    def _counter(self, family: Family) -> Counter:
+        return Counter(family.name, family.doc, family.labels, registry=self.counted)
+
+    def _histogram(self, family: Family) -> Histogram:
+        assert family.buckets is not None
+        return Histogram(family.name, family.doc, family.labels, registry=self.counted, buckets=family.buckets)
 
     def _model(self, provider: str, model: str) -> str:
         return model if (provider, model) in self._labelled else "other"
 
-    def _code(self, status: int) -> str:
-        code = self._statuses.get(status)
-        if code is None:
-            code = self._statuses[status] = str(status)
-        return code
-
-    def fold(self, done: Sequence[Finished]) -> None:
-        """Count finished requests, as one by one in their order.
+    def fold(self, done: Iterable[Finished]) -> None:
+        """Count finished requests, one by one in their order.
 
         Each request: its status and duration. One that made a call (``attempts`` not None): its attempts (the
         upstream latency and time to first token of those that were not skips), retries, its fallback and,
         unless the client went away, the gateway's overhead (its time outside upstream attempts).
-
-        A batch is read in columns (``attrgetter``), counted with ``Counter`` and its histogram values grouped by
-        label, each label's in order: every count and every sum is what counting one request at a time gives
-        (``tests/gateway/test_gateway_metrics.py`` holds the two together).
         """
-        if not done:
-            return
-        surfaces = list(map(_SURFACE, done))
-        for (surface, status), n in Counter(zip(surfaces, map(_STATUS, done), strict=True)).items():
-            self.requests.add((surface, self._code(status)), n)
-        for surface, values in _grouped(surfaces, list(map(_SECONDS, done))):
-            self.duration.observe((surface,), values)
-        calls = list(compress(done, map(is_not, map(_ATTEMPTS, done), repeat(None))))
-        if not calls:
-            return
-        per_call: list[Sequence[Attempt]] = list(map(_ATTEMPTS, calls))
-        attempts = list(chain.from_iterable(per_call))
-        skipped = list(map(SKIPS.__contains__, map(_OUTCOME, attempts)))
-        self._count(attempts, list(compress(attempts, map(not_, skipped))) if any(skipped) else attempts)
-        for pair, n in Counter(filter(None, map(_FALLBACK, calls))).items():
-            self.fallbacks.add(pair, n)
-        if len(attempts) == len(per_call) and not any(skipped) and list(map(len, per_call)).count(1) == len(per_call):
-            upstream = list(map(_DURATION, attempts))  # one attempt per call, none skipped: its own time
-        else:
-            upstream = list(map(_upstream_ms, per_call))
-        kept = list(map(ne, map(_STATUS, calls), repeat(CLIENT_CLOSED)))  # the client waited for the answer
-        upstream_s = map(truediv, compress(upstream, kept), repeat(1000.0))
-        in_gateway = map(sub, compress(map(_SECONDS, calls), kept), upstream_s)
-        overhead = list(map(max, repeat(0.0), in_gateway))
-        for surface, values in _grouped(list(compress(map(_SURFACE, calls), kept)), overhead):
-            self.overhead.observe((surface,), values)
-
-    def _count(self, attempts: list[Attempt], live: list[Attempt]) -> None:
-        """Count attempts and retries, and observe the latency and time to first token of the ``live`` ones."""
-        labelled = self._labelled
-        for (provider, model, outcome, try_number), n in Counter(map(_ATTEMPT_KEY, attempts)).items():
-            label = model if (provider, model) in labelled else "other"
-            self.attempts.add((provider, label, outcome), n)
-            if try_number > 1 and outcome not in SKIPS:
-                self.retries.add((provider, label), n)
-        self._count_tokens(live)
-        pairs = list(map(_PROVIDER_MODEL, live))
-        labels = {pair: (pair[0], pair[1] if pair in labelled else "other") for pair in set(pairs)}
-        keys = list(map(labels.__getitem__, pairs))
-        for key, values in _grouped(keys, list(map(truediv, map(_DURATION, live), repeat(1000.0)))):
-            self.latency.observe(key, values)
-        timed = list(map(is_not, map(_TTFT, live), repeat(None)))
-        if any(timed):
-            ttfts = list(map(truediv, compress(map(_TTFT, live), timed), repeat(1000.0)))
-            for key, values in _grouped(list(compress(keys, timed)), ttfts):
-                self.ttft.observe(key, values)
-
-    def _count_tokens(self, live: list[Attempt]) -> None:
-        """Count the input, cached and cache-write tokens of answered attempts, and what the cache saved."""
-        labelled = self._labelled
-        for a in live:
-            usage = a.usage
-            if usage is None or a.outcome != "ok" or not usage.input_tokens:
+        for ex in done:
+            self.requests.labels(ex.surface, str(ex.status)).inc()
+            self.duration.labels(ex.surface).observe(ex.seconds)
+            if ex.attempts is None:
                 continue
-            key = (a.provider, a.model if (a.provider, a.model) in labelled else "other")
-            self.input_tokens.add(key, usage.input_tokens)
-            if usage.cached_input_tokens:
-                self.cached_tokens.add(key, usage.cached_input_tokens)
-                rates = self._rates(a.provider, a.model) if self._rates is not None else None
-                if rates is not None:
-                    self.cache_saved.add(key, rates.cache_saving(usage))
-            if usage.cache_write_tokens:
-                self.cache_writes.add(key, usage.cache_write_tokens)
+            upstream_ms = self._count(ex.attempts)
+            if ex.fallback is not None:
+                self.fallbacks.labels(*ex.fallback).inc()
+            if ex.status != CLIENT_CLOSED:  # the client waited for the answer
+                self.overhead.labels(ex.surface).observe(max(0.0, ex.seconds - upstream_ms / 1000.0))
 
-    def export(self) -> tuple[dict[str, dict[Labels, float]], dict[str, dict[Labels, list[float]]]]:
-        """Copies of the counters' and histograms' totals, by metric name (what a worker's totals carry)."""
-        return (
-            {c.name: dict(c.totals) for c in self.counters},
-            {h.name: {k: list(row) for k, row in h.rows.items()} for h in self.histograms},
-        )
+    def _count(self, attempts: Iterable[Attempt]) -> float:
+        """Count a call's attempts and retries, and the latency, time to first token and tokens of those not skipped.
+
+        Returns:
+            The time the call spent in upstream attempts (skips take none), in milliseconds.
+        """
+        upstream_ms = 0.0
+        for a in attempts:
+            model = self._model(a.provider, a.model)
+            self.attempts.labels(a.provider, model, a.outcome).inc()
+            if a.outcome in SKIPS:
+                continue
+            if a.try_number > 1:
+                self.retries.labels(a.provider, model).inc()
+            upstream_ms += a.duration_ms
+            self.latency.labels(a.provider, model).observe(a.duration_ms / 1000.0)
+            if a.ttft_ms is not None:
+                self.ttft.labels(a.provider, model).observe(a.ttft_ms / 1000.0)
+            if a.outcome == "ok":
+                self._count_tokens(a, model)
+        return upstream_ms
+
+    def _count_tokens(self, a: Attempt, model: str) -> None:
+        """Count the input, cached and cache-write tokens of an answered attempt, and what the cache saved."""
+        usage = a.usage
+        if usage is None or not usage.input_tokens:
+            return
+        self.input_tokens.labels(a.provider, model).inc(usage.input_tokens)
+        if usage.cached_input_tokens:
+            self.cached_tokens.labels(a.provider, model).inc(usage.cached_input_tokens)
+            rates = self._rates(a.provider, a.model) if self._rates is not None else None
+            saved = rates.cache_saving(usage) if rates is not None else 0.0
+            if saved > 0:  # a counter only grows (a cached price above the input price saves nothing)
+                self.cache_saved.labels(a.provider, model).inc(saved)
+        if usage.cache_write_tokens:
+            self.cache_writes.labels(a.provider, model).inc(usage.cache_write_tokens)
+
+    def export(
+        self, *, ledger_errors: float | None = None, rejections: Mapping[tuple[str, str], float] | None = None
+    ) -> tuple[dict[str, dict[Labels, float]], dict[str, dict[Labels, list[float]]]]:
+        """This process's counters' and histograms' totals, by family name (what a worker's totals carry).
+
+        A histogram's row per label tuple is its count per bucket (+Inf last), then its sum.
+
+        Args:
+            ledger_errors: The ledger's failed writes so far (:data:`LEDGER_ERRORS`; None: no ledger).
+            rejections: The limited keys' refused calls so far, per (key, reason) (:data:`REJECTIONS`).
+        """
+        counters: dict[str, dict[Labels, float]] = {f.name: {} for f in COUNTERS}
+        counters.update(_counter_totals(self.counted.collect()))
+        if ledger_errors is not None:
+            counters[LEDGER_ERRORS.name] = {(): float(ledger_errors)}
+        counters[REJECTIONS.name] = {labels: float(n) for labels, n in (rejections or {}).items()}
+        return counters, _histogram_rows(self.counted.collect())
 
     def requests_finished(self) -> int:
         """Requests counted so far."""
-        return int(sum(self.requests.totals.values()))
+        return int(sum(_counter_totals(self.requests.collect()).get(REQUESTS.name, {}).values()))
 
     def breaker_families(
         self, records: Mapping[str, BreakerRecord], moves_seen: Mapping[tuple[str, str], int]
@@ -425,7 +355,7 @@ class Metrics:
                 codes[label] = max(codes.get(label, 0), BREAKER_STATES[gate(record, now)])
             for label, code in codes.items():
                 state.add_metric((label,), code)
-            counts: Counter[tuple[str, str]] = Counter()
+            counts: Tally[tuple[str, str]] = Tally()
             for (key, transition), n in moves_seen.items():
                 counts[(self._entry(key), transition)] += n
             for labels, n in sorted(counts.items()):
@@ -466,33 +396,21 @@ class Metrics:
 
 
 class _Collector:
-    """Hands the totals to ``prometheus_client`` when the registry is scraped."""
+    """Hands the totals of the last :meth:`Metrics.render` to ``prometheus_client`` when the registry is scraped."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
-        self.describe: Callable[[], list[Metric]] = list  # nothing to describe ahead of a scrape
 
     def collect(self) -> Iterator[Metric]:
         m = self._metrics
         view = m._view
-        counters, histograms = view.counters, view.histograms
-        yield m.requests.family(counters.get(m.requests.name, {}))
-        yield m.duration.family(histograms.get(m.duration.name, {}))
+        for family in COUNTERS:
+            yield _counter_family(family, view.counters.get(family.name, {}))
+        for family in HISTOGRAMS:
+            yield _histogram_family(family, view.histograms.get(family.name, {}))
         yield GaugeMetricFamily(
             "turnout_gateway_in_flight_requests", "Requests being served now.", value=view.in_flight
         )
-        for counter in (
-            m.attempts,
-            m.fallbacks,
-            m.retries,
-            m.ledger_errors,
-            m.rejections,
-            m.input_tokens,
-            m.cached_tokens,
-            m.cache_writes,
-            m.cache_saved,
-        ):
-            yield counter.family(counters.get(counter.name, {}))
         spend = GaugeMetricFamily(
             "turnout_key_spend_usd",
             "Each limited client key's spend today (UTC, from the ledger), reservations not included.",
@@ -504,19 +422,70 @@ class _Collector:
         yield GaugeMetricFamily(
             "turnout_cooldowns_active", "Profiles and keys cooling down now.", value=len(view.cooldowns)
         )
-        for histogram in (m.latency, m.ttft, m.overhead):
-            yield histogram.family(histograms.get(histogram.name, {}))
         yield from m.headroom_families(view.headroom)
         yield from m.breaker_families(view.breakers, view.transitions)
         yield from _pool_families(view.pools)
         yield from _hedge_families(view.hedging)
-        for counter in (m.logins, m.refusals):
-            yield counter.family(counters.get(counter.name, {}))
         yield CounterMetricFamily(
             "turnout_gateway_worker_restarts",
             "Dead workers the supervising process started again (turnout serve --workers N).",
             value=view.restarts,
         )
+
+
+_FAMILIES = {f.name: f for f in (*COUNTERS, *HISTOGRAMS)}
+
+
+def _key(family: Family, labels: Mapping[str, str]) -> Labels:
+    return tuple(labels[name] for name in family.labels)
+
+
+def _counter_totals(metrics: Iterable[Metric]) -> dict[str, dict[Labels, float]]:
+    """The counters among ``metrics`` (as a registry collects them): name → total per label tuple."""
+    out: dict[str, dict[Labels, float]] = {}
+    for metric in metrics:
+        if metric.type == "counter":
+            family = _FAMILIES[metric.name]
+            total = f"{metric.name}_total"
+            out[metric.name] = {_key(family, s.labels): s.value for s in metric.samples if s.name == total}
+    return out
+
+
+def _histogram_rows(metrics: Iterable[Metric]) -> dict[str, dict[Labels, list[float]]]:
+    """The histograms among ``metrics``: name → per label tuple, the count per bucket (+Inf last), then the sum."""
+    out: dict[str, dict[Labels, list[float]]] = {}
+    for metric in metrics:
+        if metric.type != "histogram":
+            continue
+        family = _FAMILIES[metric.name]
+        cumulative: dict[Labels, list[float]] = {}
+        sums: dict[Labels, float] = {}
+        for s in metric.samples:
+            if s.name == f"{metric.name}_bucket":
+                cumulative.setdefault(_key(family, s.labels), []).append(s.value)
+            elif s.name == f"{metric.name}_sum":
+                sums[_key(family, s.labels)] = s.value
+        out[metric.name] = {
+            key: [b - a for a, b in zip([0.0, *counts], counts, strict=False)] + [sums[key]]
+            for key, counts in cumulative.items()
+        }
+    return out
+
+
+def _counter_family(family: Family, totals: Mapping[Labels, float]) -> Metric:
+    out = CounterMetricFamily(family.name, family.doc, labels=family.labels)
+    for key, value in totals.items():
+        out.add_metric(key, value)
+    return out
+
+
+def _histogram_family(family: Family, rows: Mapping[Labels, Sequence[float]]) -> Metric:
+    assert family.buckets is not None
+    out = HistogramMetricFamily(family.name, family.doc, labels=family.labels)
+    edges = [*(repr(b) for b in family.buckets), "+Inf"]
+    for key, row in rows.items():
+        out.add_metric(key, list(zip(edges, accumulate(row[:-1]), strict=True)), row[-1])
+    return out
 
 
 def _pool_families(pools: Iterable[tuple[str, MemberLoad]]) -> Iterator[Metric]:

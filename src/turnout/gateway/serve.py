@@ -41,7 +41,7 @@ from aiohttp import web
 from turnout.client import Client
 from turnout.config import Config, find_config_path, load_config_file
 from turnout.errors import ConfigError, cannot_listen
-from turnout.gateway.accesslog import use_batched_lines
+from turnout.gateway.accesslog import use_queue
 from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys
 from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
@@ -248,7 +248,7 @@ def _configure_logging() -> None:
     handler.setFormatter(logging.Formatter("%(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    use_batched_lines(sys.stderr.fileno())
+    use_queue(sys.stderr)
 
 
 def _run_loop(main: Any) -> None:
