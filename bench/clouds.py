@@ -43,7 +43,8 @@ CLAUDE = "claude-sonnet-4-5"
 ACCESS_KEY = "AKIABENCHMARK0000001"
 SECRET = "bench-secret"
 CHUNKS = 100
-LIMIT = 1.3
+#: A cloud's non-streaming call over an Anthropic call's, at most (the non-streaming hold).
+LIMIT = 1.5
 SECTION = "## Bedrock and Vertex AI against Anthropic"
 #: The contenders of a call, in the order they alternate.
 CONTENDERS = ("anthropic", "bedrock", "bedrock-key", "vertex")
@@ -269,12 +270,11 @@ def _report(
             "|---|---:|---:|---:|---:|---|",
             *rows,
             "",
-            "| stream decoding per chunk, 100 text deltas one read each (median) | SSE | event stream | ratio | "
-            "limit | |",
-            "|---|---:|---:|---:|---:|---|",
-            f"| Anthropic's decoder against Bedrock's | {dec['anthropic'] * 1e6:.2f} µs | "
-            f"{dec['bedrock'] * 1e6:.2f} µs | "
-            f"{dec_ratio:.3f} × | ≤ {LIMIT} × | {verdict[dec_ratio <= LIMIT]} |",
+            "| stream decoding per chunk, 100 text deltas one read each (median) | SSE | event stream | ratio |",
+            "|---|---:|---:|---:|",
+            f"| Anthropic's decoder against Bedrock's (botocore's event-stream parser; reported, not judged: a "
+            f"stream's hold is end to end) | {dec['anthropic'] * 1e6:.2f} µs | {dec['bedrock'] * 1e6:.2f} µs | "
+            f"{dec_ratio:.3f} × |",
             "",
             f"One SigV4 signature (best of five): {signing['turnout'] * 1e6:.1f} µs by Turnout's signer "
             f"(`turnout.providers.sigv4`: the URL's canonical part kept per URL, the derived key per day), "
