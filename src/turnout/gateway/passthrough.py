@@ -14,6 +14,7 @@ translation: they pass through to a same-protocol entry and are left out for the
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -169,13 +170,7 @@ def bounded(request: NativeRequest, max_tokens: int) -> NativeRequest:
     if request.protocol == "openai-chat":
         body.pop("max_tokens", None)
     body[name] = max_tokens
-    return NativeRequest(
-        protocol=request.protocol,
-        body=body,
-        headers=request.headers,
-        only=request.only,
-        documents=request.documents,
-    )
+    return dataclasses.replace(request, body=body)
 
 
 def native(
