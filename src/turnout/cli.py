@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from turnout.ledger_cache import CacheSummary
     from turnout.ledger_summary import LedgerSummary
     from turnout.pricing import ProfileRates
+    from turnout.reply import Reply
 
 #: The id a profile sends for a model name: ``(profile, model) -> id``.
 WireIds = Callable[[str, str], str]
@@ -301,9 +302,10 @@ def chat(
 async def _chat(
     cfg: Config, messages: list[dict[str, str]], model: str | None, provider: str | None, stream: bool, as_json: bool
 ) -> int:
+    """Ask through a client of ``cfg``; print the answer (or the error) and its attempts. Returns the exit status."""
     from turnout.client import Client
 
-    out, err = _out(), _err()
+    out = _out()
     try:
         client = Client(cfg, surface="cli")
     except ConfigError as exc:
@@ -311,50 +313,12 @@ async def _chat(
         return 1
     async with client:
         try:
-            if stream:
-                s = client.stream(messages, model=model, provider=provider)
-                async for event in s:
-                    if event.type == "text" and not as_json:
-                        out.print(event.text, end="", markup=False)
-                if not as_json:
-                    out.print()
-                reply = s.response
-            else:
-                reply = await client.chat(messages, model=model, provider=provider)
+            reply = await _ask(client, out, messages, model, provider, stream, as_json)
         except TurnoutError as exc:
-            attempts = getattr(exc, "attempts", ())
-            if as_json:
-                sys.stdout.write(
-                    orjson.dumps(
-                        {
-                            "ok": False,
-                            "error": type(exc).__name__,
-                            "message": str(exc),
-                            "attempts": [_attempt_json(a) for a in attempts],
-                        },
-                        option=orjson.OPT_INDENT_2,
-                    ).decode()
-                    + "\n"
-                )
-            else:
-                err.print(Text(f"error: {type(exc).__name__}: ") + shown_lines(str(exc), limit=2000))
-                if attempts:
-                    err.print(attempts_table(attempts))
+            _print_chat_error(exc, as_json)
             return 1
     if as_json:
-        body = {
-            "ok": True,
-            "text": reply.text,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
-            "finish_reason": reply.finish_reason,
-            "requested": {"provider": reply.requested.provider, "model": reply.requested.model},
-            "served": {"provider": reply.served.provider, "model": reply.served.model},
-            "fallback": reply.fallback.text if reply.fallback else None,
-            "usage": _usage_json(reply.usage),
-            "cost_usd": reply.cost_usd,
-            "attempts": [_attempt_json(a) for a in reply.attempts],
-        }
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(_reply_json(reply), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     if not stream:
         out.print(reply.text, markup=False)
@@ -365,6 +329,66 @@ async def _chat(
         out.print(shown(reply.notice), style="yellow")
     out.print(attempts_table(reply.attempts))
     return 0
+
+
+async def _ask(
+    client: Client,
+    out: Console,
+    messages: list[dict[str, str]],
+    model: str | None,
+    provider: str | None,
+    stream: bool,
+    as_json: bool,
+) -> Reply:
+    """The reply to ``messages``; a streamed answer's text is printed as it comes (not under ``--json``)."""
+    if not stream:
+        return await client.chat(messages, model=model, provider=provider)
+    s = client.stream(messages, model=model, provider=provider)
+    async for event in s:
+        if event.type == "text" and not as_json:
+            out.print(event.text, end="", markup=False)
+    if not as_json:
+        out.print()
+    return s.response
+
+
+def _print_chat_error(exc: TurnoutError, as_json: bool) -> None:
+    """A failed call: its error and the attempts it made, as JSON on stdout or as text on stderr."""
+    attempts = getattr(exc, "attempts", ())
+    if as_json:
+        sys.stdout.write(
+            orjson.dumps(
+                {
+                    "ok": False,
+                    "error": type(exc).__name__,
+                    "message": str(exc),
+                    "attempts": [_attempt_json(a) for a in attempts],
+                },
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+            + "\n"
+        )
+        return
+    err = _err()
+    err.print(Text(f"error: {type(exc).__name__}: ") + shown_lines(str(exc), limit=2000))
+    if attempts:
+        err.print(attempts_table(attempts))
+
+
+def _reply_json(reply: Reply) -> dict[str, Any]:
+    """``turnout chat --json``'s body for an answered call."""
+    return {
+        "ok": True,
+        "text": reply.text,
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+        "finish_reason": reply.finish_reason,
+        "requested": {"provider": reply.requested.provider, "model": reply.requested.model},
+        "served": {"provider": reply.served.provider, "model": reply.served.model},
+        "fallback": reply.fallback.text if reply.fallback else None,
+        "usage": _usage_json(reply.usage),
+        "cost_usd": reply.cost_usd,
+        "attempts": [_attempt_json(a) for a in reply.attempts],
+    }
 
 
 def _usage_json(u: Usage | None) -> dict[str, int] | None:

@@ -101,6 +101,28 @@ class Client:
         surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
         tracer_provider: An OpenTelemetry tracer provider for the spans of every call (turns tracing on;
             default: ``[telemetry]``, see docs/observability.md). Needs the ``otel`` extra.
+
+    Call options: the arguments :meth:`chat`, :meth:`stream`, :meth:`turn` and :meth:`embed` share (each takes
+    those its signature lists).
+
+        messages: The conversation (``Message`` objects or OpenAI-style dicts), or one prompt string.
+        model: ``hint:<name>``, a plain model for the active profile, or None for its default.
+        provider: Another profile to make active for this call (``family.alias``).
+        sender: A sender id whose ``[senders.<id>]`` override applies.
+        tools: Tools the model may call (``ToolSpec`` or OpenAI-style dicts).
+        temperature: Sampling temperature, a number of at least 0 (None: left out of the request).
+        max_tokens: Upper bound on output tokens, a positive integer.
+        tool_choice: ``auto``, ``none``, ``required``, the name of one of ``tools``, or the OpenAI dict
+            ``{"type": "function", "function": {"name": ...}}``.
+        response_format: Structured output, a :class:`~turnout.types.ResponseFormat` or the OpenAI dict
+            (``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``,
+            ``{"type": "json_object"}``): entries that cannot honour it are skipped.
+        native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
+        call_id: The call's id (default: a new one); the gateway passes its request id.
+        caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
+        cache_key: Your own name for the conversation (a session id): a pool sends every call with it back to
+            the member that served it last, where its prompt is cached (default: the conversation is known by
+            its request, see :mod:`turnout.affinity`). Never sent to a provider.
     """
 
     def __init__(
@@ -247,7 +269,7 @@ class Client:
         caller: str | None = None,
         cache_key: str | None = None,
     ) -> Reply:
-        """Ask for one complete answer through the reliable walk.
+        """Ask for one complete answer through the reliable walk (the arguments: the call options of :class:`Client`).
 
         A call its caller gives up on (cancels: a timeout, a client that hung up) is billed what its provider bills
         as far as that can be known: the upstream try under way is not cut but left to end, bounded by its own
@@ -255,26 +277,6 @@ class Client:
         The ``CancelledError`` reaches the caller at once. Only a try still under way when the client closes
         (after :attr:`abandoned_wait_s`) is cut and billed its worst case
         (:func:`~turnout.estimate.unseen_usage`).
-
-        Args:
-            messages: The conversation (``Message`` objects or OpenAI-style dicts), or one prompt string.
-            model: ``hint:<name>``, a plain model for the active profile, or None for its default.
-            provider: Another profile to make active for this call (``family.alias``).
-            sender: A sender id whose ``[senders.<id>]`` override applies.
-            tools: Tools the model may call (``ToolSpec`` or OpenAI-style dicts).
-            temperature: Sampling temperature, a number of at least 0 (None: left out of the request).
-            max_tokens: Upper bound on output tokens, a positive integer.
-            tool_choice: ``auto``, ``none``, ``required``, the name of one of ``tools``, or the OpenAI dict
-                ``{"type": "function", "function": {"name": ...}}``.
-            response_format: Structured output, a :class:`~turnout.types.ResponseFormat` or the OpenAI dict
-                (``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``,
-                ``{"type": "json_object"}``): entries that cannot honour it are skipped.
-            native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
-            call_id: The call's id (default: a new one); the gateway passes its request id.
-            caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
-            cache_key: Your own name for the conversation (a session id): a pool sends every call with it back to
-                the member that served it last, where its prompt is cached (default: the conversation is known by
-                its request, see :mod:`turnout.affinity`). Never sent to a provider.
 
         Raises:
             InvalidRequest: An argument cannot be sent (``.path`` names it); raised before any attempt.
@@ -407,8 +409,9 @@ class Client:
         Every yielded event is output the caller may show at once: a failure before the first event
         is recovered through the non-streaming walk, a failure after it raises
         :class:`~turnout.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
-        as :meth:`chat`, plus ``show_reasoning``: False leaves reasoning out of the yielded events (it is
-        still in ``.response.reasoning``), so reasoning alone never makes a failure unrecoverable.
+        as :meth:`chat` (the call options of :class:`Client`), plus ``show_reasoning``: False leaves reasoning out
+        of the yielded events (it is still in ``.response.reasoning``), so reasoning alone never makes a failure
+        unrecoverable.
         """
         request = request_of(
             messages,
@@ -449,14 +452,14 @@ class Client:
             events: Called with each immutable event (text, reasoning, provider tools, tool calls, usage,
                 final); an event sent here is never retracted or duplicated.
             cancel: Set it to stop the turn: :class:`~turnout.errors.TurnCancelled` with the text shown.
-            model: As for :meth:`chat`.
-            provider: As for :meth:`chat`.
-            sender: As for :meth:`chat`.
-            tools: As for :meth:`chat`.
-            temperature: As for :meth:`chat`.
-            max_tokens: As for :meth:`chat`.
-            tool_choice: As for :meth:`chat`.
-            cache_key: As for :meth:`chat`.
+            model: A call option (see :class:`Client`).
+            provider: A call option (see :class:`Client`).
+            sender: A call option (see :class:`Client`).
+            tools: A call option (see :class:`Client`).
+            temperature: A call option (see :class:`Client`).
+            max_tokens: A call option (see :class:`Client`).
+            tool_choice: A call option (see :class:`Client`).
+            cache_key: A call option (see :class:`Client`).
         """
         request = request_of(
             messages,
@@ -495,9 +498,9 @@ class Client:
 
         Args:
             inputs: One text, or texts (or lists of token ids), in order; the reply's vectors keep that order.
-            model: As for :meth:`chat`; the route's first entry names the vector space.
-            provider: As for :meth:`chat`.
-            sender: As for :meth:`chat`.
+            model: A call option (see :class:`Client`); the route's first entry names the vector space.
+            provider: A call option (see :class:`Client`).
+            sender: A call option (see :class:`Client`).
             dimensions: The output size (sent as each protocol names it; refused where it is not taken).
             user: The caller's end-user id, for providers that take one (refused where it is not taken).
             call_id: The call's id (default: a new one); the gateway passes its request id.

@@ -89,16 +89,42 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
             "GROUP BY provider, model, outcome ORDER BY provider, model",
             (cutoff,),
         ).fetchall()
-        try:
-            notes = db.execute(
-                "SELECT usage_note, COUNT(*), SUM(cost_usd) FROM attempts WHERE ts >= ? AND usage_note IS NOT NULL "
-                "GROUP BY usage_note ORDER BY usage_note",
-                (cutoff,),
-            ).fetchall()
-        except sqlite3.OperationalError:  # a file from before usage notes were recorded
-            notes = []
+        notes = _usage_notes(db, cutoff)
     finally:
         db.close()
+    summaries = _route_summaries(rows)
+    known_costs = [s.cost_usd for s in summaries if s.cost_usd is not None]
+    return LedgerSummary(
+        calls=calls,
+        failed_calls=failed,
+        fallbacks=fallbacks,
+        attempts=sum(s.attempts for s in summaries),
+        failure_classes={k: n for k, n in classes.items() if k not in SKIPS},
+        cost_usd=sum(known_costs) if known_costs else None,
+        routes=summaries,
+        skips={k: n for k, n in classes.items() if k in SKIPS},
+        usage_notes=notes,
+    )
+
+
+def _usage_notes(db: sqlite3.Connection, cutoff: float) -> dict[str, tuple[int, float | None]]:
+    """Attempts and their cost per usage note since ``cutoff``; empty for a file from before notes were recorded."""
+    try:
+        notes = db.execute(
+            "SELECT usage_note, COUNT(*), SUM(cost_usd) FROM attempts WHERE ts >= ? AND usage_note IS NOT NULL "
+            "GROUP BY usage_note ORDER BY usage_note",
+            (cutoff,),
+        ).fetchall()
+    except sqlite3.OperationalError:  # a file from before usage notes were recorded
+        return {}
+    return {note: (n, cost) for note, n, cost in notes}
+
+
+def _route_summaries(rows: list[tuple[Any, ...]]) -> list[RouteSummary]:
+    """Fold attempt rows grouped by profile, model and outcome into one summary per profile and model.
+
+    The average duration leaves skips out (they made no call); the cost is None when no attempt was priced.
+    """
     routes: dict[tuple[str, str], dict[str, Any]] = {}
     for provider, model, outcome, n, tin, tout, cost, avg in rows:
         r = routes.setdefault(
@@ -114,7 +140,7 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         if avg is not None and outcome not in SKIPS:
             r["dur"] += avg * n
             r["dur_n"] += n
-    summaries = [
+    return [
         RouteSummary(
             provider=prov,
             model=model,
@@ -127,18 +153,6 @@ def summarize(path: str | Path, *, since: float | None = None) -> LedgerSummary:
         )
         for (prov, model), r in routes.items()
     ]
-    known_costs = [s.cost_usd for s in summaries if s.cost_usd is not None]
-    return LedgerSummary(
-        calls=calls,
-        failed_calls=failed,
-        fallbacks=fallbacks,
-        attempts=sum(s.attempts for s in summaries),
-        failure_classes={k: n for k, n in classes.items() if k not in SKIPS},
-        cost_usd=sum(known_costs) if known_costs else None,
-        routes=summaries,
-        skips={k: n for k, n in classes.items() if k in SKIPS},
-        usage_notes={note: (n, cost) for note, n, cost in notes},
-    )
 
 
 def spend_by_caller(path: str | Path, since: float) -> dict[str, float]:

@@ -30,7 +30,13 @@ from dataclasses import replace
 from turnout.affinity import Affinity, conversation_key
 from turnout.attribution import DispatchScope, current_scope
 from turnout.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, pool_blocks
-from turnout.errors import AllProvidersFailed, ContextWindowExceeded, StreamingUnsupported, UnsupportedRequest
+from turnout.errors import (
+    AllProvidersFailed,
+    ContextWindowExceeded,
+    StreamingUnsupported,
+    TurnoutError,
+    UnsupportedRequest,
+)
 from turnout.health import Breakers
 from turnout.hedge import Hedging
 from turnout.pricing import Catalogue, default_catalogue
@@ -274,17 +280,21 @@ class ReliableProvider(Provider):
             answer = await self._complete(walk, i, entry, entry.served_model(model), tries, request, temperature)
             if answer is not None:
                 return answer
+        raise self._failure(walk, request, model, images)
+
+    def _failure(self, walk: Walk, request: ChatRequest, model: str, images: bool) -> TurnoutError:
+        """The error a walk that found no answer ends with (see :meth:`run`'s Raises)."""
         # The walk lets go of its last failure, whose traceback holds the walk (a cycle for the collector).
         failure, walk.last_failure = walk.last_failure, None
         if walk.limits is not None:
-            raise ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
+            return ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
-            raise UnsupportedRequest("the request has images and no entry of this route accepts images")
+            return UnsupportedRequest("the request has images and no entry of this route accepts images")
         if not any(can_serve(e.capabilities(model), request) for e in self.entries):
-            raise UnsupportedRequest(unservable_reason(request))
+            return UnsupportedRequest(unservable_reason(request))
         last = failure[0] if failure is not None else None
-        raise AllProvidersFailed(
-            aggregate_message(walk.attempts, context.tries),
+        return AllProvidersFailed(
+            aggregate_message(walk.attempts, self.context.tries),
             attempts=walk.attempts,
             last_error=last,
             retry_at=walk.usable_at(),
@@ -344,18 +354,7 @@ class ReliableProvider(Provider):
             side = walk.side()
             walk.hedge_done(j)
             hedge = asyncio.ensure_future(self._complete(side, j, other, served_j, 1, request, temperature))
-            pending: set[asyncio.Future[Served | None]] = {primary, hedge}
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    answer = task.result()  # a stop (a refusal, no larger context window) ends the walk
-                    if answer is not None:
-                        if task is hedge:
-                            hedging.won += 1
-                        else:
-                            hedging.kept += 1
-                        return answer
-            return None
+            return await _first_answer(hedging, primary, hedge)
         finally:
             sides: list[tuple[asyncio.Future[Served | None], Walk]] = [(primary, walk)]
             if hedge is not None and side is not None:
@@ -437,3 +436,21 @@ class ReliableProvider(Provider):
     ) -> AsyncGenerator[StreamEvent, None]:
         """:meth:`stream_batches`, one event at a time."""
         return flatten(self.stream_batches(request, model, temperature))
+
+
+async def _first_answer(
+    hedging: Hedging, primary: asyncio.Future[Served | None], hedge: asyncio.Future[Served | None]
+) -> Served | None:
+    """The first answer of a hedged race, counted as won by the hedge or kept by the primary (None: both failed)."""
+    pending: set[asyncio.Future[Served | None]] = {primary, hedge}
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            answer = task.result()  # a stop (a refusal, no larger context window) ends the walk
+            if answer is not None:
+                if task is hedge:
+                    hedging.won += 1
+                else:
+                    hedging.kept += 1
+                return answer
+    return None

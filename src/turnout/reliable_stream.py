@@ -178,22 +178,7 @@ class ReliableStream:
         except Exception:  # the policy stopped the walk (a refusal it does not route, no larger context window)
             self._take_failure()
             raise
-        failure = self._take_failure()
-        if side is None:
-            if failure is None:  # no usable key: nothing was tried
-                raise StreamingUnsupported("No entry of this route has a usable key right now")
-            try:
-                raise failure[0]
-            finally:
-                failure = None  # nor does this frame keep it, which its traceback holds
-        failure = side.walk.last_failure = None  # a hedge's walk, and an earlier try's failure: opened, not needed
-        self._walk, self.entry, self._entry, self.route = (
-            side.walk,
-            side.index,
-            side.entry,
-            side.entry.route(side.served),
-        )
-        self._opened = True
+        side = self._adopt(side)
         upstream, ahead = side.upstream, side.ahead
         usage: Usage | None = None
         own = ResponseBuilder() if self.delivered is None else None  # no consumer collects the events: collect them
@@ -232,6 +217,30 @@ class ReliableStream:
             self._record = side.record(self._verdict or outcome, self._billed(side, outcome, usage, own), error)
             error = own = self.delivered = None  # the failure goes to the caller; this frame lets go of it (and of
             # what was delivered)
+
+    def _adopt(self, side: _Side | None) -> _Side:
+        """The side that opened, which this stream now streams from (its walk, entry and route).
+
+        When no side opened, raises the walk's last failure, or :class:`~turnout.errors.StreamingUnsupported` when
+        nothing was tried (no usable key).
+        """
+        failure = self._take_failure()
+        if side is None:
+            if failure is None:  # no usable key: nothing was tried
+                raise StreamingUnsupported("No entry of this route has a usable key right now")
+            try:
+                raise failure[0]
+            finally:
+                failure = None  # nor does this frame keep it, which its traceback holds
+        failure = side.walk.last_failure = None  # a hedge's walk, and an earlier try's failure: opened, not needed
+        self._walk, self.entry, self._entry, self.route = (
+            side.walk,
+            side.index,
+            side.entry,
+            side.entry.route(side.served),
+        )
+        self._opened = True
+        return side
 
     def _billed(self, side: _Side, outcome: Outcome, usage: Usage | None, own: ResponseBuilder | None) -> Usage | None:
         """What the stream's attempt is billed: its verdict's usage, else its own (:meth:`WalkContext.billed`).

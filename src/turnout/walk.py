@@ -37,6 +37,7 @@ from turnout.policy import Action, Position, Step, decide
 from turnout.provider import Provider, chat_using_tools
 from turnout.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.state.pins import Pin
+from turnout.stats import EntryStats
 from turnout.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 from turnout.walk_context import WalkContext
 
@@ -63,6 +64,14 @@ def refuse_empty(response: ChatResponse) -> None:
     """An empty answer is a failed try (SPEC 6.3)."""
     if response.is_semantically_empty:
         raise EmptyCompletion(usage=response.usage)
+
+
+def _ended(stats: EntryStats | None, t0: float) -> float:
+    """A try that started at perf counter ``t0`` ended: its elapsed time; it is no longer counted in flight."""
+    elapsed = time.perf_counter() - t0
+    if stats is not None:
+        stats.finished()
+    return elapsed
 
 
 async def opening(
@@ -456,26 +465,16 @@ class Walk:
         for t in range(1, tries + 1):
             if self.log is not None and self.log.abandoned:  # the caller gave up: no try after the one under way
                 return None
-            self.try_number = t
-            started = context.clock()
-            if t == 1:
-                self.reached = started
-            pin = self.pin
-            choice = entry.keys.pick(started, pin.key if pin is not None and pin.member == entry.profile else None)
-            if choice is None:
-                self.record(self._no_key(i, entry, served, stream))
+            begun = self._begin(i, entry, served, t, stream, stats)
+            if begun is None:
                 return None
-            t0 = time.perf_counter()
-            if stats is not None:
-                stats.started()
+            choice, started, t0 = begun
             try:
                 result = await call(entry.providers[choice.index], request, served, temperature)
                 if check is not None:
                     check(result)
             except asyncio.CancelledError:
-                elapsed = time.perf_counter() - t0
-                if stats is not None:
-                    stats.finished()
+                elapsed = _ended(stats, t0)
                 self.record(self._abandoned(i, entry, served, request, choice, t, started, elapsed, stream))
                 raise
             except InvalidRequest:  # nothing was sent: the caller's error, no provider failure to record or settle
@@ -483,28 +482,41 @@ class Walk:
                     stats.finished()
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
-                elapsed = time.perf_counter() - t0
-                if stats is not None:
-                    stats.finished()
-                action = await self._failed(
-                    i, entry, served, request, choice, exc, t, tries - t, started, elapsed, stream
+                elapsed = _ended(stats, t0)
+                after = await self._failed(
+                    i, entry, served, request, choice, exc, t, tries - t, started, elapsed, stream, backoff
                 )
-                self.last_failure = (exc, action)
-                step = action.step
-                if step is Step.NEXT_ENTRY:  # the usual step first
+                if after is None:  # the walk moves on
                     return None
-                if step is Step.STOP:
-                    self.stop(exc)
-                if step is Step.RETRY:
-                    hint = exc.retry_after if isinstance(exc, ProviderError) else None
-                    await context.sleep(context.backoff_sleep(backoff, hint))
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                backoff = after
                 continue
             if stats is not None and not stream:  # a stream's try is under way until the stream ends
                 stats.finished()
                 stats.first_token(time.perf_counter() - t0)
             return result, choice, started, t0
         return None  # pragma: no cover - the last try always settles to a move on
+
+    def _begin(
+        self, i: int, entry: Entry, served: str, t: int, stream: bool, stats: EntryStats | None
+    ) -> tuple[KeyChoice, float, float] | None:
+        """Start try ``t`` on entry ``i``: its key, start time and perf counter (None: no usable key, recorded as such).
+
+        The key the call's conversation is pinned to on this entry's member is taken first while it is usable. A
+        started try is counted in flight in ``stats``.
+        """
+        self.try_number = t
+        started = self.context.clock()
+        if t == 1:
+            self.reached = started
+        pin = self.pin
+        choice = entry.keys.pick(started, pin.key if pin is not None and pin.member == entry.profile else None)
+        if choice is None:
+            self.record(self._no_key(i, entry, served, stream))
+            return None
+        t0 = time.perf_counter()
+        if stats is not None:
+            stats.started()
+        return choice, started, t0
 
     def _abandoned(
         self,
@@ -554,10 +566,13 @@ class Walk:
         started: float,
         elapsed: float,
         stream: bool,
-    ) -> Action:
-        """Try ``t`` failed with ``exc``: its attempt recorded, and the failure settled (:meth:`settle`).
+        backoff: float,
+    ) -> float | None:
+        """Try ``t`` failed with ``exc``: the backoff of the next try, or None when the walk moves on.
 
-        An empty answer's usage is billed, bounded by what the request allowed.
+        The attempt is recorded (an empty answer's usage billed, bounded by what the request allowed) and the
+        failure settled (:meth:`settle`), then acted on: a retry first sleeps ``backoff`` (jittered, raised to the
+        provider's Retry-After) and doubles it, a key switch retries at once, and a stop raises (:meth:`stop`).
         """
         cls = error_class_of(exc)
         usage = exc.usage if isinstance(exc, EmptyCompletion) else None
@@ -578,7 +593,22 @@ class Walk:
                 stream=stream,
             )
         )
-        return await self.settle(i, entry, served, choice, exc, cls, tries_left)
+        action = await self.settle(i, entry, served, choice, exc, cls, tries_left)
+        self.last_failure = (exc, action)
+        step = action.step
+        if step is Step.NEXT_ENTRY:  # the usual step first
+            return None
+        if step is Step.RETRY:
+            context = self.context
+            hint = exc.retry_after if isinstance(exc, ProviderError) else None
+            await context.sleep(context.backoff_sleep(backoff, hint))
+            return min(backoff * 2, MAX_BACKOFF_S)
+        if step is Step.STOP:
+            try:
+                self.stop(exc)
+            finally:
+                del exc  # nor does this frame keep it, which the traceback holds
+        return backoff  # a key switch: the next try at once
 
     async def settle(
         self,

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from turnout.config.schema import Config, Profile
+from turnout.config.schema import Config, Pool, Profile
 from turnout.config.secrets import Secret
 from turnout.errors import ConfigError
 from turnout.providers.registry import Family, family_for
@@ -382,61 +382,9 @@ def _check_bedrock(profile: Profile, path: str) -> None:
 
 
 def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
+    """What the schema cannot check alone: profiles, pools, routes and senders against each other and the system."""
     for name, profile in config.profiles().items():
-        fam, _, alias = name.partition(".")
-        path = f"providers.models.{fam}.{alias}"
-        try:
-            family = family_for(fam, profile.kind)
-        except KeyError:
-            raise ConfigError(
-                f'unknown provider family {fam!r}; set kind (e.g. kind = "openai-compatible") and uri',
-                path=f"{path}.kind",
-                code="unknown_family",
-            ) from None
-        if family.vendor == "azure":
-            if not profile.uri and not (profile.resource and profile.deployment):
-                raise ConfigError(
-                    "an Azure OpenAI profile needs uri, or resource and deployment",
-                    path=f"{path}.uri",
-                    code="missing_uri",
-                )
-        elif family.protocol == "bedrock":
-            _check_bedrock(profile, path)
-        elif not profile.uri and not family.base_url:
-            raise ConfigError(
-                f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri"
-            )
-        if profile.uri and not profile.uri.startswith(("http://", "https://")):
-            raise ConfigError("uri must start with http:// or https://", path=f"{path}.uri", code="invalid_value")
-        if family.extra is not None and not _installed(family):
-            raise ConfigError(
-                f"the {fam} family needs the {family.extra} extra: pip install 'turnout[{family.extra}]'",
-                path=path,
-                code="missing_extra",
-            )
-        if family.protocol == "vertex":
-            _check_vertex(profile, path)
-        if profile.api_keys and (profile.api_key is not None or profile.api_key_env):
-            raise ConfigError(
-                "set either api_keys (a rotation pool) or api_key/api_key_env, not both",
-                path=f"{path}.api_keys",
-                code="conflicting_keys",
-            )
-        if profile.api_key is not None and profile.api_key_env:
-            raise ConfigError(
-                "set either api_key or api_key_env, not both",
-                path=f"{path}.api_key_env",
-                code="conflicting_keys",
-            )
-        for i, m in enumerate(profile.fallback_models):
-            if not isinstance(m, str):
-                raise ConfigError("must be a model name", path=f"{path}.fallback_models[{i}]")
-        if profile.tls_ca_cert_path and not Path(profile.tls_ca_cert_path).is_file():
-            raise ConfigError(
-                f"CA bundle {profile.tls_ca_cert_path!r} not found",
-                path=f"{path}.tls_ca_cert_path",
-                code="file_not_found",
-            )
+        _check_profile(name, profile)
     _check_pools(config)
     if config.profiles():
         default_target(config)
@@ -457,6 +405,72 @@ def _check_semantics(config: Config, env: Mapping[str, str]) -> None:
             f"environment variable {keys_env} is {'set but empty' if keys_env in env else 'not set'}",
             path="gateway.api_keys_env",
             code="missing_env",
+        )
+
+
+def _check_profile(name: str, profile: Profile) -> None:
+    """One profile: a known family with its extra installed, an endpoint, one way to give keys, readable files."""
+    fam, _, alias = name.partition(".")
+    path = f"providers.models.{fam}.{alias}"
+    try:
+        family = family_for(fam, profile.kind)
+    except KeyError:
+        raise ConfigError(
+            f'unknown provider family {fam!r}; set kind (e.g. kind = "openai-compatible") and uri',
+            path=f"{path}.kind",
+            code="unknown_family",
+        ) from None
+    _check_endpoint(fam, family, profile, path)
+    if family.extra is not None and not _installed(family):
+        raise ConfigError(
+            f"the {fam} family needs the {family.extra} extra: pip install 'turnout[{family.extra}]'",
+            path=path,
+            code="missing_extra",
+        )
+    if family.protocol == "vertex":
+        _check_vertex(profile, path)
+    _check_key_settings(profile, path)
+    for i, m in enumerate(profile.fallback_models):
+        if not isinstance(m, str):
+            raise ConfigError("must be a model name", path=f"{path}.fallback_models[{i}]")
+    if profile.tls_ca_cert_path and not Path(profile.tls_ca_cert_path).is_file():
+        raise ConfigError(
+            f"CA bundle {profile.tls_ca_cert_path!r} not found",
+            path=f"{path}.tls_ca_cert_path",
+            code="file_not_found",
+        )
+
+
+def _check_endpoint(fam: str, family: Family, profile: Profile, path: str) -> None:
+    """Where a profile's calls go: a uri (http or https), the family's default, or what its vendor needs instead."""
+    if family.vendor == "azure":
+        if not profile.uri and not (profile.resource and profile.deployment):
+            raise ConfigError(
+                "an Azure OpenAI profile needs uri, or resource and deployment",
+                path=f"{path}.uri",
+                code="missing_uri",
+            )
+    elif family.protocol == "bedrock":
+        _check_bedrock(profile, path)
+    elif not profile.uri and not family.base_url:
+        raise ConfigError(f"family {fam!r} has no default endpoint; set uri", path=f"{path}.uri", code="missing_uri")
+    if profile.uri and not profile.uri.startswith(("http://", "https://")):
+        raise ConfigError("uri must start with http:// or https://", path=f"{path}.uri", code="invalid_value")
+
+
+def _check_key_settings(profile: Profile, path: str) -> None:
+    """A profile gives its key one way: a rotation pool (api_keys), the key itself (api_key) or its variable."""
+    if profile.api_keys and (profile.api_key is not None or profile.api_key_env):
+        raise ConfigError(
+            "set either api_keys (a rotation pool) or api_key/api_key_env, not both",
+            path=f"{path}.api_keys",
+            code="conflicting_keys",
+        )
+    if profile.api_key is not None and profile.api_key_env:
+        raise ConfigError(
+            "set either api_key or api_key_env, not both",
+            path=f"{path}.api_key_env",
+            code="conflicting_keys",
         )
 
 
@@ -520,47 +534,54 @@ def _check_pools(config: Config) -> None:
             )
         if not pool.members:
             raise ConfigError("a pool needs at least one member", path=f"{path}.members", code="empty_pool")
-        seen: dict[str, int] = {}
-        listed = {ref for m in pool.members for ref in (m.strip(), resolve_profile_ref(config, m))}
-        for i, raw in enumerate(pool.members):
-            where = f"{path}.members[{i}]"
-            ref = raw.strip()
-            if ref in config.pools:
-                nested = (
-                    "a pool cannot be a member of itself" if ref == name else f"{ref!r} is a pool; pools do not nest"
-                )
-                raise ConfigError(f"{nested} (name its profiles instead)", path=where, code="nested_pool")
-            member = resolve_profile_ref(config, ref)
-            if member is None:
-                raise ConfigError(
-                    f"member {raw!r} does not name a configured profile"
-                    + did_you_mean(raw, [n for n in profile_names(config, pools=False) if n not in listed]),
-                    path=where,
-                    code="unknown_pool_member",
-                )
-            if member in seen:
-                raise ConfigError(
-                    f"{member} is already members[{seen[member]}]", path=where, code="duplicate_pool_member"
-                )
-            seen[member] = i
-        weighted: dict[str, str] = {}
-        for key in pool.weights:
-            where = f"{path}.weights." + (f'"{key}"' if "." in key else key)
-            member = resolve_profile_ref(config, key)
-            if member is None or member not in seen:
-                raise ConfigError(
-                    f"{key!r} is not a member of pool {name}" + did_you_mean(key, pool.members),
-                    path=where,
-                    code="unknown_pool_weight",
-                )
-            if member in weighted:
-                raise ConfigError(
-                    f"{member} already has a weight (as {weighted[member]!r})", path=where, code="duplicate_pool_weight"
-                )
-            weighted[member] = key
-        if len(weighted) == len(seen) and not any(pool.weights.values()):
+        members = _check_pool_members(config, name, pool, path)
+        _check_pool_weights(config, name, pool, path, members)
+
+
+def _check_pool_members(config: Config, name: str, pool: Pool, path: str) -> dict[str, int]:
+    """Each member names a profile (not a pool) at most once; returns each member profile's index in the list."""
+    seen: dict[str, int] = {}
+    listed = {ref for m in pool.members for ref in (m.strip(), resolve_profile_ref(config, m))}
+    for i, raw in enumerate(pool.members):
+        where = f"{path}.members[{i}]"
+        ref = raw.strip()
+        if ref in config.pools:
+            nested = "a pool cannot be a member of itself" if ref == name else f"{ref!r} is a pool; pools do not nest"
+            raise ConfigError(f"{nested} (name its profiles instead)", path=where, code="nested_pool")
+        member = resolve_profile_ref(config, ref)
+        if member is None:
             raise ConfigError(
-                "every member has weight 0: at least one needs a positive weight",
-                path=f"{path}.weights",
-                code="invalid_pool_weights",
+                f"member {raw!r} does not name a configured profile"
+                + did_you_mean(raw, [n for n in profile_names(config, pools=False) if n not in listed]),
+                path=where,
+                code="unknown_pool_member",
             )
+        if member in seen:
+            raise ConfigError(f"{member} is already members[{seen[member]}]", path=where, code="duplicate_pool_member")
+        seen[member] = i
+    return seen
+
+
+def _check_pool_weights(config: Config, name: str, pool: Pool, path: str, members: dict[str, int]) -> None:
+    """Each weight belongs to a member, once; when every member has one, at least one is positive."""
+    weighted: dict[str, str] = {}
+    for key in pool.weights:
+        where = f"{path}.weights." + (f'"{key}"' if "." in key else key)
+        member = resolve_profile_ref(config, key)
+        if member is None or member not in members:
+            raise ConfigError(
+                f"{key!r} is not a member of pool {name}" + did_you_mean(key, pool.members),
+                path=where,
+                code="unknown_pool_weight",
+            )
+        if member in weighted:
+            raise ConfigError(
+                f"{member} already has a weight (as {weighted[member]!r})", path=where, code="duplicate_pool_weight"
+            )
+        weighted[member] = key
+    if len(weighted) == len(members) and not any(pool.weights.values()):
+        raise ConfigError(
+            "every member has weight 0: at least one needs a positive weight",
+            path=f"{path}.weights",
+            code="invalid_pool_weights",
+        )

@@ -44,6 +44,7 @@ from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.page import Answer, StatusPage
 from turnout.gateway.policy import (
     ANONYMOUS,
+    Caller,
     Policy,
     anthropic_model,
     model_object,
@@ -130,29 +131,12 @@ class Gateway:
         self.client = client
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
-        ledger = client.ledger
-        shared = None
-        if ledger is not None and config.state.backend == "redis" and config.state.url:
-            shared = SharedSpend(
-                config.state.url,
-                prefix=config.state.key_prefix,
-                ledger_path=ledger.path,
-                max_connections=pool_size(config.gateway.max_connections),
-            )
-        self.spend = SpendBook(ledger, shared=shared) if ledger is not None else None
-        if ledger is not None and self.spend is not None:  # each call's record settles its reservation
-            ledger.listener = self.spend
+        self.spend = _spend_book(client)
         self.policy = Policy(config, self.spend)
         plain = keys if keys is not None else gateway_keys(config)
         callers = self.policy.callers(plain, named_keys(config))
-        for _, c in callers:  # limits are enforced from the ledger
-            field = next((f for f in ("daily_limit_usd", "rpm", "tpm") if getattr(c, f) is not None), None)
-            if field is not None and self.spend is None:
-                raise ConfigError(
-                    f"{field} is enforced from the ledger, and this gateway's client keeps none",
-                    path=f"gateway.keys.{c.name}.{field}",
-                    code="ledger_required",
-                )
+        if self.spend is None:  # limits are enforced from the ledger
+            _refuse_limits(callers)
         self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
         self.metrics = Metrics(
             labelled=self.policy.served_models(),
@@ -188,9 +172,15 @@ class Gateway:
             config.gateway.allowed_hosts,
             refused=lambda reason: self.metrics.refusals.labels(reason).inc(),
         )
+        self.page = self._status_page(session_secret)
+        self.app = self._application()
+
+    def _status_page(self, session_secret: bytes | None) -> StatusPage:
+        """The status page, its sessions signed with ``session_secret`` and revoked across the server's workers."""
+        peers = self.peers
         revocations = Revocations(peers.directory if peers is not None else None)
-        self.page = StatusPage(
-            client,
+        return StatusPage(
+            self.client,
             self.auth,
             self.view,
             self.recent,
@@ -199,7 +189,6 @@ class Gateway:
             count_login=lambda outcome: self.metrics.logins.labels(outcome).inc(),
             money=self.money,
         )
-        self.app = self._application()
 
     # --- the application ------------------------------------------------------------------------
 
@@ -271,7 +260,6 @@ class Gateway:
     def _guard(
         self, name: str, handler: Handler, surface: Surface | None = None, *, json_body: bool = False
     ) -> Callable[..., Any]:
-        edges = self.edges
         running = self._running
         tracing = self.client.tracing
         if tracing is not None:  # calls continue the caller's trace (W3C traceparent)
@@ -281,15 +269,8 @@ class Gateway:
             t0 = time.perf_counter()
             ex = Exchange(name, new_call_id())
             shape = surface if surface is not None else self._surface_for(request)
-            response: web.StreamResponse
-            refused = edges.refusal(request, json_body=json_body)
-            if refused is not None:
-                response = self.error_response(shape, refused)
-                response.force_close()  # its body is never read: no keep-alive after it
-            elif self.draining:
-                response = self.error_response(shape, SHUTTING_DOWN)
-                response.force_close()
-            else:
+            response: web.StreamResponse | None = self._turned_away(request, shape, json_body)
+            if response is None:
                 headers = request.headers
                 ex.caller = self.auth.caller(headers.get("Authorization"), headers.get("x-api-key"))
                 if ex.caller is None:
@@ -332,6 +313,18 @@ class Gateway:
             return response
 
         return endpoint
+
+    def _turned_away(self, request: web.Request, shape: Surface, json_body: bool) -> web.Response | None:
+        """The answer to a request refused before it is read: what a browser must not send, or 503 while draining.
+
+        None: the request goes on. A refused request's body is never read, so its connection is not kept alive.
+        """
+        refused = self.edges.refusal(request, json_body=json_body)
+        if refused is None and not self.draining:
+            return None
+        response = self.error_response(shape, refused if refused is not None else SHUTTING_DOWN)
+        response.force_close()
+        return response
 
     def _page_guard(self, handler: Callable[[web.Request], Awaitable[Answer]]) -> Callable[..., Any]:
         """The status page's routes: 503 while draining; the handler authenticates (a key or a session cookie)."""
@@ -596,6 +589,45 @@ class Gateway:
             task.cancel()
         if running:
             await asyncio.wait(running, timeout=within)
+
+
+def _spend_book(client: Client) -> SpendBook | None:
+    """The daily spend book over ``client``'s ledger (shared through Redis with ``[state] backend = "redis"``).
+
+    None when the client keeps no ledger. The ledger hands each call's record to the book, which settles the call's
+    reservation with it.
+    """
+    config = client.config
+    ledger = client.ledger
+    if ledger is None:
+        return None
+    shared = None
+    if config.state.backend == "redis" and config.state.url:
+        shared = SharedSpend(
+            config.state.url,
+            prefix=config.state.key_prefix,
+            ledger_path=ledger.path,
+            max_connections=pool_size(config.gateway.max_connections),
+        )
+    spend = SpendBook(ledger, shared=shared)
+    ledger.listener = spend
+    return spend
+
+
+def _refuse_limits(callers: Sequence[tuple[str, Caller]]) -> None:
+    """Refuse keys with a limit on a gateway without a ledger: limits are enforced from the ledger.
+
+    Raises:
+        ConfigError: A key sets ``daily_limit_usd``, ``rpm`` or ``tpm``.
+    """
+    for _, c in callers:
+        field = next((f for f in ("daily_limit_usd", "rpm", "tpm") if getattr(c, f) is not None), None)
+        if field is not None:
+            raise ConfigError(
+                f"{field} is enforced from the ledger, and this gateway's client keeps none",
+                path=f"gateway.keys.{c.name}.{field}",
+                code="ledger_required",
+            )
 
 
 def _continuing(tracing: Tracing, handler: Handler) -> Handler:

@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from turnout.affinity import session_of
+from turnout.attribution import FallbackNotice, RouteRef
 from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.estimate import LIMITED_OUTPUT_BOUND
 from turnout.gateway.exchange import Exchange, Host
@@ -178,6 +179,7 @@ def _refused_by(exc: RefusalError, call: ChatCall) -> tuple[str, str]:
 async def _stream(
     gw: Host, surface: Surface, request: web.Request, call: ChatCall, options: dict[str, Any], ex: Exchange
 ) -> web.StreamResponse:
+    """Answer a streamed chat request: its first event decides the headers, then the rest is relayed as it comes."""
     assert ex.caller is not None
     try:
         stream = gw.client.stream(call.messages, show_reasoning=call.show_reasoning, **options)
@@ -190,29 +192,11 @@ async def _stream(
         except RefusalError as exc:
             if exc.request_rejected:
                 return gw.failure_response(surface, exc, ex)
-            provider, model = _refused_by(exc, call)
-            gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
-            encoder = surface.stream_encoder(call, model, uuid.uuid4().hex)
-            headers = {**SSE_HEADERS, **attribution_headers(provider, model, len(exc.attempts), None, None)}
-            response = gw.edges.stamp(request, web.StreamResponse(headers=headers), ex.request_id)
-            await response.prepare(request)
-            await response.write(encoder.refusal(exc, started=False))
-            await response.write_eof()
-            return response
+            return await _refused_stream(gw, surface, request, call, exc, ex)
         except TurnoutError as exc:
             return gw.failure_response(surface, exc, ex)
         served = stream.served or stream.requested
-        notice = stream.fallback
-        headers = {
-            **SSE_HEADERS,
-            **attribution_headers(
-                served.provider,
-                served.model,
-                stream.attempt_count,
-                notice.text if notice is not None else None,
-                stream.call_id,
-            ),
-        }
+        headers = _stream_headers(served, stream.attempt_count, stream.fallback, stream.call_id)
         # a stream the client abandons still reports its attempts (the list fills in as they end)
         gw.observe_attempts(stream.attempts, ex, provider=served.provider, model=served.model)
         response = gw.edges.stamp(request, web.StreamResponse(headers=headers), ex.request_id)
@@ -230,12 +214,7 @@ async def _stream(
                     await gw.conversations.keep(call, ex.caller.name, stream.call_id, encoder.output)
                 await response.write(finish)
             else:
-                gw.observe_attempts(getattr(ending, "attempts", ()), ex, provider=served.provider, model=served.model)
-                if isinstance(ending, RefusalError):
-                    await response.write(encoder.refusal(ending, started=True))
-                else:
-                    ex.interrupted = True
-                    await response.write(encoder.interrupted(_interruption(ending)))
+                await response.write(_cut_short(gw, encoder, ending, served, ex))
         except ConnectionError:  # the client went away between two writes
             ex.status = CLIENT_CLOSED
             ex.closed_by = "client"
@@ -254,6 +233,36 @@ async def _stream(
             await response.write(encoder.interrupted(STREAM_FAILED))
         await response.write_eof()
         return response
+
+
+async def _refused_stream(
+    gw: Host, surface: Surface, request: web.Request, call: ChatCall, exc: RefusalError, ex: Exchange
+) -> web.StreamResponse:
+    """A stream refused before any output: a normal answer, the surface's refusal as its only event."""
+    provider, model = _refused_by(exc, call)
+    gw.observe_attempts(exc.attempts, ex, provider=provider, model=model)
+    encoder = surface.stream_encoder(call, model, uuid.uuid4().hex)
+    headers = {**SSE_HEADERS, **attribution_headers(provider, model, len(exc.attempts), None, None)}
+    response = gw.edges.stamp(request, web.StreamResponse(headers=headers), ex.request_id)
+    await response.prepare(request)
+    await response.write(encoder.refusal(exc, started=False))
+    await response.write_eof()
+    return response
+
+
+def _stream_headers(served: RouteRef, attempts: int, notice: FallbackNotice | None, call_id: str) -> dict[str, str]:
+    """A stream's headers: server-sent events, attributed to the entry that produced its first event."""
+    text = notice.text if notice is not None else None
+    return {**SSE_HEADERS, **attribution_headers(served.provider, served.model, attempts, text, call_id)}
+
+
+def _cut_short(gw: Host, encoder: StreamEncoder, ending: TurnoutError, served: RouteRef, ex: Exchange) -> bytes:
+    """The last event of a stream that ended early after output: the refusal, or the interruption (noted)."""
+    gw.observe_attempts(getattr(ending, "attempts", ()), ex, provider=served.provider, model=served.model)
+    if isinstance(ending, RefusalError):
+        return encoder.refusal(ending, started=True)
+    ex.interrupted = True
+    return encoder.interrupted(_interruption(ending))
 
 
 async def _relay(events: Any, encoder: StreamEncoder, response: web.StreamResponse) -> TurnoutError | None:

@@ -305,27 +305,8 @@ class Policy:
             default_route = True
             patterns = tuple(self.patterns)
         else:
-            chosen: dict[str, PublicName] = {}
-            opened: set[str] = set()
-            listed = set(entry.models)
-            patterns = tuple((p, n) for p, n in self.patterns if p in listed)
-            for i, raw in enumerate(entry.models):
-                if any(raw == p for p, _ in patterns):
-                    continue
-                known = self.universe.get(raw)
-                if known is not None:
-                    chosen[raw] = known
-                    if known.kind == "profile" and self._unpinned(raw):
-                        opened.add(raw)
-                    continue
-                raise ConfigError(
-                    f"{raw!r} is not a hint, alias, profile or model of the default profile"
-                    + did_you_mean(raw, self.universe),
-                    path=f"{path}.models[{i}]",
-                    code="unknown_model",
-                )
-            names, open_profiles = chosen, frozenset(opened)
-            default_route = self._reaches_default(chosen)
+            names, open_profiles, patterns = self._listed(entry.models, path)
+            default_route = self._reaches_default(names)
         sender = entry.sender if entry is not None else None
         if sender is not None and sender not in self.config.senders:
             raise ConfigError(
@@ -356,6 +337,35 @@ class Policy:
             models_json=(openai_models(items), anthropic_models(items)),
             patterns=patterns,
         )
+
+    def _listed(
+        self, models: Sequence[str], path: str
+    ) -> tuple[dict[str, PublicName], frozenset[str], tuple[tuple[str, PublicName], ...]]:
+        """What a key's ``models`` (at ``path``) lists: its names, the unpinned profiles among them, its patterns.
+
+        Raises:
+            ConfigError: A listed model is neither a pattern nor a name of :attr:`universe`.
+        """
+        chosen: dict[str, PublicName] = {}
+        opened: set[str] = set()
+        listed = set(models)
+        patterns = tuple((p, n) for p, n in self.patterns if p in listed)
+        for i, raw in enumerate(models):
+            if any(raw == p for p, _ in patterns):
+                continue
+            known = self.universe.get(raw)
+            if known is not None:
+                chosen[raw] = known
+                if known.kind == "profile" and self._unpinned(raw):
+                    opened.add(raw)
+                continue
+            raise ConfigError(
+                f"{raw!r} is not a hint, alias, profile or model of the default profile"
+                + did_you_mean(raw, self.universe),
+                path=f"{path}.models[{i}]",
+                code="unknown_model",
+            )
+        return chosen, frozenset(opened), patterns
 
     def _reaches_default(self, names: Mapping[str, PublicName]) -> bool:
         """Whether ``names`` reach the default target: its profile or models, or for a pool a hint to it."""

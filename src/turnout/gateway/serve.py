@@ -392,38 +392,47 @@ def _supervise(path: str, host: str, port: int, workers: int) -> None:
                 slot = next(s for s in running if s.proc.sentinel == sentinel)
                 slot.proc.join()
                 slot.served = slot.served or slot.ready.is_set()
-                code = slot.proc.exitcode
                 if stopping:
                     running.remove(slot)
-                elif not slot.served:
-                    failed = True
-                    running.remove(slot)
-                    log.error("turnout gateway: worker %s could not start (exit %s); stopping", slot.index, code)
-                    relay(signal.SIGTERM, None)
-                elif not budget.allow():
-                    failed = True
-                    running.remove(slot)
-                    log.error(
-                        "turnout gateway: worker %s exited with %s; %d restarts in %.0f s, stopping",
-                        slot.index,
-                        code,
-                        budget.limit,
-                        budget.window,
-                    )
-                    relay(signal.SIGTERM, None)
-                else:
-                    log.warning(
-                        "turnout gateway: worker %s (pid %s) exited with %s; starting it again (restart %d)",
-                        slot.index,
-                        slot.proc.pid,
-                        code,
-                        budget.total,
-                    )
-                    publish_restarts(directory, budget.total)
+                elif _restarts(slot, budget, directory):
                     launch(slot)
+                else:
+                    failed = True
+                    running.remove(slot)
+                    relay(signal.SIGTERM, None)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         shutil.rmtree(directory, ignore_errors=True)
     if failed:
         raise SystemExit(1)
+
+
+def _restarts(slot: _Slot, budget: RestartBudget, directory: str) -> bool:
+    """Whether the worker place ``slot``, whose process died, starts a new one; logs the restart, or why not.
+
+    A place that never served fails the start; a restart beyond the ``budget`` is a crash loop. The count of
+    restarts is published in the server's ``directory`` (``/metrics`` shows it).
+    """
+    code = slot.proc.exitcode
+    if not slot.served:
+        log.error("turnout gateway: worker %s could not start (exit %s); stopping", slot.index, code)
+        return False
+    if not budget.allow():
+        log.error(
+            "turnout gateway: worker %s exited with %s; %d restarts in %.0f s, stopping",
+            slot.index,
+            code,
+            budget.limit,
+            budget.window,
+        )
+        return False
+    log.warning(
+        "turnout gateway: worker %s (pid %s) exited with %s; starting it again (restart %d)",
+        slot.index,
+        slot.proc.pid,
+        code,
+        budget.total,
+    )
+    publish_restarts(directory, budget.total)
+    return True

@@ -145,25 +145,8 @@ def status_payload(
         now: The state store's time (cooldowns and breakers are relative to it).
         money: The ledger's health (``ledger``) and each limited key's spend and limits (``keys``).
     """
-    cooldowns = []
-    for key, until in sorted(totals.cooldowns.items()):
-        profile, _, kid = key.partition("#")
-        cooldowns.append(
-            {"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": round(until - now, 3)}
-        )
-    cooling = {c["profile"] for c in cooldowns if c["key_id"] is None}
-    cache = cache_by_profile(totals.counters)
-    profiles = [
-        {
-            "name": name,
-            "model": p.model,
-            "fallback_models": list(p.fallback_models),
-            "fallback": list(p.fallback),
-            "cooling_down": name in cooling,
-            "cache": cache.get(name, _NO_CACHE),
-        }
-        for name, p in config.profiles().items()
-    ]
+    cooldowns = _cooldowns(totals.cooldowns, now)
+    profiles = _profiles(config, totals, {c["profile"] for c in cooldowns if c["key_id"] is None})
     return orjson.dumps(
         {
             "status": "draining" if draining else "ok",
@@ -189,6 +172,31 @@ def status_payload(
             **(money or {"ledger": None, "keys": []}),
         }
     )
+
+
+def _cooldowns(cooldowns: Mapping[str, float], now: float) -> list[dict[str, Any]]:
+    """The cooldowns in effect, by key: a whole profile's (``key_id`` None) or one of its keys', with the time left."""
+    out = []
+    for key, until in sorted(cooldowns.items()):
+        profile, _, kid = key.partition("#")
+        out.append({"key": key, "profile": profile, "key_id": kid or None, "remaining_seconds": round(until - now, 3)})
+    return out
+
+
+def _profiles(config: Config, totals: Totals, cooling: set[str]) -> list[dict[str, Any]]:
+    """Each profile: its models and fallbacks, whether it cools down (``cooling``), and its prompt-cache totals."""
+    cache = cache_by_profile(totals.counters)
+    return [
+        {
+            "name": name,
+            "model": p.model,
+            "fallback_models": list(p.fallback_models),
+            "fallback": list(p.fallback),
+            "cooling_down": name in cooling,
+            "cache": cache.get(name, _NO_CACHE),
+        }
+        for name, p in config.profiles().items()
+    ]
 
 
 def _default(config: Config) -> str | None:

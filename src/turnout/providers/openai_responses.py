@@ -36,6 +36,7 @@ from turnout.types import (
     ChatResponse,
     Final,
     Message,
+    NativeRequest,
     OpenAITools,
     ProviderToolEvent,
     ReasoningDelta,
@@ -181,43 +182,12 @@ class OpenAIResponsesAdapter(HTTPAdapter):
     def build_body(self, request: ChatRequest, model: str, temperature: float | None, stream: bool) -> dict[str, Any]:
         """The Responses request body (``store: false``: the conversation is sent whole every time).
 
-        A pass-through Responses request keeps the client's own body (items, tools and fields Turnout does
-        not model), with this upstream's model, the stream flag and ``store: false``.
+        A pass-through Responses request keeps the client's own body (see :meth:`_pass_through_body`).
         """
         native = request.native
         if native is not None and self.passes_through(request):
-            out = dict(native.body)
-            out["model"] = self.settings.deployment or model if self._azure else model
-            out["store"] = False
-            if stream:
-                out["stream"] = True
-            else:
-                out.pop("stream", None)
-            t = self.temperature(temperature)
-            if t is not None and "temperature" not in out:
-                out["temperature"] = t
-            return self.with_merged_extras(out)
-        system: list[str] = []
-        items: list[dict[str, Any]] = []
-        for m in request.messages:
-            if m.role == "system":
-                if m.text:
-                    system.append(m.text)
-            elif m.role == "user":
-                content = _user_content(m)
-                if content:
-                    items.append({"type": "message", "role": "user", "content": content})
-            elif m.role == "assistant":
-                if m.text:
-                    items.append(
-                        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": m.text}]}
-                    )
-                items.extend(
-                    {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments or "{}"}
-                    for c in m.tool_calls
-                )
-            else:
-                items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": m.text})
+            return self._pass_through_body(native, model, temperature, stream)
+        system, items = _input_items(request.messages)
         if system and self.settings.merge_system_into_user:
             _merge_system(items, "\n\n".join(system))
             system = []
@@ -242,6 +212,26 @@ class OpenAIResponsesAdapter(HTTPAdapter):
         if stream:
             body["stream"] = True
         return self.with_merged_extras(body)
+
+    def _pass_through_body(
+        self, native: NativeRequest, model: str, temperature: float | None, stream: bool
+    ) -> dict[str, Any]:
+        """A pass-through request: the client's own body, with this upstream's model and ``store: false``.
+
+        The body keeps the items, tools and fields Turnout does not model; the stream flag follows ``stream``, and
+        the temperature (the call's, else the profile's) is added where the body has none.
+        """
+        out = dict(native.body)
+        out["model"] = self.settings.deployment or model if self._azure else model
+        out["store"] = False
+        if stream:
+            out["stream"] = True
+        else:
+            out.pop("stream", None)
+        t = self.temperature(temperature)
+        if t is not None and "temperature" not in out:
+            out["temperature"] = t
+        return self.with_merged_extras(out)
 
     def parse_response(self, data: Any, model: str) -> ChatResponse:
         """A ``response`` object → the answer; refusals and content-filtered answers raise ``RefusalError``."""
@@ -308,6 +298,32 @@ def refusal_error(adapter: HTTPAdapter, text: str, model: str | None) -> Refusal
     """The error for a refusal; the refusal text goes into the message, never into the answer."""
     message = f"the model refused to answer: {text}" if text else "the model refused to answer"
     return RefusalError(message, provider=adapter.profile, model=model)
+
+
+def _input_items(messages: Sequence[Message]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The conversation as the system texts (for ``instructions``) and the ``input`` items of the rest."""
+    system: list[str] = []
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            if m.text:
+                system.append(m.text)
+        elif m.role == "user":
+            content = _user_content(m)
+            if content:
+                items.append({"type": "message", "role": "user", "content": content})
+        elif m.role == "assistant":
+            if m.text:
+                items.append(
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": m.text}]}
+                )
+            items.extend(
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments or "{}"}
+                for c in m.tool_calls
+            )
+        else:
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id or "", "output": m.text})
+    return system, items
 
 
 def _user_content(m: Message) -> list[dict[str, Any]]:

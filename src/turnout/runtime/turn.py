@@ -226,11 +226,8 @@ class Turn:
                 if error is None and self._completed:
                     response = self.builder.build()
                     if not response.is_semantically_empty:  # a complete answer: the held events, then the reply
-                        for tool in self._held_tools:
-                            yield tool
-                        if self._usage is not None:
-                            yield self._usage
-                        yield Final(finish_reason=response.finish_reason, model=response.model)
+                        for event in self._closing(response):
+                            yield event
                         self._accept(response)
                         return
             try:
@@ -355,6 +352,14 @@ class Turn:
             finally:
                 del error  # its traceback holds this frame: keeping it would make a cycle for the collector
         return resume
+
+    def _closing(self, response: ChatResponse) -> list[StreamEvent]:
+        """The events that close a complete streamed answer: the held tool calls, its usage, then its Final."""
+        closing: list[StreamEvent] = [*self._held_tools]
+        if self._usage is not None:
+            closing.append(self._usage)
+        closing.append(Final(finish_reason=response.finish_reason, model=response.model))
+        return closing
 
     async def _recover(self, resume: Resume | None) -> tuple[ChatResponse, list[StreamEvent]]:
         """The non-streaming recovery before output, and the events that show its answer."""

@@ -29,11 +29,51 @@ DONE = b"data: [DONE]\n\n"
 FINGERPRINT = "fp_sim"
 DEFAULT_CONTEXT_LIMIT = 128_000
 
+#: A 500's ``type``, ``code`` and message, also sent for every kind :data:`_FIXED_ERRORS` does not list.
+_SERVER_ERROR = ("server_error", None, "The server had an error while processing your request. Sorry about that!")
+_OVERLOADED_ERROR = (
+    "server_error",
+    None,
+    "That model is currently overloaded with other requests. You can retry your request, or "
+    "contact us through our help center at help.openai.com if the error persists.",
+)
+#: The ``type``, ``code`` and message of the errors whose text does not depend on the request (others: a 500's).
+_FIXED_ERRORS: dict[ErrorKind, tuple[str, str | None, str]] = {
+    ErrorKind.QUOTA: (
+        "insufficient_quota",
+        "insufficient_quota",
+        "You exceeded your current quota, please check your plan and billing details. For more "
+        "information on this error, read the docs: "
+        "https://platform.openai.com/docs/guides/error-codes/api-errors.",
+    ),
+    ErrorKind.BILLING: ("unknown_error", "invalid_request_error", "Insufficient Balance"),  # DeepSeek's 402 body
+    ErrorKind.AUTH: (
+        "invalid_request_error",
+        "invalid_api_key",
+        "Incorrect API key provided: sk-sim***********. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+    ),
+    ErrorKind.FORBIDDEN: (
+        "request_forbidden",
+        "unsupported_country_region_territory",
+        "Country, region, or territory not supported",
+    ),
+    ErrorKind.CONTENT_FILTER: (
+        "invalid_request_error",
+        "content_policy_violation",
+        "Your request was rejected as a result of our safety system. Your prompt may contain text "
+        "that is not allowed by our safety system.",
+    ),
+    ErrorKind.BAD_REQUEST: ("invalid_request_error", None, "Invalid request."),
+    ErrorKind.UNAVAILABLE: _OVERLOADED_ERROR,
+    ErrorKind.OVERLOADED: _OVERLOADED_ERROR,
+}
+
 
 def openai_error(spec: ErrorSpec, model: str) -> dict[str, Any]:
     """The ``error`` object OpenAI sends for ``spec.kind`` (shared by Chat, Responses and Azure)."""
     kind = spec.kind or ErrorKind.SERVER
-    message: str
+    code: str | None
     param: str | None = None
     if kind is ErrorKind.RATE_LIMIT:
         etype, code = "requests", "rate_limit_exceeded"
@@ -43,24 +83,6 @@ def openai_error(spec: ErrorSpec, model: str) -> dict[str, Any]:
             f"Limit 3, Used 3, Requested 1.{hint} Visit https://platform.openai.com/account/rate-limits "
             "to learn more."
         )
-    elif kind is ErrorKind.QUOTA:
-        etype = code = "insufficient_quota"
-        message = (
-            "You exceeded your current quota, please check your plan and billing details. For more "
-            "information on this error, read the docs: "
-            "https://platform.openai.com/docs/guides/error-codes/api-errors."
-        )
-    elif kind is ErrorKind.BILLING:  # DeepSeek's 402 body
-        etype, code, message = "unknown_error", "invalid_request_error", "Insufficient Balance"
-    elif kind is ErrorKind.AUTH:
-        etype, code = "invalid_request_error", "invalid_api_key"
-        message = (
-            "Incorrect API key provided: sk-sim***********. You can find your API key at "
-            "https://platform.openai.com/account/api-keys."
-        )
-    elif kind is ErrorKind.FORBIDDEN:
-        etype, code = "request_forbidden", "unsupported_country_region_territory"
-        message = "Country, region, or territory not supported"
     elif kind is ErrorKind.NOT_FOUND:
         etype, code = "invalid_request_error", "model_not_found"
         message = f"The model `{model}` does not exist or you do not have access to it."
@@ -72,24 +94,8 @@ def openai_error(spec: ErrorSpec, model: str) -> dict[str, Any]:
             f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
             f"{tokens} tokens. Please reduce the length of the messages."
         )
-    elif kind is ErrorKind.CONTENT_FILTER:
-        etype, code = "invalid_request_error", "content_policy_violation"
-        message = (
-            "Your request was rejected as a result of our safety system. Your prompt may contain text "
-            "that is not allowed by our safety system."
-        )
-    elif kind is ErrorKind.BAD_REQUEST:
-        etype, code = "invalid_request_error", None
-        message = "Invalid request."
-    elif kind in (ErrorKind.UNAVAILABLE, ErrorKind.OVERLOADED):
-        etype, code = "server_error", None
-        message = (
-            "That model is currently overloaded with other requests. You can retry your request, or "
-            "contact us through our help center at help.openai.com if the error persists."
-        )
     else:
-        etype, code = "server_error", None
-        message = "The server had an error while processing your request. Sorry about that!"
+        etype, code, message = _FIXED_ERRORS.get(kind, _SERVER_ERROR)
     return {"message": spec.message or message, "type": etype, "param": param, "code": code}
 
 
