@@ -43,6 +43,10 @@ class QueuedLines(QueueHandler):
         out.setFormatter(logging.Formatter("%(message)s"))
         self.writer = QueueListener(lines, out)
 
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        """The record as it is: an access line is a finished string without arguments, formatted by the writer."""
+        return record
+
 
 def logged_path(url: URL) -> str:
     """``url.path`` (percent-decoded), taken from the ``path_safe`` the router already decoded when it is the same.

@@ -27,7 +27,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -40,6 +40,9 @@ from turnout.health import Breakers
 from turnout.hedge import HedgeTally
 from turnout.pools import MemberLoad
 from turnout.pricing import Rates
+
+#: A labelled metric (what :meth:`Metrics._child` keeps the series of).
+_M = TypeVar("_M", Counter, Histogram)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -241,6 +244,8 @@ class Metrics:
         self._clock = clock
         self._view = Totals(worker="", at=0.0)  # what the next scrape shows: set by render
         self._spend: Mapping[str, float] = {}  # each limited key's spend today: set by render
+        #: The labelled series counted so far, by metric and label values (as many as the registry holds).
+        self._children: dict[tuple[int, tuple[str, ...]], Counter | Histogram] = {}
         self.registry.register(_Collector(self))
 
     def _counter(self, family: Family) -> Counter:
@@ -249,6 +254,14 @@ class Metrics:
     def _histogram(self, family: Family) -> Histogram:
         assert family.buckets is not None
         return Histogram(family.name, family.doc, family.labels, registry=self.counted, buckets=family.buckets)
+
+    def _child(self, metric: _M, *values: str) -> _M:
+        """``metric.labels(*values)``, kept: a request counts a dozen labelled series, most of them seen before."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return cast(_M, child)
 
     def _model(self, provider: str, model: str) -> str:
         return model if (provider, model) in self._labelled else "other"
@@ -261,15 +274,15 @@ class Metrics:
         unless the client went away, the gateway's overhead (its time outside upstream attempts).
         """
         for ex in done:
-            self.requests.labels(ex.surface, str(ex.status)).inc()
-            self.duration.labels(ex.surface).observe(ex.seconds)
+            self._child(self.requests, ex.surface, str(ex.status)).inc()
+            self._child(self.duration, ex.surface).observe(ex.seconds)
             if ex.attempts is None:
                 continue
             upstream_ms = self._count(ex.attempts)
             if ex.fallback is not None:
-                self.fallbacks.labels(*ex.fallback).inc()
+                self._child(self.fallbacks, *ex.fallback).inc()
             if ex.status != CLIENT_CLOSED:  # the client waited for the answer
-                self.overhead.labels(ex.surface).observe(max(0.0, ex.seconds - upstream_ms / 1000.0))
+                self._child(self.overhead, ex.surface).observe(max(0.0, ex.seconds - upstream_ms / 1000.0))
 
     def _count(self, attempts: Iterable[Attempt]) -> float:
         """Count a call's attempts and retries, and the latency, time to first token and tokens of those not skipped.
@@ -280,15 +293,15 @@ class Metrics:
         upstream_ms = 0.0
         for a in attempts:
             model = self._model(a.provider, a.model)
-            self.attempts.labels(a.provider, model, a.outcome).inc()
+            self._child(self.attempts, a.provider, model, a.outcome).inc()
             if a.outcome in SKIPS:
                 continue
             if a.try_number > 1:
-                self.retries.labels(a.provider, model).inc()
+                self._child(self.retries, a.provider, model).inc()
             upstream_ms += a.duration_ms
-            self.latency.labels(a.provider, model).observe(a.duration_ms / 1000.0)
+            self._child(self.latency, a.provider, model).observe(a.duration_ms / 1000.0)
             if a.ttft_ms is not None:
-                self.ttft.labels(a.provider, model).observe(a.ttft_ms / 1000.0)
+                self._child(self.ttft, a.provider, model).observe(a.ttft_ms / 1000.0)
             if a.outcome == "ok":
                 self._count_tokens(a, model)
         return upstream_ms
@@ -298,15 +311,15 @@ class Metrics:
         usage = a.usage
         if usage is None or not usage.input_tokens:
             return
-        self.input_tokens.labels(a.provider, model).inc(usage.input_tokens)
+        self._child(self.input_tokens, a.provider, model).inc(usage.input_tokens)
         if usage.cached_input_tokens:
-            self.cached_tokens.labels(a.provider, model).inc(usage.cached_input_tokens)
+            self._child(self.cached_tokens, a.provider, model).inc(usage.cached_input_tokens)
             rates = self._rates(a.provider, a.model) if self._rates is not None else None
             saved = rates.cache_saving(usage) if rates is not None else 0.0
             if saved > 0:  # a counter only grows (a cached price above the input price saves nothing)
-                self.cache_saved.labels(a.provider, model).inc(saved)
+                self._child(self.cache_saved, a.provider, model).inc(saved)
         if usage.cache_write_tokens:
-            self.cache_writes.labels(a.provider, model).inc(usage.cache_write_tokens)
+            self._child(self.cache_writes, a.provider, model).inc(usage.cache_write_tokens)
 
     def export(
         self, *, ledger_errors: float | None = None, rejections: Mapping[tuple[str, str], float] | None = None
