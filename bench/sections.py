@@ -18,6 +18,7 @@ SEPARATE = (
     "## Affinity",
     "## Bedrock and Vertex AI against Anthropic",
     "## Before and after: the plain core",
+    "## The plain path: holds",
 )
 
 
