@@ -241,7 +241,9 @@ class SharedSpend:
                 socket_timeout=COMMAND_TIMEOUT_S,
                 # one more try on a connection that broke (Redis restarted), none on a timeout: a command that
                 # Redis did not answer within COMMAND_TIMEOUT_S fails, and a settle is sent again by the watch
+                # (redis-py 5 retries only errors that are also named in retry_on_error)
                 retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+                retry_on_error=[RedisConnectionError],
             )
             self._redis = aioredis.Redis.from_pool(pool)  # closing the client closes its pool
             for name, text in _SCRIPTS.items():
