@@ -8,7 +8,7 @@ reported as cached input, OpenAI's ``cached_tokens``), its first token after 20,
 them make one pool. 12 conversations of 8 turns go through one :class:`~turnout.Client` at concurrency 6 (each
 conversation sends its turns in order; a turn carries the whole conversation so far, its answers included; each
 conversation has its own system prompt, so a cached part of a prompt is that conversation's). For each strategy of
-:mod:`turnout.pools`, with ``[reliability.affinity]`` off (the behaviour before affinity) and on, over
+:mod:`turnout.walk.pools`, with ``[reliability.affinity]`` off (the behaviour before affinity) and on, over
 :data:`SEEDS` seeds of the pool's draws:
 
 - *cached*: the share of turns 2–8 that landed where their prefix was cached: their cached input covers the whole
@@ -49,12 +49,9 @@ from typing import Any
 
 from bench import procs, sections
 from turnout import Client
-from turnout.affinity import conversation_key
-from turnout.classify import ErrorFacts, provider_error
-from turnout.pools import Pool
-from turnout.provider import Provider
-from turnout.sim.caching import PromptCache, blocks
-from turnout.types import (
+from turnout.core.classify import ErrorFacts, provider_error
+from turnout.core.provider import Provider
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -64,6 +61,9 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.sim.caching import PromptCache, blocks
+from turnout.walk.affinity import conversation_key
+from turnout.walk.pools import Pool
 
 STRATEGIES = ("weighted", "ordered", "least_busy", "latency")
 MEMBERS = ("openai.east", "openai.west", "openai.north")

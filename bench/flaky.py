@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnout import Client
-from turnout.classify import ErrorFacts, provider_error
-from turnout.errors import ProviderConnectionError, ProviderTimeout, TurnoutError
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
+from turnout.core.classify import ErrorFacts, provider_error
+from turnout.core.errors import ProviderConnectionError, ProviderTimeout, TurnoutError
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 
 #: The share of each profile's attempts that fail, and how (one third each).
 RATE = 0.35

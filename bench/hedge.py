@@ -6,8 +6,8 @@
 once with ``[reliability.hedge] enabled = true, after_ms = "auto"`` and the default budget, once without hedging,
 each with a fresh simulator seeded alike (so the same calls draw the tail in both runs): seeds 1, 2, ... as many as
 the settings say (fewer without hedging, whose result hardly varies: about 40 ×). ``"auto"`` hedges only once it has
-seen :data:`~turnout.stats.MIN_SAMPLES` answers of the primary, so each run first makes :data:`WARMUP` calls that are
-not measured. Measured per call: the time to the first text event as the caller sees it (from the call to
+seen :data:`~turnout.walk.stats.MIN_SAMPLES` answers of the primary, so each run first makes :data:`WARMUP` calls that
+are not measured. Measured per call: the time to the first text event as the caller sees it (from the call to
 the event); per run: the upstream requests beyond one per call (what hedging costs upstream), from the
 simulator's log.
 

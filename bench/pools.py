@@ -9,7 +9,7 @@ The simulator and the pool's randomness are seeded.
 
 *Overhead when not configured*: the non-streaming call of the chat scenario (a primary and one fallback, no
 pool) in child processes pinned to the client CPU, one importing this tree's ``turnout``, one the tree as it
-was before pools existed (the parent of the commit that added ``src/turnout/pools.py``, exported with
+was before pools existed (the parent of the commit that added ``src/turnout/walk/pools.py``, exported with
 ``git archive``) and one a copy of this tree, driven in alternating batches. The ratio of the first two is the
 cost of pools for a user who has none; the copy's ratio to this tree is how far two processes running the same
 code differ by themselves.
@@ -191,9 +191,9 @@ def _git(*args: str) -> bytes:
 
 def export_before_pools(into: Path) -> str:
     """Export ``src/turnout`` as it was before pools existed into ``into``; return that commit's short hash."""
-    added = _git("log", "--diff-filter=A", "--format=%H", "--", "src/turnout/pools.py").split()
+    added = _git("log", "--diff-filter=A", "--format=%H", "--", "src/turnout/walk/pools.py").split()
     if not added:
-        raise RuntimeError("no commit adds src/turnout/pools.py: nothing to compare with")
+        raise RuntimeError("no commit adds src/turnout/walk/pools.py: nothing to compare with")
     base = _git("rev-parse", "--short", f"{added[-1].decode()}^").decode().strip()
     archive = _git("archive", "--format=tar", base, "src/turnout")
     with tarfile.open(fileobj=BytesIO(archive)) as tar:

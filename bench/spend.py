@@ -43,12 +43,12 @@ import aiohttp
 from aiohttp import web
 
 from turnout import Client
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.shared_spend import SharedSpend
 from turnout.gateway.spend import Hold, SpendBook
-from turnout.ledger import Ledger
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, Usage
+from turnout.ledger.writer import Ledger
 
 ROUNDS = 1000
 #: Runs of :data:`ROUNDS` calls each (the machine is shared: each run's p50 is reported, and their median).

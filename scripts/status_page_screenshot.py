@@ -1,6 +1,6 @@
 """Regenerate ``docs/images/status-page.png``: the gateway's status page over the demo's profiles, in Chromium.
 
-Starts the simulator and a gateway over the demo's configuration (``turnout.demo.DEMO_CONFIG``, a ledger in a
+Starts the simulator and a gateway over the demo's configuration (``turnout.cli.demo.DEMO_CONFIG``, a ledger in a
 temporary directory) on loopback, sends a scripted series of requests through the gateway (the default
 profile rate-limited and cooling down while its fallback serves and announces its rate-limit headroom, an outage
 that opens a hint route's circuit breaker), signs in through the page's form in headless Chromium (the tests'
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from browser import INSTALL_HINT, Browser, chromium  # noqa: E402
 from turnout import Client  # noqa: E402
-from turnout.demo import demo_config  # noqa: E402
+from turnout.cli.demo import demo_config  # noqa: E402
 from turnout.gateway import Gateway, GatewayServer  # noqa: E402
 from turnout.sim import Simulator  # noqa: E402
 

@@ -6,17 +6,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout.attribution import Attempt, RouteRef
-from turnout.classify import ErrorFacts, provider_error
-from turnout.errors import ErrorClass, ProviderError
-from turnout.health import Breakers
-from turnout.keys import KeyPool
-from turnout.ledger import CallRecord
-from turnout.pricing import Catalogue, Rates, _Rate
-from turnout.provider import Provider
-from turnout.reliable import Entry, ReliableProvider
-from turnout.state import MemoryStore, StateStore
-from turnout.types import (
+from turnout.core.attribution import Attempt, RouteRef
+from turnout.core.classify import ErrorFacts, provider_error
+from turnout.core.errors import ErrorClass, ProviderError
+from turnout.core.provider import Provider
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -27,6 +21,12 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.ledger.pricing import Catalogue, Rates, _Rate
+from turnout.ledger.writer import CallRecord
+from turnout.state import MemoryStore, StateStore
+from turnout.walk.breakers import Breakers
+from turnout.walk.keys import KeyPool
+from turnout.walk.reliable import Entry, ReliableProvider
 
 FULL = Capabilities(native_tools=True, vision=True, streaming=True, streaming_tool_events=True)
 

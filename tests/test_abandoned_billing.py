@@ -13,12 +13,11 @@ from typer.testing import CliRunner
 
 from fakes import err
 from turnout import Client
-from turnout.cli import app
-from turnout.errors import StreamInterruptedAfterOutput
-from turnout.estimate import unseen_usage
-from turnout.ledger import summarize
-from turnout.provider import Provider
-from turnout.types import (
+from turnout.cli.main import app
+from turnout.core.errors import StreamInterruptedAfterOutput
+from turnout.core.estimate import unseen_usage
+from turnout.core.provider import Provider
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -29,6 +28,7 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.ledger.writer import summarize
 
 PROMPT = "y" * 400  # 100 tokens by the estimate, plus 4 for the message
 

@@ -11,17 +11,17 @@ from multidict import CIMultiDict
 
 from fakes import Alternate, FakeClock, Fleet, err
 from turnout import Client
-from turnout.affinity import MAX_NAME_CHARS, SESSION_HEADERS, Affinity, conversation_key, session_of
-from turnout.errors import ConfigError, InvalidRequest
+from turnout.core.errors import ConfigError, InvalidRequest
+from turnout.core.types import ChatRequest, Message
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.responses_surface import ResponsesSurface
 from turnout.gateway.surface import ChatCall
-from turnout.keys import KeyPool
-from turnout.pools import Pool
 from turnout.state import MemoryStore
 from turnout.state.pins import Pin, PinTable
-from turnout.types import ChatRequest, Message
+from turnout.walk.affinity import MAX_NAME_CHARS, SESSION_HEADERS, Affinity, conversation_key, session_of
+from turnout.walk.keys import KeyPool
+from turnout.walk.pools import Pool
 
 SYSTEM = "You are a terse assistant."
 TOOL_A = {"name": "alpha", "description": "a", "schema": {"type": "object", "properties": {}}}

@@ -1,6 +1,6 @@
 """What an answer is billed when its provider's usage is missing, garbage or absurd: never $0, never a fantasy.
 
-The rules (:func:`turnout.estimate.billed_usage`), then a gateway over a loopback upstream priced at $1,000 per
+The rules (:func:`turnout.core.estimate.billed_usage`), then a gateway over a loopback upstream priced at $1,000 per
 million tokens: a limited key whose answers carry no believable usage is still charged, and a usage of 1e30 tokens
 costs what the request allowed at most.
 """
@@ -21,9 +21,9 @@ from aiohttp import web
 from fakes import E, Scripted, walk
 from servers import loopback_app
 from turnout import Client
-from turnout.attribution import DispatchScope
-from turnout.errors import ProtocolError
-from turnout.estimate import (
+from turnout.core.attribution import DispatchScope
+from turnout.core.errors import ProtocolError
+from turnout.core.estimate import (
     DEFAULT_OUTPUT_BOUND,
     INPUT_ESTIMATE_FACTOR,
     INPUT_SLACK,
@@ -32,9 +32,9 @@ from turnout.estimate import (
     estimate_tokens,
     usage_ceiling,
 )
+from turnout.core.types import ChatRequest, ChatResponse, NativeRequest, TextDelta, Usage, UsageEvent, provider_count
 from turnout.gateway import Gateway, GatewayServer
 from turnout.providers.bedrock import normalise_usage as bedrock_usage
-from turnout.types import ChatRequest, ChatResponse, NativeRequest, TextDelta, Usage, UsageEvent, provider_count
 
 KEY = "tk-usage-bounds-0001"
 ANSWER = "x" * 2_000  # 500 tokens by the estimate: $0.50 at $1,000 per million

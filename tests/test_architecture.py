@@ -123,8 +123,8 @@ def test_the_walk_does_not_know_the_reliable_provider() -> None:
     """One direction: the reliable provider and its stream start walks; the walk and its context name neither."""
     paths = {_module_name(p): p for p in (SRC / "turnout").rglob("*.py")}
     known = set(paths)
-    higher = {"turnout.reliable", "turnout.reliable_stream"}
-    for low in ("turnout.walk", "turnout.walk_context"):
+    higher = {"turnout.walk.reliable", "turnout.walk.reliable_stream"}
+    for low in ("turnout.walk.walk", "turnout.walk.context"):
         names = _imports(paths[low], low, known) | _imports(paths[low], low, known, type_only=True)
         assert names & higher == set(), low
 
@@ -144,7 +144,7 @@ def _walk_named_providers(source: str) -> list[str]:
 
 
 def test_walk_names_only_the_per_call_walk() -> None:
-    """``walk`` means one thing: the per-call :class:`~turnout.walk.Walk`, never the route's reliable provider."""
+    """``walk`` means one thing: the per-call :class:`~turnout.walk.walk.Walk`, never the route's reliable provider."""
     for path in sorted((SRC / "turnout").rglob("*.py")):
         assert _walk_named_providers(path.read_text(encoding="utf-8")) == [], path.relative_to(SRC)
     assert _walk_named_providers("def f(walk: ReliableProvider) -> None: ...") == ["line 1"]
@@ -194,3 +194,65 @@ def test_the_length_check_sees_a_long_method() -> None:
     body = "".join(f"        x{n} = {n}\n" for n in range(4))
     source = f"class A:\n    def at(self):\n{body}\n    async def over(self):\n{body}        return 0\n"
     assert _long_functions(source, 5) == [("over", 6)]
+
+
+#: The package's layers, lowest first: a module imports only from its own layer's package or a lower layer.
+LAYERS: dict[str, int] = {
+    "core": 0,  # value types, the error tree, attempt records, the provider contract, what a failure means
+    "config": 1,
+    "state": 1,
+    "ledger": 2,
+    "providers": 2,
+    "walk": 3,
+    "reply": 3,
+    "sim": 3,
+    "call": 4,
+    "observability": 5,
+    "runtime": 5,
+    "factory": 5,
+    "client": 6,
+    "gateway": 7,
+    "turnout": 7,  # the package's public names
+    "cli": 8,
+    "__main__": 9,
+}
+
+#: The most modules the package's root may hold (the rest live in the packages of their layer).
+MAX_ROOT_MODULES = 10
+
+
+def _layer_of(module: str) -> str:
+    """The layer a module belongs to: its subpackage, or the root module itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> set[tuple[str, str]]:
+    """The imports ``(a, b)`` across layers where ``b``'s layer is not below ``a``'s."""
+    return {
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        if _layer_of(a) != _layer_of(b) and layers[_layer_of(b)] >= layers[_layer_of(a)]
+    }
+
+
+def test_every_module_imports_only_downward() -> None:
+    """The layers read from the layout: core, config and state, ledger and providers, walk, call, client, gateway."""
+    paths = {_module_name(p): p for p in (SRC / "turnout").rglob("*.py")}
+    known = set(paths)
+    assert {_layer_of(name) for name in paths} == set(LAYERS)
+    graph = {name: _imports(p, name, known) | _imports(p, name, known, type_only=True) for name, p in paths.items()}
+    assert _upward_imports(graph, LAYERS) == set()
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    """The check itself: a core module that imports the walk is found; the walk importing core is not."""
+    graph = {"turnout.core.a": {"turnout.walk.b"}, "turnout.walk.b": {"turnout.core.c"}, "turnout.core.c": set()}
+    assert _upward_imports(graph, LAYERS) == {("turnout.core.a", "turnout.walk.b")}
+
+
+def test_the_package_root_holds_few_modules() -> None:
+    """The root holds the public face (client, reply, call, factory); everything else sits in its layer's package."""
+    root = sorted(p.name for p in (SRC / "turnout").glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root

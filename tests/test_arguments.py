@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from turnout.arguments import MAX_JSON_DEPTH, check_json, too_deep
-from turnout.errors import InvalidRequest
+from turnout.core.arguments import MAX_JSON_DEPTH, check_json, too_deep
+from turnout.core.errors import InvalidRequest
 
 
 def _nested(levels: int) -> bytes:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from turnout.attribution import (
+from turnout.core.attribution import (
     Attempt,
     DispatchScope,
     RouteRef,

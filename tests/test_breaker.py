@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from turnout.breaker import BreakerRecord, BreakerSettings, Gate, Streak, gate
+from turnout.state.base import BreakerRecord
+from turnout.walk.breaker import BreakerSettings, Gate, Streak, gate
 
 S = BreakerSettings()
 

@@ -8,12 +8,12 @@ import contextlib
 import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import DispatchScope
-from turnout.breaker import BreakerSettings
-from turnout.errors import AllProvidersFailed, ContextWindowExceeded, ProviderTimeout
-from turnout.health import MAX_STREAKS, Breakers
-from turnout.reliable import ReliableProvider
+from turnout.core.attribution import DispatchScope
+from turnout.core.errors import AllProvidersFailed, ContextWindowExceeded, ProviderTimeout
 from turnout.state import MemoryStore
+from turnout.walk.breaker import BreakerSettings
+from turnout.walk.breakers import MAX_STREAKS, Breakers
+from turnout.walk.reliable import ReliableProvider
 
 
 def outage(*steps: object) -> Scripted:

@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 import turnout.call
-from turnout.attribution import Attempt, Outcome, RouteRef
 from turnout.call import Call, CallPlan, call_outcome, new_call_id
-from turnout.errors import (
+from turnout.core.attribution import Attempt, Outcome, RouteRef
+from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     RefusalError,
@@ -18,8 +18,8 @@ from turnout.errors import (
     TurnCancelled,
     UnsupportedRequest,
 )
-from turnout.ledger import CallRecord, Ledger
-from turnout.types import ChatResponse, ToolCall, Usage
+from turnout.core.types import ChatResponse, ToolCall, Usage
+from turnout.ledger.writer import CallRecord, Ledger
 
 SONNET = RouteRef(provider="anthropic.prod", model="claude-sonnet-4-5")
 HAIKU = RouteRef(provider="anthropic.prod", model="claude-haiku-4-5")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes import CW, NR, REF, RL, RNR, R
-from turnout.classify import (
+from turnout.core.classify import (
     ErrorFacts,
     classify,
     classify_text,
@@ -25,8 +25,7 @@ from turnout.classify import (
     provider_error,
     retry_after_seconds,
 )
-from turnout.config.secrets import scrub
-from turnout.errors import (
+from turnout.core.errors import (
     EmptyCompletion,
     ErrorClass,
     ProviderConnectionError,
@@ -35,6 +34,7 @@ from turnout.errors import (
     RefusalError,
     StreamTruncated,
 )
+from turnout.core.secrets import scrub
 
 
 def hint(message: str = "", **kw: object) -> float | None:
@@ -620,8 +620,8 @@ def test_headers_that_are_no_finite_wait_fall_through(value: str) -> None:
 
 def test_anthropic_content_filtering_block_is_a_refusal() -> None:
     """Anthropic's 400 'Output blocked by content filtering policy' is a refusal, not a plain 400."""
-    from turnout.classify import ErrorFacts, classify
-    from turnout.errors import ErrorClass
+    from turnout.core.classify import ErrorFacts, classify
+    from turnout.core.errors import ErrorClass
 
     facts = ErrorFacts(
         status=400, error_type="invalid_request_error", message="Output blocked by content filtering policy"
@@ -631,8 +631,8 @@ def test_anthropic_content_filtering_block_is_a_refusal() -> None:
 
 def test_moderation_403_does_not_kill_the_key() -> None:
     """An OpenRouter 403 moderation block is non-retryable but leaves the key alive."""
-    from turnout.classify import ErrorFacts, classify
-    from turnout.errors import ErrorClass
+    from turnout.core.classify import ErrorFacts, classify
+    from turnout.core.errors import ErrorClass
 
     facts = ErrorFacts(status=403, message="Your input was flagged by moderation")
     assert classify(facts) is ErrorClass.NON_RETRYABLE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from turnout.cli import app
+from turnout.cli.main import app
 
 runner = CliRunner()
 

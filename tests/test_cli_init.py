@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fakes import Fleet
 from turnout import Client
-from turnout.cli import app
+from turnout.cli.main import app
 from turnout.gateway import Gateway, GatewayServer
 
 runner = CliRunner()

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from servers import turnout_command
+from turnout.cli.demo import demo_config, serve_demo
 from turnout.client import Client
-from turnout.demo import demo_config, serve_demo
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim import Simulator
 
 GATEWAY = """

@@ -11,10 +11,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fakes import call_record
-from turnout.attribution import Attempt
-from turnout.cli import app
-from turnout.ledger import Ledger
-from turnout.terminal import attempts_table, shown
+from turnout.cli.main import app
+from turnout.cli.terminal import attempts_table, shown
+from turnout.core.attribution import Attempt
+from turnout.ledger.writer import Ledger
 
 #: A model name as a hostile client could send it: an OSC title, an ANSI colour, rich markup, a forged row.
 HOSTILE = "m\x1b]0;pwned\x07\x1b[31mred[bold]loud[/bold]\nforged-row\u202eevil"

@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from fakes import FakeClock, call_record
 from servers import threaded_simulator
-from turnout.attribution import Attempt
-from turnout.cli import app
+from turnout.cli.demo import TIMING, _print_summary, demo_config, outage_script, outage_tour
+from turnout.cli.main import app
+from turnout.cli.terminal import Column, FittedTable, attempts_table, usd
 from turnout.client import Client
-from turnout.demo import TIMING, _print_summary, demo_config, outage_script, outage_tour
-from turnout.ledger import Ledger
+from turnout.core.attribution import Attempt
+from turnout.core.types import Usage
+from turnout.ledger.writer import Ledger
 from turnout.sim import Simulator
-from turnout.terminal import Column, FittedTable, attempts_table, usd
-from turnout.types import Usage
 
 WIDTHS = [80, 120]
 

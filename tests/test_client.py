@@ -10,9 +10,9 @@ import pytest
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
-from turnout.errors import AllProvidersFailed, ConfigError, TurnoutError
-from turnout.ledger import summarize
-from turnout.types import ChatResponse, Usage
+from turnout.core.errors import AllProvidersFailed, ConfigError, TurnoutError
+from turnout.core.types import ChatResponse, Usage
+from turnout.ledger.writer import summarize
 
 BASE = """
 default_provider = "anthropic.prod"

@@ -13,8 +13,8 @@ from fakes import Fleet
 from turnout import Client
 from turnout.call import Operation
 from turnout.client import _KEPT_PLANS, requested_route
-from turnout.errors import ConfigError
-from turnout.pools import leading_members
+from turnout.core.errors import ConfigError
+from turnout.walk.pools import leading_members
 
 CONFIG = """
 default_provider = "openai.fast"

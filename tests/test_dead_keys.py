@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import DispatchScope
-from turnout.config.secrets import key_id
-from turnout.errors import ProviderError
-from turnout.keys import KeyPool
+from turnout.core.attribution import DispatchScope
+from turnout.core.errors import ProviderError
+from turnout.core.secrets import key_id
+from turnout.core.types import ChatRequest, ChatResponse
 from turnout.state import MemoryStore
 from turnout.state.dead_keys import (
     CONFIRM_WINDOW_S,
@@ -24,7 +24,7 @@ from turnout.state.dead_keys import (
     rejected,
     rest_seconds,
 )
-from turnout.types import ChatRequest, ChatResponse
+from turnout.walk.keys import KeyPool
 
 BAD, GOOD = "sk-bad-key-0001", "sk-good-key-0002"
 T0 = 1_000_000.0

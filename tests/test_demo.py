@@ -7,9 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fakes import FakeClock
-from turnout.attribution import Attempt, RouteRef
-from turnout.client import Client
-from turnout.demo import (
+from turnout.cli.demo import (
     POOL_CALLS,
     PRIMARY,
     TIMING,
@@ -21,7 +19,9 @@ from turnout.demo import (
     outage_script,
     outage_tour,
 )
-from turnout.demo_hedge import HEDGE, hedge_as_told
+from turnout.cli.demo_hedge import HEDGE, hedge_as_told
+from turnout.client import Client
+from turnout.core.attribution import Attempt, RouteRef
 from turnout.reply import Reply
 from turnout.sim import Simulator
 
@@ -131,7 +131,7 @@ def test_the_hedging_tour_is_not_as_told_when_a_quick_call_was_hedged() -> None:
 
 async def test_the_clouds_stop_is_served_by_anthropic_then_bedrock_then_vertex(tmp_path: Path) -> None:
     """One Claude name: Anthropic answers, Bedrock when Anthropic is overloaded, Vertex when Bedrock throttles."""
-    from turnout.demo_clouds import CALLS, clouds_config, clouds_tour
+    from turnout.cli.demo_clouds import CALLS, clouds_config, clouds_tour
 
     console = Console(record=True, width=200, force_terminal=False)
     async with Simulator() as sim:

@@ -14,8 +14,8 @@ import pytest
 from rich.console import Console
 
 from servers import turnout_command
+from turnout.cli.demo import demo_config, serve_demo
 from turnout.client import Client
-from turnout.demo import demo_config, serve_demo
 from turnout.sim import Simulator
 
 _URL = re.compile(r"Status page: (http://127\.0\.0\.1:\d+)/")

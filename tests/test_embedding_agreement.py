@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from turnout import Client
-from turnout.errors import AllProvidersFailed, ProviderError
+from turnout.core.errors import AllProvidersFailed, ProviderError
 from turnout.gateway import Gateway, GatewayServer
 from turnout.providers.embedding import CohereEmbeddings, OpenAIEmbeddings
 

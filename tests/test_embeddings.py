@@ -12,14 +12,14 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from turnout import Client
-from turnout.cli import app
-from turnout.demo import Tour, _steps, demo_config
-from turnout.embeddings import batches, embed_request, estimated_tokens, space_of
-from turnout.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, InvalidRequest
-from turnout.pricing import Catalogue
+from turnout.cli.demo import Tour, _steps, demo_config
+from turnout.cli.main import app
+from turnout.core.embeddings import batches, embed_request, estimated_tokens, space_of
+from turnout.core.errors import AllProvidersFailed, ConfigError, ContextWindowExceeded, InvalidRequest
+from turnout.core.types import Usage
+from turnout.ledger.pricing import Catalogue
 from turnout.sim import Simulator
 from turnout.sim.wire.embeddings import sim_vector
-from turnout.types import Usage
 
 TEXTS = [f"document number {i} about vector spaces" for i in range(250)]
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from google_creds import service_account_file
 from turnout import Client
-from turnout.cli import app
-from turnout.errors import AllProvidersFailed
+from turnout.cli.main import app
+from turnout.core.errors import AllProvidersFailed
 from turnout.sim import Simulator
 from turnout.sim.aws import ACCESS_KEY, SECRET_KEY
 from turnout.sim.wire.embeddings import sim_vector

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-import turnout.errors as errors
-from turnout.errors import (
+import turnout.core.errors as errors
+from turnout.core.errors import (
     EmptyCompletion,
     ErrorClass,
     ProtocolError,

@@ -10,13 +10,13 @@ import pytest
 from fakes import FakeClock, Scripted
 from turnout.config import load_config_toml
 from turnout.config.schema import Pricing, Profile
-from turnout.config.secrets import key_id
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.core.secrets import key_id
 from turnout.factory import Factory, missing_model_error
-from turnout.pricing import rates_from_pricing
+from turnout.ledger.pricing import rates_from_pricing
 from turnout.providers.http import HttpClient
-from turnout.reliable import ReliableProvider
 from turnout.state import MemoryStore
+from turnout.walk.reliable import ReliableProvider
 
 CONFIG = """
 default_provider = "anthropic.prod"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from multidict import CIMultiDict
 
-from turnout.headroom import LOW_SHARE, Headroom, HeadroomBook, HeadroomWatch, is_tight, read_headroom
+from turnout.providers.headroom import LOW_SHARE, Headroom, HeadroomBook, HeadroomWatch, is_tight, read_headroom
 
 NOW = 1_800_000_000.0
 

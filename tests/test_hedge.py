@@ -10,15 +10,15 @@ import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
 from turnout import Client
-from turnout.attribution import DispatchScope
-from turnout.breaker import BreakerRecord
-from turnout.errors import AllProvidersFailed
-from turnout.health import Breakers
-from turnout.hedge import HedgeSettings, Hedging
-from turnout.reliable import ReliableProvider
+from turnout.core.attribution import DispatchScope
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.types import ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 from turnout.state import MemoryStore
-from turnout.stats import EntryStats, Stats
-from turnout.types import ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
+from turnout.state.base import BreakerRecord
+from turnout.walk.breakers import Breakers
+from turnout.walk.hedge import HedgeSettings, Hedging
+from turnout.walk.reliable import ReliableProvider
+from turnout.walk.stats import EntryStats, Stats
 
 
 class Slow(Scripted):

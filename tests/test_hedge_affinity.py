@@ -7,8 +7,8 @@ import pytest
 from fakes import FakeClock, Scripted
 from test_hedge import Slow, SlowStream
 from turnout import Client
-from turnout.hedge import HedgeSettings, normal_latency
-from turnout.stats import EntryStats
+from turnout.walk.hedge import HedgeSettings, normal_latency
+from turnout.walk.stats import EntryStats
 
 POOL = """
 default_provider = "duo"

@@ -7,10 +7,10 @@ import logging
 import pytest
 
 from fakes import FakeClock
-from turnout.config.secrets import key_id
-from turnout.headroom import HeadroomBook
-from turnout.keys import KeyPool
+from turnout.core.secrets import key_id
+from turnout.providers.headroom import HeadroomBook
 from turnout.state import MemoryStore
+from turnout.walk.keys import KeyPool
 
 KEYS = ("sk-key-a-0001", "sk-key-b-0002", "sk-key-c-0003")
 A, B, C = (key_id(k) for k in KEYS)

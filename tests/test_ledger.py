@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import turnout.ledger as ledger_module
-from turnout.attribution import Attempt, Outcome, RouteRef
+import turnout.ledger.writer as ledger_module
 from turnout.call import Call, CallPlan
-from turnout.config.secrets import key_id
-from turnout.errors import AllProvidersFailed, ConfigError
-from turnout.ledger import CallRecord, Ledger, summarize
-from turnout.types import ChatResponse, ToolCall, Usage
+from turnout.core.attribution import Attempt, Outcome, RouteRef
+from turnout.core.errors import AllProvidersFailed, ConfigError
+from turnout.core.secrets import key_id
+from turnout.core.types import ChatResponse, ToolCall, Usage
+from turnout.ledger.writer import CallRecord, Ledger, summarize
 
 BOUND = 10.0  # seconds any flush or close may take in these tests (they take milliseconds)
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import turnout
-import turnout.ledger_reservations as reservations
-from turnout.attribution import Attempt, RouteRef
-from turnout.ledger import CallRecord, Ledger, summarize
-from turnout.ledger_reservations import owner_alive, process_identity
+import turnout.ledger.reservations as reservations
+from turnout.core.attribution import Attempt, RouteRef
+from turnout.ledger.reservations import owner_alive, process_identity
+from turnout.ledger.writer import CallRecord, Ledger, summarize
 
 BOUND = 10.0  # seconds any flush, close or child's start may take in these tests
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
@@ -26,8 +26,8 @@ ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
 #: is killed while its writer waits (``batch_delay``) with the last calls queued, as in a busy process.
 CHILD = """
 import asyncio, sys, time
-from turnout.attribution import Attempt, RouteRef
-from turnout.ledger import CallRecord, Ledger
+from turnout.core.attribution import Attempt, RouteRef
+from turnout.ledger.writer import CallRecord, Ledger
 
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import turnout.ledger as ledger_module
-from turnout.attribution import Attempt, RouteRef
-from turnout.ledger import CallRecord, Ledger, LedgerUnavailable
-from turnout.types import Usage
+import turnout.ledger.writer as ledger_module
+from turnout.core.attribution import Attempt, RouteRef
+from turnout.core.types import Usage
+from turnout.ledger.writer import CallRecord, Ledger, LedgerUnavailable
 
 BOUND = 10.0  # seconds any flush or close may take in these tests
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
@@ -254,7 +254,7 @@ SMALL_DISK = """
 import asyncio, json, resource, signal, sys
 sys.path[:0] = [sys.argv[2]]
 from test_ledger_faults import call
-from turnout.ledger import Ledger
+from turnout.ledger.writer import Ledger
 
 async def main() -> None:
     led = Ledger(sys.argv[1], batch_delay=0, flush_timeout=5.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turnout.model_ids import CANONICAL, bedrock_prefix, canonical_name, cloud_of, vertex_publisher, wire_model
+from turnout.core.model_ids import CANONICAL, bedrock_prefix, canonical_name, cloud_of, vertex_publisher, wire_model
 from turnout.providers.betas import accepted_betas
 
 
@@ -87,8 +87,8 @@ def test_betas_pass_only_where_the_cloud_accepts_them() -> None:
 def test_every_family_sends_the_wire_id_of_the_configured_name() -> None:
     """The Anthropic, Bedrock and Vertex adapters all send the catalogue's id for ``claude-sonnet-4-5``."""
     from turnout.config import load_config_dict
+    from turnout.core.types import ChatRequest
     from turnout.providers import HttpClient, build_adapter
-    from turnout.types import ChatRequest
 
     models = {
         "anthropic": {"main": {"api_key": "sk-test-0001", "model": "claude-sonnet-4-5"}},
@@ -110,7 +110,7 @@ def test_every_family_sends_the_wire_id_of_the_configured_name() -> None:
 
 def test_prices_follow_the_canonical_name_on_each_cloud() -> None:
     """``claude-sonnet-4-5`` is priced as each cloud sells it: Bedrock's in-region rate, Vertex's and Anthropic's."""
-    from turnout.pricing import Catalogue
+    from turnout.ledger.pricing import Catalogue
 
     catalogue = Catalogue()
     anthropic = catalogue.rates("anthropic", "claude-sonnet-4-5")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fakes import CW, EMPTY, NR, REF, RL, RNR, TO, R
-from turnout.errors import ErrorClass
-from turnout.policy import Action, Position, Step, decide
+from turnout.core.errors import ErrorClass
+from turnout.walk.policy import Action, Position, Step, decide
 
 RETRY, NEXT_KEY, NEXT_ENTRY, STOP = Step.RETRY, Step.NEXT_KEY, Step.NEXT_ENTRY, Step.STOP
 

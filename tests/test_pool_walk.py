@@ -10,8 +10,8 @@ import pytest
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
-from turnout.errors import AllProvidersFailed
-from turnout.types import TextDelta
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.types import TextDelta
 
 PROFILES = """
 [reliability]

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import pytest
 
 from fakes import Scripted
-from turnout.keys import KeyPool
-from turnout.pools import Pool, leading_members, member_loads, speed
-from turnout.reliable import Entry
 from turnout.state import MemoryStore
-from turnout.stats import EWMA_WEIGHT, EntryStats, Stats
+from turnout.walk.keys import KeyPool
+from turnout.walk.pools import Pool, leading_members, member_loads, speed
+from turnout.walk.reliable import Entry
+from turnout.walk.stats import EWMA_WEIGHT, EntryStats, Stats
 
 A, B, C = "openai.a", "openai.b", "openai.c"
 KEYS = {A: (f"{A}/m",), B: (f"{B}/m",), C: (f"{C}/m",)}

@@ -13,11 +13,11 @@ import pytest
 from genai_prices.types import ModelPrice, Tier, TieredPrices
 
 from turnout.config.schema import Pricing
-from turnout.keys import KeyPool
-from turnout.pricing import Catalogue, Rates, _Rate, default_catalogue, rates_from_pricing
-from turnout.reliable import Entry, ReliableProvider
+from turnout.core.types import Usage
+from turnout.ledger.pricing import Catalogue, Rates, _Rate, default_catalogue, rates_from_pricing
 from turnout.state import MemoryStore
-from turnout.types import Usage
+from turnout.walk.keys import KeyPool
+from turnout.walk.reliable import Entry, ReliableProvider
 
 M = 1_000_000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from turnout.config.schema import Pricing
-from turnout.pricing import Catalogue, ProfileRates, Rates, _Rate, rates_from_pricing
-from turnout.types import Usage
+from turnout.core.types import Usage
+from turnout.ledger.pricing import Catalogue, ProfileRates, Rates, _Rate, rates_from_pricing
 
 M = 1_000_000
 

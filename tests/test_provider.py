@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fakes import WEATHER
-from turnout.errors import StreamingUnsupported
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, PromptGuidedTools
+from turnout.core.errors import StreamingUnsupported
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, PromptGuidedTools
 
 
 class Echo(Provider):

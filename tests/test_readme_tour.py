@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servers import free_port, threaded_simulator, turnout_command
-from turnout.cli import app
+from turnout.cli.main import app
 from turnout.client import Client
 from turnout.sim import Simulator
 

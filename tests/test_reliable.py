@@ -9,8 +9,8 @@ import weakref
 import pytest
 
 from fakes import E, FakeClock, Scripted, err, req, walk
-from turnout.attribution import DispatchScope, dispatch_scope
-from turnout.errors import (
+from turnout.core.attribution import DispatchScope, dispatch_scope
+from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
@@ -18,9 +18,9 @@ from turnout.errors import (
     ProviderTimeout,
     RefusalError,
 )
-from turnout.reliable import Resume
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
 from turnout.state import MemoryStore
-from turnout.types import Capabilities, ChatRequest, ChatResponse, ImagePart, Message, ToolCall, ToolSpec, Usage
+from turnout.walk.reliable import Resume
 
 # --- basics -----------------------------------------------------------------------------------
 
@@ -593,7 +593,7 @@ async def test_images_skip_entries_without_vision() -> None:
     text_only, vision = Scripted("blind", caps=Capabilities(native_tools=True)), Scripted("seen")
     r = walk(E("ollama.a", "l", [text_only]), E("openai.b", "m", [vision]))
     msg = Message.user([ImagePart(url="data:image/png;base64,AAAA")])
-    from turnout.types import ChatRequest
+    from turnout.core.types import ChatRequest
 
     assert (await r.chat(ChatRequest(messages=(msg,)), "l")).text == "seen"
     assert text_only.calls == []
@@ -601,7 +601,7 @@ async def test_images_skip_entries_without_vision() -> None:
 
 async def test_image_requests_are_routed_alike_before_and_after_text_requests() -> None:
     """What the walk learns about its entries' vision per model does not leak from one request to the next."""
-    from turnout.types import ChatRequest
+    from turnout.core.types import ChatRequest
 
     text_only = Scripted("blind", "blind", caps=Capabilities(native_tools=True))
     vision = Scripted("seen", "seen")
@@ -617,8 +617,8 @@ async def test_image_requests_are_routed_alike_before_and_after_text_requests() 
 
 async def test_images_without_any_vision_entry_are_unsupported() -> None:
     """A request with an image and no entry that can see images is a typed UnsupportedRequest."""
-    from turnout.errors import UnsupportedRequest
-    from turnout.types import ChatRequest
+    from turnout.core.errors import UnsupportedRequest
+    from turnout.core.types import ChatRequest
 
     r = walk(E("ollama.a", "l", [Scripted("blind", caps=Capabilities(native_tools=True))]))
     msg = Message.user([ImagePart(url="data:image/png;base64,AAAA")])
@@ -628,7 +628,7 @@ async def test_images_without_any_vision_entry_are_unsupported() -> None:
 
 async def test_tools_are_prompt_guided_for_non_native_entries() -> None:
     """An entry without native tools gets the tools as instructions and its <tool_call> blocks parsed."""
-    from turnout.types import ChatRequest
+    from turnout.core.types import ChatRequest
 
     p = Scripted('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', caps=Capabilities())
     r = walk(E("custom.a", "m", [p]))

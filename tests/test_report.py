@@ -7,8 +7,8 @@ from typing import get_args
 import pytest
 
 from fakes import err
-from turnout.attribution import Attempt, Outcome
-from turnout.errors import (
+from turnout.core.attribution import Attempt, Outcome
+from turnout.core.errors import (
     EmptyCompletion,
     ErrorClass,
     ProtocolError,
@@ -18,7 +18,7 @@ from turnout.errors import (
     RefusalError,
     StreamTruncated,
 )
-from turnout.report import (
+from turnout.core.report import (
     ENDPOINT_NOT_FOUND,
     KEY_REJECTED,
     KEYS_COOLING,

@@ -8,8 +8,8 @@ import pytest
 
 from fakes import FakeClock, Fleet, req
 from turnout.config import load_config_toml
+from turnout.core.types import ChatRequest, TextDelta, ToolSpec
 from turnout.factory import Factory
-from turnout.types import ChatRequest, TextDelta, ToolSpec
 
 CONFIG = """
 default_provider = "openai.fast"
@@ -130,7 +130,7 @@ async def test_route_credential_precedence_uses_route_key_first() -> None:
 
 def test_capabilities_follow_the_resolved_target() -> None:
     """Capabilities of a hint come from the route; plain models from the default."""
-    from turnout.types import Capabilities
+    from turnout.core.types import Capabilities
 
     class VisionFleet(Fleet):
         def __call__(self, name, profile, key):  # type: ignore[no-untyped-def]

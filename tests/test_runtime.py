@@ -10,7 +10,7 @@ import pytest
 
 from fakes import FakeClock, Fleet, Scripted, err
 from turnout import Client
-from turnout.errors import (
+from turnout.core.errors import (
     AllProvidersFailed,
     EmptyCompletion,
     ProviderTimeout,
@@ -20,7 +20,7 @@ from turnout.errors import (
     StreamTruncated,
     TurnCancelled,
 )
-from turnout.types import (
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,

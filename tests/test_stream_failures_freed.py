@@ -12,8 +12,8 @@ import pytest
 from fakes import FakeClock, Fleet, Scripted, err
 from test_runtime import TWO
 from turnout import Client
-from turnout.errors import ProviderError, RefusalError, StreamInterruptedAfterOutput
-from turnout.types import ChatRequest, StreamEvent, TextDelta, Usage, UsageEvent
+from turnout.core.errors import ProviderError, RefusalError, StreamInterruptedAfterOutput
+from turnout.core.types import ChatRequest, StreamEvent, TextDelta, Usage, UsageEvent
 
 
 class Failing(Scripted):

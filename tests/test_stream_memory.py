@@ -2,7 +2,7 @@
 
 A loopback upstream floods deltas (OpenAI SSE text, Bedrock event-stream text and tool-input fragments) until it
 has sent :data:`CAP` bytes, far past the profile's bound: the stream must end on the bound with the classified
-:class:`~turnout.errors.ResponseTooLarge`, never read to the upstream's end.
+:class:`~turnout.core.errors.ResponseTooLarge`, never read to the upstream's end.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from aiohttp import web
 
 from servers import loopback_app
 from turnout import Client
-from turnout.errors import ErrorClass, ResponseTooLarge, StreamInterruptedAfterOutput
+from turnout.core.errors import ErrorClass, ResponseTooLarge, StreamInterruptedAfterOutput
+from turnout.core.streams import ResponseBuilder
+from turnout.core.types import ReasoningDelta, TextDelta
 from turnout.gateway import Gateway, GatewayServer
 from turnout.runtime.stream import ReplyStream
 from turnout.sim import Simulator
 from turnout.sim.aws import event
-from turnout.streams import ResponseBuilder
-from turnout.types import ReasoningDelta, TextDelta
 
 LIMIT = 64 * 1024
 GATEWAY_KEY = "gw-test-key-0000000000"

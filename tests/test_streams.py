@@ -5,8 +5,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.streams import ThinkSplitter, collect, split_think, without_think
-from turnout.types import ChatResponse, Final, ReasoningDelta, TextDelta, ToolCall, ToolCallEvent, Usage, UsageEvent
+from turnout.core.streams import ThinkSplitter, collect, split_think, without_think
+from turnout.core.types import (
+    ChatResponse,
+    Final,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    Usage,
+    UsageEvent,
+)
 
 
 def run(pieces: list[str]) -> tuple[str, str]:

@@ -22,10 +22,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from fakes import Fleet
 from servers import loopback_app
-from turnout import Client, telemetry
+from turnout import Client
 from turnout.config import load_config_toml
-from turnout.errors import ConfigError
-from turnout.telemetry import build_tracing
+from turnout.core.errors import ConfigError
+from turnout.observability import telemetry
+from turnout.observability.telemetry import build_tracing
 
 CONFIG = """
 default_provider = "openai.main"
@@ -173,7 +174,7 @@ def test_an_exporter_turnout_cannot_set_up_is_a_config_error(env: dict[str, str]
 
 def test_tracing_without_the_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """``[telemetry] enabled`` without the otel extra fails at construction and names the extra."""
-    monkeypatch.setitem(sys.modules, "turnout.telemetry", None)  # what a missing opentelemetry looks like
+    monkeypatch.setitem(sys.modules, "turnout.observability.telemetry", None)  # what a missing opentelemetry looks like
     with pytest.raises(ConfigError, match=r"turnout\[otel\]") as info:
         Client.from_toml(CONFIG + "[telemetry]\nenabled = true\n", adapter_builder=Fleet())
     assert info.value.path == "telemetry.enabled"

@@ -5,8 +5,14 @@ from __future__ import annotations
 import orjson
 
 from fakes import WEATHER
-from turnout.tools import anthropic_tools, gemini_tools, openai_tools, parse_prompt_guided_calls, prompt_guided_tools
-from turnout.types import ToolSpec
+from turnout.core.tools import (
+    anthropic_tools,
+    gemini_tools,
+    openai_tools,
+    parse_prompt_guided_calls,
+    prompt_guided_tools,
+)
+from turnout.core.types import ToolSpec
 
 NOW = ToolSpec(name="now")  # no description, no parameters
 

@@ -14,11 +14,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from fakes import Fleet, err
-from turnout import Client, Message, ToolCall, tracing
+from turnout import Client, Message, ToolCall
 from turnout.config import key_id
-from turnout.errors import AllProvidersFailed
-from turnout.tracing import Tracing
-from turnout.types import ChatResponse, Final, TextDelta, Usage, UsageEvent
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.types import ChatResponse, Final, TextDelta, Usage, UsageEvent
+from turnout.observability import tracing
+from turnout.observability.tracing import Tracing
 
 CONFIG = """
 default_provider = "anthropic.prod"

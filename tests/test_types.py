@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from turnout.attribution import Attempt
-from turnout.types import (
+from turnout.core.attribution import Attempt
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     ImagePart,

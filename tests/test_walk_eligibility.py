@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from fakes import FULL, E, Scripted, err, walk
-from turnout.errors import AllProvidersFailed, UnsupportedRequest
-from turnout.types import ChatRequest, NativeRequest, ResponseFormat
+from turnout.core.errors import AllProvidersFailed, UnsupportedRequest
+from turnout.core.types import ChatRequest, NativeRequest, ResponseFormat
 
 SHAPED = ChatRequest.of("hi", response_format=ResponseFormat(kind="json_object"))
 ABLE = replace(FULL, structured_output=True, protocol="anthropic")

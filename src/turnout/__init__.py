@@ -6,11 +6,11 @@ request after the user has seen output, and record which backend served each ans
 attempt cost.
 """
 
-from turnout.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.client import Client
 from turnout.config import Config, ConfigWarning, load_config_dict, load_config_file, load_config_toml
-from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedReply, EmbedRequest
-from turnout.errors import (
+from turnout.core.attribution import Attempt, FallbackNotice, RouteRef
+from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedReply, EmbedRequest
+from turnout.core.errors import (
     AllProvidersFailed,
     ConfigError,
     ContextWindowExceeded,
@@ -29,11 +29,8 @@ from turnout.errors import (
     TurnoutError,
     UnsupportedRequest,
 )
-from turnout.provider import Provider
-from turnout.reliable import ReliableProvider
-from turnout.reply import Reply
-from turnout.router import Router
-from turnout.types import (
+from turnout.core.provider import Provider
+from turnout.core.types import (
     AnthropicTools,
     Capabilities,
     ChatRequest,
@@ -57,6 +54,9 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.reply import Reply
+from turnout.walk.reliable import ReliableProvider
+from turnout.walk.router import Router
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m turnout``: the command line."""
 
-from turnout.cli import main
+from turnout.cli.main import main
 
 main()

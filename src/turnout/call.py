@@ -18,18 +18,18 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
-from turnout.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
-from turnout.errors import (
+from turnout.core.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
+from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     RefusalError,
     StreamInterruptedAfterOutput,
     TurnCancelled,
 )
-from turnout.ledger import CallRecord, Ledger
+from turnout.core.streams import without_think
+from turnout.core.types import ChatRequest, ChatResponse
+from turnout.ledger.writer import CallRecord, Ledger
 from turnout.reply import Reply
-from turnout.streams import without_think
-from turnout.types import ChatRequest, ChatResponse
 
 #: What kind of call it is: ``Client.chat``, ``Client.stream``, ``Client.turn`` or ``Client.embed``.
 Operation: TypeAlias = Literal["chat", "stream", "turn", "embed"]
@@ -59,7 +59,7 @@ def call_outcome(exc: BaseException) -> str:
 
 
 class CallTracer(Protocol):
-    """What records a finished call as trace spans (:class:`turnout.tracing.Tracing`)."""
+    """What records a finished call as trace spans (:class:`turnout.observability.tracing.Tracing`)."""
 
     def accepted(self, call: Call, response: ChatResponse, served: RouteRef, notice: FallbackNotice | None) -> None:
         """``call`` ended with ``response`` from ``served`` as its answer."""

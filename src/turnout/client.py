@@ -18,29 +18,29 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from turnout.arguments import request_of
-from turnout.attribution import RouteRef
 from turnout.call import Call, CallPlan, Operation
 from turnout.config import Config, load_config_dict, load_config_file, load_config_toml, resolve_target_ref
-from turnout.embed_walk import embed_through
-from turnout.embeddings import EmbedReply, embed_request
-from turnout.entry import Served
-from turnout.errors import ConfigError
+from turnout.core.arguments import request_of
+from turnout.core.attribution import RouteRef
+from turnout.core.embeddings import EmbedReply, embed_request
+from turnout.core.errors import ConfigError
+from turnout.core.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
-from turnout.ledger import CallRecord, Ledger
-from turnout.pools import leading_members, pool_loads, pools_status
-from turnout.pricing import Catalogue
+from turnout.ledger.pricing import Catalogue
+from turnout.ledger.writer import CallRecord, Ledger
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
-from turnout.router import Router, Target
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive
 from turnout.state import MemoryStore, StateStore
-from turnout.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
+from turnout.walk.embed import embed_through
+from turnout.walk.entry import Served
+from turnout.walk.pools import leading_members, pool_loads, pools_status
+from turnout.walk.router import Router, Target
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from turnout.tracing import Tracing
+    from turnout.observability.tracing import Tracing
 
 #: How many sets of call options keep their resolved target and plan (options are few in practice; bound them anyway).
 _KEPT_PLANS = 256
@@ -74,7 +74,7 @@ def _tracing(config: Config, provider: TracerProvider | None) -> Tracing | None:
     if provider is None and not config.telemetry.enabled:
         return None
     try:
-        from turnout.telemetry import build_tracing
+        from turnout.observability.telemetry import build_tracing
     except ImportError as exc:
         raise ConfigError(
             '[telemetry] needs the otel extra: pip install "turnout[otel]"', path="telemetry.enabled"
@@ -114,7 +114,7 @@ class Client:
         max_tokens: Upper bound on output tokens, a positive integer.
         tool_choice: ``auto``, ``none``, ``required``, the name of one of ``tools``, or the OpenAI dict
             ``{"type": "function", "function": {"name": ...}}``.
-        response_format: Structured output, a :class:`~turnout.types.ResponseFormat` or the OpenAI dict
+        response_format: Structured output, a :class:`~turnout.core.types.ResponseFormat` or the OpenAI dict
             (``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``,
             ``{"type": "json_object"}``): entries that cannot honour it are skipped.
         native: The caller's request in its own wire protocol, for entries that speak it (the gateway's).
@@ -122,7 +122,7 @@ class Client:
         caller: Who makes the call, recorded in the ledger (the gateway passes its client key's name).
         cache_key: Your own name for the conversation (a session id): a pool sends every call with it back to
             the member that served it last, where its prompt is cached (default: the conversation is known by
-            its request, see :mod:`turnout.affinity`). Never sent to a provider.
+            its request, see :mod:`turnout.walk.affinity`). Never sent to a provider.
     """
 
     def __init__(
@@ -276,7 +276,7 @@ class Client:
         timeouts, and no other try starts; then the call is recorded (outcome ``cancelled``) with that try's usage.
         The ``CancelledError`` reaches the caller at once. Only a try still under way when the client closes
         (after :attr:`abandoned_wait_s`) is cut and billed its worst case
-        (:func:`~turnout.estimate.unseen_usage`).
+        (:func:`~turnout.core.estimate.unseen_usage`).
 
         Raises:
             InvalidRequest: An argument cannot be sent (``.path`` names it); raised before any attempt.
@@ -408,7 +408,7 @@ class Client:
 
         Every yielded event is output the caller may show at once: a failure before the first event
         is recovered through the non-streaming walk, a failure after it raises
-        :class:`~turnout.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
+        :class:`~turnout.core.errors.StreamInterruptedAfterOutput` with the text already yielded. Same options
         as :meth:`chat` (the call options of :class:`Client`), plus ``show_reasoning``: False leaves reasoning out
         of the yielded events (it is still in ``.response.reasoning``), so reasoning alone never makes a failure
         unrecoverable.
@@ -451,7 +451,7 @@ class Client:
                 recovery before visible output simply starts sending the new answer's text.
             events: Called with each immutable event (text, reasoning, provider tools, tool calls, usage,
                 final); an event sent here is never retracted or duplicated.
-            cancel: Set it to stop the turn: :class:`~turnout.errors.TurnCancelled` with the text shown.
+            cancel: Set it to stop the turn: :class:`~turnout.core.errors.TurnCancelled` with the text shown.
             model: A call option (see :class:`Client`).
             provider: A call option (see :class:`Client`).
             sender: A call option (see :class:`Client`).
@@ -543,11 +543,12 @@ class Client:
     def status(self) -> dict[str, Any]:
         """Cooldowns (seconds left), dead keys, circuit breakers that are not closed, headroom, pools and hedging.
 
-        ``breakers`` has one row per open or half-open entry (see :meth:`turnout.health.Breakers.describe`);
+        ``breakers`` has one row per open or half-open entry (see :meth:`turnout.walk.breakers.Breakers.describe`);
         ``headroom`` one row per profile and key whose answers announced their rate limits in this process
-        (see :meth:`turnout.headroom.HeadroomBook.describe`); ``pools`` one row per pool with its members' load
-        (see :func:`turnout.pools.pools_status`); ``hedging`` whether any profile hedges, the calls that could
-        have, the hedges sent and who answered first, and the budget left (see :meth:`turnout.hedge.Hedging.describe`).
+        (see :meth:`turnout.providers.headroom.HeadroomBook.describe`); ``pools`` one row per pool with its members'
+        load (see :func:`turnout.walk.pools.pools_status`); ``hedging`` whether any profile hedges, the calls that could
+        have, the hedges sent and who answered first, and the budget left (see
+        :meth:`turnout.walk.hedge.Hedging.describe`).
         """
         now = self.factory.clock()
         store = self.factory.store
@@ -567,7 +568,7 @@ def requested_route(target: Target) -> RouteRef:
     """What a call to ``target`` asks for: the first entry of its walk, with the model it would send.
 
     For a pool, that is its first member as configured; an answer from any member is no fallback (see
-    :func:`turnout.pools.leading_members`).
+    :func:`turnout.walk.pools.leading_members`).
     """
     first = target.reliable.entries[0]
     return first.route(first.served_model(target.model))

@@ -13,26 +13,26 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from turnout.affinity import Affinity
-from turnout.breaker import BreakerSettings
 from turnout.config.graph import EntrySpec, Plan, Route, build_plan, pool_specs, profile_credentials
 from turnout.config.schema import Config, Profile
-from turnout.config.secrets import Secret
-from turnout.errors import ConfigError
-from turnout.headroom import HeadroomBook
-from turnout.health import Breakers
-from turnout.hedge import HedgeSettings, Hedging
-from turnout.keys import KeyPool
-from turnout.pools import Pool
-from turnout.pricing import Catalogue, default_catalogue, rates_from_pricing
-from turnout.provider import Provider
+from turnout.core.errors import ConfigError
+from turnout.core.provider import Provider
+from turnout.core.secrets import Secret
+from turnout.ledger.pricing import Catalogue, default_catalogue, rates_from_pricing
 from turnout.providers import HTTPAdapter, build_adapter
+from turnout.providers.headroom import HeadroomBook
 from turnout.providers.http import HttpClient
-from turnout.reliable import Entry, ReliableProvider
-from turnout.router import Router
 from turnout.state import MemoryStore, StateStore
-from turnout.stats import Stats
-from turnout.walk_context import MAX_COOLDOWN_S
+from turnout.walk.affinity import Affinity
+from turnout.walk.breaker import BreakerSettings
+from turnout.walk.breakers import Breakers
+from turnout.walk.context import MAX_COOLDOWN_S
+from turnout.walk.hedge import HedgeSettings, Hedging
+from turnout.walk.keys import KeyPool
+from turnout.walk.pools import Pool
+from turnout.walk.reliable import Entry, ReliableProvider
+from turnout.walk.router import Router
+from turnout.walk.stats import Stats
 
 #: Builds the provider for one profile and credential (the test seam: unit tests inject fakes).
 AdapterBuilder = Callable[[str, Profile, str | None], Provider]
@@ -155,7 +155,7 @@ class Factory:
         return out
 
     def pool_orders(self, specs: Sequence[EntrySpec]) -> list[Pool | None]:
-        """The :class:`~turnout.pools.Pool` each entry stands in (None: it stands alone), aligned with ``specs``.
+        """The :class:`~turnout.walk.pools.Pool` each entry stands in (None: it stands alone), aligned with ``specs``.
 
         A pool's entries come in tiers (its members' first entries, then their second ones, ...): each tier gets
         its own :class:`Pool`, so the walk arranges the members within a tier and tries the tiers in turn.

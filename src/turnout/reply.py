@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.attribution import Attempt, FallbackNotice, RouteRef, total_cost
-from turnout.types import ToolCall, Usage
+from turnout.core.attribution import Attempt, FallbackNotice, RouteRef, total_cost
+from turnout.core.types import ToolCall, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,7 +26,7 @@ class Reply:
         attempts: Every attempt of the call, in order (including cooldown skips and rejected answers).
         call_id: The id of this call in the ledger.
         native: The upstream's own answer body when the call was passed through in its protocol (see
-            :attr:`turnout.types.ChatResponse.native`).
+            :attr:`turnout.core.types.ChatResponse.native`).
     """
 
     text: str

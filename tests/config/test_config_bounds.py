@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from turnout import Client
 from turnout.config import load_config_toml
 from turnout.config import schema as schema_module
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 PROFILE = "providers.models.openai.main"
 BASE = f'[{PROFILE}]\napi_key = "sk-up-secret-123"\nmodel = "gpt-4.1"\n'

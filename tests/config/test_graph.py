@@ -13,7 +13,7 @@ from turnout.config import (
     materialize,
 )
 from turnout.config.graph import EntrySpec
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 
 def load(text: str, env: dict[str, str] | None = None) -> Config:

@@ -8,7 +8,7 @@ import pytest
 
 from turnout.config import load_config_dict, load_config_file, load_config_toml
 from turnout.config.loader import find_config_path, format_path
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 BASE = """
 default_provider = "openai.main"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from turnout.config import Config, EntrySpec, build_plan, collect_warnings, load_config_toml, materialize
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 PROFILES = """
 [providers.models.azure.east]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.config.secrets import _KEY_SHAPES, scrub
+from turnout.core.secrets import _KEY_SHAPES, scrub
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from turnout.cli import app
+from turnout.cli.main import app
 from turnout.config import build_plan, collect_warnings, load_config_file, load_config_toml, schema
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from turnout.config import load_config_dict
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 
 def load(**profile: Any) -> Any:

@@ -15,7 +15,7 @@ from multidict import CIMultiDictProxy
 
 from fakes import FakeClock, Fleet
 from turnout import Client
-from turnout.attribution import Attempt
+from turnout.core.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
 

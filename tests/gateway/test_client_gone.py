@@ -12,8 +12,8 @@ import pytest
 from gateway_support import GATEWAY_KEY
 from test_gateway_limits import Upstream, config, served
 
+from turnout.core.types import ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage
 from turnout.gateway import GatewayServer
-from turnout.types import ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage
 
 
 class ClientGone(Upstream):

@@ -8,7 +8,7 @@ import pytest
 from gateway_support import decode_header
 
 from turnout.config import key_id, load_config_toml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway.auth import Authenticator, gateway_keys
 from turnout.gateway.policy import ANONYMOUS, Caller
 from turnout.gateway.wire import RouteChoice, header_value, route_choice

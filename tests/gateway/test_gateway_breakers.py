@@ -10,7 +10,7 @@ from gateway_support import GATEWAY_KEY, config, fake_gateway, gateway, get, ins
 from typer.testing import CliRunner
 
 from fakes import FakeClock, Fleet, err
-from turnout.cli import app
+from turnout.cli.main import app
 from turnout.sim import Simulator
 
 BASE = f"""

@@ -13,16 +13,16 @@ from gateway_support import MESSAGES, Ended, config, gateway, get, post, profile
 from typer.testing import CliRunner
 
 from fakes import call_record
-from turnout.attribution import Attempt
-from turnout.cli import app
+from turnout.cli.main import app
+from turnout.core.attribution import Attempt
+from turnout.core.types import Usage
 from turnout.gateway.metrics import Metrics, cache_by_profile
 from turnout.gateway.page_data import PageData
 from turnout.gateway.page_html import render_page
-from turnout.ledger import Ledger
-from turnout.ledger_cache import cache_summary
-from turnout.pricing import Rates, _Rate
+from turnout.ledger.cache import cache_summary
+from turnout.ledger.pricing import Rates, _Rate
+from turnout.ledger.writer import Ledger
 from turnout.sim import Simulator
-from turnout.types import Usage
 
 M = 1_000_000
 PRICED = "pricing = { input = 3.0, output = 15.0, cached_input = 0.3, cache_write = 3.75 }\n"

@@ -13,7 +13,7 @@ import pytest
 from gateway_support import GATEWAY_KEY, MESSAGES, config, gateway, profile
 
 from turnout.config import load_config_toml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway import GatewayServer
 from turnout.sim import Simulator
 

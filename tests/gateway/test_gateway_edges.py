@@ -11,7 +11,7 @@ from gateway_support import Raw, fake_gateway, sample
 
 from fakes import Fleet
 from turnout.config import load_config_toml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 OPEN = """
 default_provider = "openai.main"

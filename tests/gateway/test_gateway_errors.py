@@ -11,9 +11,9 @@ import pytest
 from gateway_support import GATEWAY_KEY, Raw, decode_header, fake_gateway, get, post
 
 from fakes import FakeClock, Fleet, err
-from turnout.errors import RefusalError
+from turnout.core.errors import RefusalError
+from turnout.core.types import ImagePart, TextDelta, Usage, UsageEvent
 from turnout.gateway import GatewayServer
-from turnout.types import ImagePart, TextDelta, Usage, UsageEvent
 
 BASE = f"""
 default_provider = "anthropic.prod"

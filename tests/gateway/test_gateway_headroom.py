@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from servers import free_port
-from turnout.cli import app
-from turnout.config.secrets import key_id
+from turnout.cli.main import app
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 
 KID = key_id("sk-up-openai.main")  # the upstream key gateway_support gives openai.main

@@ -16,7 +16,7 @@ from gateway_support import GATEWAY_KEY, post
 from servers import loopback_app
 from turnout import Client
 from turnout.gateway import Gateway, GatewayServer
-from turnout.pricing import default_catalogue
+from turnout.ledger.pricing import default_catalogue
 
 CHAT = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -15,15 +15,15 @@ import pytest
 from gateway_support import GATEWAY_KEY, get, post, sample
 from typer.testing import CliRunner
 
-import turnout.ledger as ledger_module
+import turnout.ledger.writer as ledger_module
 from fakes import FakeClock
 from turnout import Client
-from turnout.cli import app
-from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.cli.main import app
+from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.spend import seconds_to_midnight
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 
 TEAM_KEY = "gw-team-key-9"
 PROMPT = "x" * 4000  # about 1,000 input tokens by the estimate, which the upstream reports too

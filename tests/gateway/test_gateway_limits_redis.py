@@ -19,7 +19,7 @@ from turnout import Client
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.shared_spend import RESERVATION_TTL_S, SharedSpend
 from turnout.gateway.spend import RPM, TPM, Hold, SpendBook
-from turnout.ledger import Ledger
+from turnout.ledger.writer import Ledger
 
 pytestmark = pytest.mark.redis
 

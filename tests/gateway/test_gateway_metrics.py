@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import Fleet
 from turnout import Client
-from turnout.attribution import Attempt
+from turnout.core.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer, app
 from turnout.gateway.metrics import Metrics
 from turnout.gateway.status import BUCKET_S, RecentAttempts

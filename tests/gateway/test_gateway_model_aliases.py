@@ -10,7 +10,7 @@ from gateway_support import GATEWAY_KEY, fake_gateway, get, post
 from fakes import Fleet
 from turnout import Client
 from turnout.config import load_config_toml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway import Gateway
 
 TEAM_KEY = "gw-team-key-2"

@@ -21,10 +21,10 @@ from gateway_support import (
     profile,
 )
 
+from turnout.core.types import Message
 from turnout.gateway import GatewayServer
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.sim import Simulator
-from turnout.types import Message
 
 
 def sdk(server: GatewayServer, key: str = GATEWAY_KEY) -> openai.AsyncOpenAI:

@@ -13,13 +13,13 @@ import aiohttp
 from gateway_support import GATEWAY_KEY, TWO_PROFILES, Raw, fake_gateway
 
 from fakes import FakeClock, Fleet, err
-from turnout.attribution import Attempt
+from turnout.core.attribution import Attempt
 from turnout.gateway import GatewayServer
 from turnout.gateway.page_data import EntryView, KeyView, PageData, RouteView
 from turnout.gateway.page_html import render_page
 from turnout.gateway.session import COOKIE, MAX_FORM_BYTES, TTL_S, Sessions
-from turnout.hedge import HedgeTally, hedging_status
-from turnout.ledger import DaySummary, ProfileDay
+from turnout.ledger.writer import DaySummary, ProfileDay
+from turnout.walk.hedge import HedgeTally, hedging_status
 
 BASE = TWO_PROFILES
 CHAT = {"model": "", "messages": [{"role": "user", "content": "hello"}]}

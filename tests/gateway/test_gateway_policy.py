@@ -13,7 +13,7 @@ from gateway_support import GATEWAY_KEY, Raw, fake_gateway, get, post
 from fakes import Fleet
 from turnout import Client
 from turnout.config import key_id, load_config_toml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.auth import named_keys
 from turnout.gateway.policy import ANONYMOUS, Admitted, Policy

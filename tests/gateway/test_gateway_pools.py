@@ -11,7 +11,7 @@ from gateway_support import GATEWAY_KEY, MESSAGES, SIM_TEXT, config, gateway, ge
 from test_gateway_observability import sample
 from typer.testing import CliRunner
 
-from turnout.cli import app
+from turnout.cli.main import app
 from turnout.sim import Simulator
 
 EAST, WEST, BACKUP = "gpt-east", "gpt-west", "claude-backup"

@@ -16,7 +16,7 @@ from test_gateway_errors import BASE, CHAT, clean, served
 
 from fakes import Fleet, err
 from turnout import Client
-from turnout.errors import ConfigError, RefusalError
+from turnout.core.errors import ConfigError, RefusalError
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
 

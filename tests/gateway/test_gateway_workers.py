@@ -12,8 +12,7 @@ from gateway_support import TWO_PROFILES, get, post, sample
 
 from fakes import FakeClock, Fleet, err
 from turnout import Client
-from turnout.attribution import Attempt
-from turnout.breaker import BreakerRecord
+from turnout.core.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.workers import (
     LAST_ATTEMPTS,
@@ -27,9 +26,10 @@ from turnout.gateway.workers import (
     publish_restarts,
     read_restarts,
 )
-from turnout.hedge import HedgeTally
-from turnout.pools import MemberLoad
+from turnout.state.base import BreakerRecord
 from turnout.state.dead_keys import KeyHealth
+from turnout.walk.hedge import HedgeTally
+from turnout.walk.pools import MemberLoad
 
 BASE = TWO_PROFILES.replace('api_keys = ["sk-ant-POOL-1", "sk-ant-POOL-2"]', 'api_key = "sk-ant-PLANTED"').replace(
     "[reliability]\n", "[reliability.breaker]\nenabled = false\n[reliability]\n"

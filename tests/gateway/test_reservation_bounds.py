@@ -23,10 +23,10 @@ from gateway_support import GATEWAY_KEY, get, post
 from fakes import FakeClock
 from servers import loopback_app
 from turnout import Client
-from turnout.estimate import LIMITED_OUTPUT_BOUND
+from turnout.core.estimate import LIMITED_OUTPUT_BOUND
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, TextDelta, Usage
 from turnout.gateway import Gateway, GatewayServer
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, TextDelta, Usage
 
 TEAM_KEY = "gw-team-key-7"
 PROMPT = "x" * 4000  # 1,004 input tokens by the estimate

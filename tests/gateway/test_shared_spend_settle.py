@@ -18,12 +18,12 @@ from test_gateway_limits_redis import config
 from fakes import FakeClock
 from servers import RedisServer
 from turnout import Client
-from turnout.attribution import Attempt
+from turnout.core.attribution import Attempt
+from turnout.core.types import ChatRequest, StreamEvent, Usage
 from turnout.gateway import Gateway, GatewayServer, shared_spend
 from turnout.gateway.shared_spend import SharedBusy, SharedSpend, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook
-from turnout.ledger import CallRecord, Ledger
-from turnout.types import ChatRequest, StreamEvent, Usage
+from turnout.ledger.writer import CallRecord, Ledger
 
 pytestmark = pytest.mark.redis
 
@@ -361,7 +361,7 @@ KILLED_HOST = """
 import asyncio, sys
 from turnout.gateway.shared_spend import SharedSpend
 from turnout.gateway.spend import SpendBook
-from turnout.ledger import Ledger
+from turnout.ledger.writer import Ledger
 
 async def main():
     ledger = Ledger(sys.argv[1], batch_delay=0)

@@ -12,12 +12,12 @@ from gateway_support import GATEWAY_KEY, post
 from fakes import FakeClock
 from turnout import Client
 from turnout.config.schema import Pricing
-from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.core.provider import Provider
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.policy import Policy
-from turnout.pricing import Catalogue, Rates, rates_from_pricing
-from turnout.provider import Provider
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
+from turnout.ledger.pricing import Catalogue, Rates, rates_from_pricing
 
 TEAM_KEY = "gw-team-key-unpriced"
 UNPRICED = "house-model-unpriced-7"  # no pricing table names it, nor does the catalogue

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from turnout import Client
-from turnout.attribution import Attempt
-from turnout.config.secrets import key_id
+from turnout.core.attribution import Attempt
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 
 #: The four wire protocols every scenario runs through (family name == simulator protocol name).

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from it_support import client, config, profile, trail, upstream
 
-from turnout.errors import AllProvidersFailed
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.types import TextDelta
 from turnout.sim import Simulator
 from turnout.sim.aws import ACCESS_KEY, EXPIRED_TOKEN, SECRET_KEY
-from turnout.types import TextDelta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 

@@ -18,11 +18,11 @@ from it_support import client, config, profile, trail, upstream
 from typer.testing import CliRunner
 
 from turnout import Client
-from turnout.cli import app
-from turnout.config.secrets import key_id
-from turnout.errors import AllProvidersFailed
+from turnout.cli.main import app
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.secrets import key_id
+from turnout.core.types import Usage
 from turnout.sim import Simulator
-from turnout.types import Usage
 
 ANT_KEY, OAI_KEY, GEM_KEY = "sk-ant-it-0001", "sk-oai-it-0002", "gem-it-key-0003"
 

@@ -9,8 +9,8 @@ import pytest
 from it_support import KEY, client, config, trail, upstream
 
 from google_creds import service_account_file
+from turnout.core.types import Final, NativeRequest
 from turnout.sim import Simulator
-from turnout.types import Final, NativeRequest
 
 MODEL = "claude-sonnet-4-5"
 BEDROCK_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"

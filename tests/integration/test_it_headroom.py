@@ -11,7 +11,7 @@ import pytest
 from it_support import client, config, profile, trail
 
 from fakes import FakeClock
-from turnout.config.secrets import key_id
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 from turnout.state.redis import RedisStore
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from it_support import client, config, profile, trail
 
-from turnout.errors import AllProvidersFailed
+from turnout.core.errors import AllProvidersFailed
+from turnout.core.types import TextDelta
 from turnout.sim import Simulator
-from turnout.types import TextDelta
 
 SLOW, FAST, BACKUP = "gpt-east", "gpt-west", "claude-backup"
 

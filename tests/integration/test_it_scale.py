@@ -16,7 +16,7 @@ from it_support import client, config, profile, trail
 
 from servers import RedisServer
 from turnout import Client
-from turnout.config.secrets import key_id
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 from turnout.state.redis import RedisStore
 

@@ -17,10 +17,10 @@ import pytest
 from it_support import FAMILIES, client, config, profile, trail, upstream
 
 from turnout import Client
-from turnout.errors import ErrorClass, RefusalError, StreamInterruptedAfterOutput, TurnCancelled
+from turnout.core.errors import ErrorClass, RefusalError, StreamInterruptedAfterOutput, TurnCancelled
+from turnout.core.types import Message
 from turnout.sim import Simulator
 from turnout.sim.behaviour import generated_units
-from turnout.types import Message
 
 each_family = pytest.mark.parametrize("family", FAMILIES)
 

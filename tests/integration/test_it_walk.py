@@ -11,8 +11,8 @@ import time
 import pytest
 from it_support import FAMILIES, KEY, KID, client, config, profile, trail, upstream
 
-from turnout.config.secrets import key_id
-from turnout.errors import AllProvidersFailed, ContextWindowExceeded, RefusalError
+from turnout.core.errors import AllProvidersFailed, ContextWindowExceeded, RefusalError
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 
 each_family = pytest.mark.parametrize("family", FAMILIES)

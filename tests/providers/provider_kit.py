@@ -13,10 +13,10 @@ import orjson
 from aiohttp import web
 
 from turnout.config import load_config_dict
-from turnout.errors import TurnoutError
+from turnout.core.errors import TurnoutError
+from turnout.core.types import Final, StreamEvent
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
-from turnout.types import Final, StreamEvent
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -22,12 +22,9 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.providers import HttpClient
-from turnout.providers.anthropic import THINKING_KEY, AnthropicAdapter
-from turnout.providers.signatures import SIGNER_KEY
-from turnout.streams import acollect, collect
-from turnout.types import (
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.streams import acollect, collect
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     Final,
@@ -44,6 +41,9 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.anthropic import THINKING_KEY, AnthropicAdapter
+from turnout.providers.signatures import SIGNER_KEY
 
 KEY = "sk-ant-test-key-0123456789"
 JSON = {"Content-Type": "application/json"}

@@ -10,10 +10,8 @@ import orjson
 import pytest
 from provider_kit import fixture_path, make_adapter, two_way_splits
 
-from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
-from turnout.providers import HttpClient
-from turnout.providers.bedrock import BedrockAdapter, BedrockDecoder
-from turnout.types import (
+from turnout.core.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.core.types import (
     ChatRequest,
     Final,
     ImagePart,
@@ -29,6 +27,8 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.bedrock import BedrockAdapter, BedrockDecoder
 
 MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 
@@ -573,7 +573,7 @@ def test_anthropic_signed_thinking_is_never_sent_to_bedrock(adapter: BedrockAdap
 
 async def test_a_refused_connection_names_the_endpoint(adapter: BedrockAdapter) -> None:
     """A connection that fails names the host and port it went to, from the escaped URL the adapter sends."""
-    from turnout.errors import ProviderConnectionError
+    from turnout.core.errors import ProviderConnectionError
 
     with pytest.raises(ProviderConnectionError) as info:
         await adapter.chat(ChatRequest.of("hi"), MODEL)

@@ -17,10 +17,10 @@ from botocore.credentials import RefreshableCredentials
 from provider_kit import RecordingServer, Reply, fixture_path, make_adapter
 
 from turnout.config import load_config_dict
-from turnout.errors import ConfigError, ErrorClass, ProviderError
+from turnout.core.errors import ConfigError, ErrorClass, ProviderError
+from turnout.core.types import ChatRequest
 from turnout.providers import HttpClient, aws
 from turnout.providers.bedrock import BedrockAdapter
-from turnout.types import ChatRequest
 
 MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 ANSWER = fixture_path("bedrock/converse_text.json").read_bytes()

@@ -12,13 +12,13 @@ from botocore.model import ListShape, Shape, StructureShape
 from botocore.validate import ParamValidator
 from provider_kit import make_adapter
 
-from turnout.errors import InvalidRequest
+from turnout.core.errors import InvalidRequest
+from turnout.core.types import ChatRequest, NativeRequest
 from turnout.gateway.passthrough import split_anthropic
 from turnout.providers import HttpClient
 from turnout.providers.bedrock import BedrockAdapter
 from turnout.providers.converse import document_name
 from turnout.sim.wire.bedrock import BedrockConverse
-from turnout.types import ChatRequest, NativeRequest
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()

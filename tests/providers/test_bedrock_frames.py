@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.errors import ProtocolError
+from turnout.core.errors import ProtocolError
 from turnout.providers.aws import Frame, FrameReader
 
 #: One header as written: its name, its type byte, its encoded value, and the value as read back.

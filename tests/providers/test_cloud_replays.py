@@ -22,11 +22,11 @@ from provider_kit import RecordingServer, Reply, fixture_path, make_adapter, two
 from test_vertex import FakeTokens
 
 from turnout.config import load_config_dict
-from turnout.errors import ErrorClass, ProviderError, TurnoutError
+from turnout.core.errors import ErrorClass, ProviderError, TurnoutError
+from turnout.core.streams import collect
+from turnout.core.types import ChatRequest, ChatResponse, Message, StreamEvent
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
-from turnout.streams import collect
-from turnout.types import ChatRequest, ChatResponse, Message, StreamEvent
 
 BEDROCK_MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 CLAUDE = "claude-sonnet-4-5"

@@ -23,8 +23,8 @@ from botocore.session import Session
 
 from google_creds import service_account_file
 from turnout import Client
-from turnout.errors import ProviderError
-from turnout.ledger import Ledger
+from turnout.core.errors import ProviderError
+from turnout.ledger.writer import Ledger
 from turnout.providers import aws
 from turnout.providers.credential_threads import CredentialThreads
 from turnout.providers.google_auth import TokenSource

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from provider_kit import make_adapter
 
-from turnout.errors import ErrorClass, ProviderError
+from turnout.core.errors import ErrorClass, ProviderError
+from turnout.core.types import StreamEvent, TextDelta
 from turnout.providers import HttpClient
-from turnout.types import StreamEvent, TextDelta
 
 STREAMS = {
     "openai": (

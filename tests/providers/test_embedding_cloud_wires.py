@@ -15,8 +15,8 @@ from provider_kit import RecordingServer, Reply, make_adapter
 from servers import loopback_app
 from turnout import Client
 from turnout.config import load_config_dict
-from turnout.embeddings import EmbedRequest
-from turnout.errors import AllProvidersFailed, ErrorClass, UnsupportedRequest
+from turnout.core.embeddings import EmbedRequest
+from turnout.core.errors import AllProvidersFailed, ErrorClass, UnsupportedRequest
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.bedrock import BedrockAdapter
 from turnout.providers.vertex import VertexGeminiAdapter

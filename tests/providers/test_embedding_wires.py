@@ -13,7 +13,7 @@ from aiohttp import web
 
 from servers import loopback_app
 from turnout import Client
-from turnout.errors import AllProvidersFailed, ErrorClass, ProtocolError, ProviderError, UnsupportedRequest
+from turnout.core.errors import AllProvidersFailed, ErrorClass, ProtocolError, ProviderError, UnsupportedRequest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 

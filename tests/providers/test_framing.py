@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from provider_kit import bytewise, two_way_splits
 
-from turnout.errors import ProtocolError
+from turnout.core.errors import ProtocolError
 from turnout.providers.framing import NDJSONParser, SSEEvent, SSEParser
 
 # A sample that exercises every SSE rule at once: comments, names, multi-line data, ids, retry, a field

@@ -22,18 +22,15 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import (
+from turnout.core.errors import (
     ErrorClass,
     ProtocolError,
     ProviderError,
     RefusalError,
     StreamTruncated,
 )
-from turnout.providers import HttpClient
-from turnout.providers.gemini import GeminiAdapter
-from turnout.providers.signatures import SIGNER_KEY
-from turnout.streams import acollect, collect
-from turnout.types import (
+from turnout.core.streams import acollect, collect
+from turnout.core.types import (
     MAX_PROVIDER_COUNT,
     ChatRequest,
     ChatResponse,
@@ -48,6 +45,9 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.gemini import GeminiAdapter
+from turnout.providers.signatures import SIGNER_KEY
 
 KEY = "AIzaSyTEST-gemini-key-0123456789"
 JSON = {"Content-Type": "application/json"}

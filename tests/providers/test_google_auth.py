@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from google_creds import service_account_file
-from turnout.errors import ErrorClass, ProviderError
+from turnout.core.errors import ErrorClass, ProviderError
 from turnout.providers.google_auth import REFRESH_MARGIN_S, TokenSource
 from turnout.sim import Simulator
 

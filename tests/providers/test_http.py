@@ -16,9 +16,9 @@ from provider_kit import RecordingServer, make_adapter
 from provider_kit import Reply as Answer
 
 from servers import loopback_app
-from turnout.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
+from turnout.core.types import ChatRequest
 from turnout.providers.http import HttpClient, Target, Timeouts
-from turnout.types import ChatRequest
 
 TARGET = Target(provider="test.http", model="m-1")
 BIG = b"x" * 5000

@@ -11,9 +11,9 @@ from aiohttp import web
 from provider_kit import make_adapter
 
 from servers import loopback_app
-from turnout.errors import ProtocolError, ProviderConnectionError
+from turnout.core.errors import ProtocolError, ProviderConnectionError
+from turnout.core.types import ChatRequest
 from turnout.providers.http import HttpClient, Target, Timeouts
-from turnout.types import ChatRequest
 
 TARGET = Target(provider="test.http", model="m-1")
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from servers import loopback_app
-from turnout.errors import ProviderTimeout
+from turnout.core.errors import ProviderTimeout
 from turnout.providers.http import HttpClient, Target, Timeouts
 
 TARGET = Target(provider="test.http", model="m-1")

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from servers import loopback_app
 from turnout import Client
-from turnout.errors import AllProvidersFailed, ErrorClass, ProtocolError, ResponseTooLarge
+from turnout.core.errors import AllProvidersFailed, ErrorClass, ProtocolError, ResponseTooLarge
 from turnout.providers.http import HttpClient, Target, Timeouts
 
 TARGET = Target(provider="test.http", model="m-1")

@@ -9,9 +9,9 @@ import pytest
 from provider_kit import RecordingServer, Reply, make_adapter
 
 from turnout.config import load_config_dict
-from turnout.errors import ErrorClass, ProviderError
+from turnout.core.errors import ErrorClass, ProviderError
+from turnout.core.types import ChatRequest
 from turnout.providers import HttpClient, model_problem
-from turnout.types import ChatRequest
 
 HOSTILE = ["../../../admin?x=", "a/b", "a#frag", "..", "gemini:evil", "a\\b", "x\ny", "a%2F..%2Fb"]
 ANSWER = {

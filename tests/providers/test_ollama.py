@@ -21,16 +21,14 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import (
+from turnout.core.errors import (
     ErrorClass,
     ProtocolError,
     ProviderError,
     StreamTruncated,
 )
-from turnout.providers import HttpClient
-from turnout.providers.ollama import OllamaAdapter
-from turnout.streams import acollect, collect
-from turnout.types import (
+from turnout.core.streams import acollect, collect
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     ImagePart,
@@ -43,6 +41,8 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.ollama import OllamaAdapter
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 JSON = {"Content-Type": "application/json"}

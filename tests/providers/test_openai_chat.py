@@ -13,11 +13,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from provider_kit import Reply, bytewise, decoded, fixture_path, make_adapter, random_splits, two_way_splits
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.providers import HttpClient
-from turnout.providers.base import HTTPAdapter
-from turnout.streams import acollect, collect
-from turnout.types import (
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.streams import acollect, collect
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     Final,
@@ -32,6 +30,8 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.base import HTTPAdapter
 
 MODEL = "gpt-4o"
 KEY = "sk-test-key-123"

@@ -21,13 +21,13 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.core.registry import FAMILIES
+from turnout.core.streams import acollect, collect
+from turnout.core.types import ChatRequest, ChatResponse, Final, Message, StreamEvent, ToolCall, ToolSpec, Usage
 from turnout.providers import HttpClient
 from turnout.providers.base import HTTPAdapter
 from turnout.providers.openai_compat import error_facts, usage_from
-from turnout.providers.registry import FAMILIES
-from turnout.streams import acollect, collect
-from turnout.types import ChatRequest, ChatResponse, Final, Message, StreamEvent, ToolCall, ToolSpec, Usage
 
 DEEPSEEK = "openai_compatible/deepseek_stream_reasoning_tool_call.ndjson"
 GROQ = "openai_compatible/groq_stream_tool_call.ndjson"

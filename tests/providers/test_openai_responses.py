@@ -22,11 +22,9 @@ from provider_kit import (
     two_way_splits,
 )
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
-from turnout.providers import HttpClient
-from turnout.providers.openai_responses import OpenAIResponsesAdapter
-from turnout.streams import acollect, collect
-from turnout.types import (
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.core.streams import acollect, collect
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     Final,
@@ -44,6 +42,8 @@ from turnout.types import (
     Usage,
     UsageEvent,
 )
+from turnout.providers import HttpClient
+from turnout.providers.openai_responses import OpenAIResponsesAdapter
 
 KEY = "sk-proj-test-key-0123456789"
 JSON = {"Content-Type": "application/json"}

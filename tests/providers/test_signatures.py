@@ -6,10 +6,10 @@ from typing import Any
 
 from provider_kit import make_adapter
 
+from turnout.core.types import ChatRequest, Message, ToolCall
 from turnout.providers import HttpClient
 from turnout.providers.anthropic import THINKING_KEY
 from turnout.providers.signatures import SIGNER_KEY, replayable_thinking, stamp, stamped_content, unstamp
-from turnout.types import ChatRequest, Message, ToolCall
 
 BLOCK = {"type": "thinking", "thinking": "Paris first.", "signature": "c2ln"}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnout.core.types import Capabilities, ChatRequest, NativeRequest, ResponseFormat, can_serve
 from turnout.providers import structured
 from turnout.sim.schema import instance
-from turnout.types import Capabilities, ChatRequest, NativeRequest, ResponseFormat, can_serve
 
 SCHEMA: dict[str, Any] = {
     "$defs": {"City": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},

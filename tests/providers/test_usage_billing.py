@@ -2,7 +2,7 @@
 unusable, bounded by what the request allowed when it is absurd.
 
 Each family's answer is served by a loopback upstream in its own wire format (a whole answer and a stream), read by
-the real adapter, and walked by a :class:`~turnout.reliable.ReliableProvider` priced at $1,000 per million tokens:
+the real adapter, and walked by a :class:`~turnout.walk.reliable.ReliableProvider` priced at $1,000 per million tokens:
 the attempt's record is what the ledger, the spend book and a shared limit bill.
 """
 
@@ -17,15 +17,15 @@ from provider_kit import RecordingServer, Reply, make_adapter
 from test_vertex import FakeTokens
 
 from fakes import E, walk
-from turnout.attribution import Attempt, DispatchScope
 from turnout.config import load_config_dict
-from turnout.embed_walk import embed_through
-from turnout.embeddings import EmbedRequest, estimated_tokens
-from turnout.estimate import INPUT_ESTIMATE_FACTOR, INPUT_SLACK, estimate_tokens
+from turnout.core.attribution import Attempt, DispatchScope
+from turnout.core.embeddings import EmbedRequest, estimated_tokens
+from turnout.core.estimate import INPUT_ESTIMATE_FACTOR, INPUT_SLACK, estimate_tokens
+from turnout.core.types import ChatRequest, Message, Usage
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
 from turnout.sim.aws import event
-from turnout.types import ChatRequest, Message, Usage
+from turnout.walk.embed import embed_through
 
 ANSWER = "The answer, delivered in full to the caller."  # 44 characters: an estimate of 11 output tokens
 PRICE = 1_000.0  # dollars per million tokens, input and output

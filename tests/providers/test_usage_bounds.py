@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from provider_kit import make_adapter
 
+from turnout.core.types import MAX_PROVIDER_COUNT, provider_count
 from turnout.providers.anthropic import normalise_usage as anthropic_usage
 from turnout.providers.gemini import gemini_usage
 from turnout.providers.http import HttpClient
 from turnout.providers.openai_compat import usage_from
 from turnout.providers.openai_responses import normalise_usage as responses_usage
-from turnout.types import MAX_PROVIDER_COUNT, provider_count
 
 NONSENSE: dict[str, tuple[Any, int]] = {
     "2**64-1": (2**64 - 1, MAX_PROVIDER_COUNT),

@@ -10,12 +10,9 @@ import pytest
 from provider_kit import RecordingServer, Reply, bytewise, fixture_path, random_splits, two_way_splits
 
 from turnout.config import load_config_dict
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated
-from turnout.providers import HttpClient, build_adapter
-from turnout.providers.base import HTTPAdapter
-from turnout.providers.vertex import ANTHROPIC_VERSION, VertexAnthropicAdapter, VertexGeminiAdapter
-from turnout.streams import collect
-from turnout.types import (
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated
+from turnout.core.streams import collect
+from turnout.core.types import (
     ChatRequest,
     Final,
     Message,
@@ -25,6 +22,9 @@ from turnout.types import (
     TextDelta,
     UsageEvent,
 )
+from turnout.providers import HttpClient, build_adapter
+from turnout.providers.base import HTTPAdapter
+from turnout.providers.vertex import ANTHROPIC_VERSION, VertexAnthropicAdapter, VertexGeminiAdapter
 
 SSE_HEADERS = {"Content-Type": "text/event-stream"}
 

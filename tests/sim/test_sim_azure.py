@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnout.config.secrets import key_id
+from turnout.core.secrets import key_id
 
 
 def path(deployment: str) -> str:

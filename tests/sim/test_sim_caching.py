@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from conftest import FakeClock, Wire
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim import Script, Simulator
 
 SYSTEM = "You are a careful assistant who answers briefly"  # 8 words

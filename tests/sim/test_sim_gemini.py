@@ -147,7 +147,7 @@ async def test_key_from_header_or_query(wire: Any, sim: Any) -> None:
     """The key id comes from x-goog-api-key, or from ?key= when no header is sent."""
     await wire.post(gen("sim-ok"), BODY, headers={"x-goog-api-key": "AIza-one"})
     await wire.post(gen("sim-ok") + "?key=AIza-two", BODY)
-    from turnout.config.secrets import key_id
+    from turnout.core.secrets import key_id
 
     assert [e.key_id for e in sim.log] == [key_id("AIza-one"), key_id("AIza-two")]
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from conftest import FakeClock, Wire
-from turnout.classify import parse_duration
-from turnout.errors import ConfigError
-from turnout.headroom import read_headroom
+from turnout.core.classify import parse_duration
+from turnout.core.errors import ConfigError
+from turnout.providers.headroom import read_headroom
 from turnout.sim import Script, Simulator
 from turnout.sim.headroom import go_duration, rfc3339
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from turnout.config.secrets import key_id
+from turnout.core.secrets import key_id
 from turnout.sim import Simulator
 
 PATH = "/v1/chat/completions"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim import Script, Simulator
 from turnout.sim.grammar import parse_step_string
 from turnout.sim.script import parse_model_name

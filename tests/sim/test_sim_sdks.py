@@ -130,7 +130,7 @@ async def test_anthropic_sdk_raw_stream(sim: Any) -> None:
 
 async def test_sdk_keys_are_logged_by_id(sim: Any) -> None:
     """Both SDKs' keys (Bearer and x-api-key) are logged as key ids, never in clear."""
-    from turnout.config.secrets import key_id
+    from turnout.core.secrets import key_id
 
     async with _openai(sim) as client:
         await client.chat.completions.create(model="gpt-4.1", messages=MESSAGES)

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from conftest import Sleeps, Wire
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim import Script, Simulator
 from turnout.sim.grammar import parse_step_string
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from turnout.config import load_config_dict
-from turnout.errors import (
+from turnout.core.errors import (
     ErrorClass,
     ProtocolError,
     ProviderConnectionError,
@@ -15,11 +15,11 @@ from turnout.errors import (
     RefusalError,
     StreamTruncated,
 )
+from turnout.core.streams import acollect
+from turnout.core.types import ChatRequest, ChatResponse, TextDelta
 from turnout.providers import HttpClient, build_adapter
 from turnout.providers.base import HTTPAdapter
 from turnout.sim import Simulator
-from turnout.streams import acollect
-from turnout.types import ChatRequest, ChatResponse, TextDelta
 
 PROTOCOLS = ["openai", "responses", "anthropic", "gemini", "ollama", "azure"]
 REQUEST = ChatRequest.of("say something nice")

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import E, Scripted, err, req, walk
-from turnout.attribution import DispatchScope
-from turnout.breaker import BreakerRecord
-from turnout.cli import app
-from turnout.health import Breakers
+from turnout.cli.main import app
+from turnout.core.attribution import DispatchScope
+from turnout.state.base import BreakerRecord
 from turnout.state.redis import RedisStore
+from turnout.walk.breakers import Breakers
 
 pytestmark = pytest.mark.redis
 

@@ -8,10 +8,10 @@ import pytest
 
 from fakes import Fleet
 from turnout import Client
-from turnout.affinity import conversation_key
+from turnout.core.types import ChatRequest
 from turnout.state.pins import Pin
 from turnout.state.redis import RedisStore
-from turnout.types import ChatRequest
+from turnout.walk.affinity import conversation_key
 
 pytestmark = pytest.mark.redis
 

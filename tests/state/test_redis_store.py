@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from servers import RedisServer
-from turnout.breaker import BreakerRecord
-from turnout.cli import app
+from turnout.cli.main import app
+from turnout.state.base import BreakerRecord
 from turnout.state.dead_keys import rejected
 from turnout.state.redis import RedisStore
 

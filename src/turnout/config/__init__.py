@@ -24,7 +24,7 @@ from turnout.config.loader import (
     resolve_target_ref,
 )
 from turnout.config.schema import Config, ModelRoute, Pool, Pricing, Profile
-from turnout.config.secrets import Secret, key_id
+from turnout.core.secrets import Secret, key_id
 
 __all__ = [
     "MAX_FALLBACK_DEPTH",

@@ -31,9 +31,9 @@ from turnout.config.loader import (
     resolve_target_ref,
 )
 from turnout.config.schema import Breaker, Config, Hedge, PoolStrategy, Profile
-from turnout.config.secrets import Secret
-from turnout.errors import ConfigError
-from turnout.providers.registry import family_for
+from turnout.core.errors import ConfigError
+from turnout.core.registry import family_for
+from turnout.core.secrets import Secret
 
 MAX_FALLBACK_DEPTH = 3
 #: The most upstream calls one request may make (its entries × the tries of each) before ``turnout check`` warns.

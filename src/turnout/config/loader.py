@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from turnout.config.schema import Config, Pool, Profile
-from turnout.config.secrets import Secret
-from turnout.errors import ConfigError
-from turnout.providers.registry import Family, family_for
+from turnout.core.errors import ConfigError
+from turnout.core.registry import Family, family_for
+from turnout.core.secrets import Secret
 
 #: A pool's name: no dot (so ``family.alias`` always names a profile), and safe in paths, logs and labels.
 _POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

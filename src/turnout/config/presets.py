@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 
 _CLAUDE_CODE = """\
 # turnout.toml for Claude Code (turnout init --for claude-code). Start: turnout serve

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from turnout.config.secrets import Secret
+from turnout.core.secrets import Secret
 
 #: A browser origin: ``scheme://host`` with an optional port, nothing after it.
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,252})|[0-9A-Fa-f:.]{2,45}")
@@ -192,7 +192,7 @@ class Profile(_Section):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, v: str | None) -> str | None:
-        from turnout.providers.registry import KINDS
+        from turnout.core.registry import KINDS
 
         if v is not None and v not in KINDS:
             raise ValueError(f"unknown kind {v!r}; expected one of {', '.join(sorted(KINDS))}")
@@ -218,7 +218,7 @@ class Breaker(_Section):
     """A circuit breaker's settings: ``[reliability.breaker]``, or a profile's ``breaker`` table (its keys win).
 
     A key left out keeps the value of the level above (the profile's: ``[reliability.breaker]``'s; that one's:
-    the defaults of :class:`turnout.breaker.BreakerSettings`). ``min_attempts`` is the former name of
+    the defaults of :class:`turnout.walk.breaker.BreakerSettings`). ``min_attempts`` is the former name of
     ``min_calls`` (the breaker now counts calls, one per call, not tries); ``min_calls`` wins when both are set.
     """
 
@@ -244,7 +244,7 @@ class Hedge(_Section):
     """Hedged requests: ``[reliability.hedge]``, or a profile's ``hedge`` table (its keys win).
 
     A key left out keeps the value of the level above (the profile's: ``[reliability.hedge]``'s; that one's:
-    the defaults of :class:`turnout.hedge.HedgeSettings`).
+    the defaults of :class:`turnout.walk.hedge.HedgeSettings`).
     """
 
     enabled: bool | None = None
@@ -391,7 +391,7 @@ PoolStrategy = Literal["ordered", "weighted", "least_busy", "latency"]
 
 
 class Pool(_Section):
-    """``[pools.<name>]``: interchangeable profiles, standing wherever a profile can (see :mod:`turnout.pools`).
+    """``[pools.<name>]``: interchangeable profiles, standing wherever a profile can (see :mod:`turnout.walk.pools`).
 
     Whether the members, weights and fallbacks name what is configured is checked when the config loads
     (:func:`turnout.config.loader.load_config_dict`), with the key path.

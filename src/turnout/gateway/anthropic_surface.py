@@ -14,14 +14,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from turnout.errors import ErrorClass, RefusalError
-from turnout.estimate import estimate_tokens
-from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
-from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
-from turnout.providers.signatures import signer_of, stamp, stamped_content
-from turnout.reply import Reply
-from turnout.types import (
+from turnout.core.errors import ErrorClass, RefusalError
+from turnout.core.estimate import estimate_tokens
+from turnout.core.types import (
     ContentPart,
     Final,
     ImagePart,
@@ -36,6 +31,11 @@ from turnout.types import (
     ToolSpec,
     Usage,
 )
+from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
+from turnout.gateway.surface import ChatCall
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
+from turnout.providers.signatures import signer_of, stamp, stamped_content
+from turnout.reply import Reply
 
 # --- request ------------------------------------------------------------------------------------
 

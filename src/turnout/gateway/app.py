@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from turnout.attribution import Attempt
 from turnout.call import new_call_id
 from turnout.client import Client
-from turnout.errors import ConfigError, UnsupportedRequest
+from turnout.core.attribution import Attempt
+from turnout.core.errors import ConfigError, UnsupportedRequest
 from turnout.gateway.accesslog import access_log, logged_path, start_writer, stop_writer
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
@@ -70,13 +70,13 @@ from turnout.gateway.wire import (
     header_value,
 )
 from turnout.gateway.workers import Peers, Totals, merge
-from turnout.ledger import LedgerUnavailable
-from turnout.pools import pool_loads
-from turnout.pricing import profile_rates
+from turnout.ledger.pricing import profile_rates
+from turnout.ledger.writer import LedgerUnavailable
 from turnout.reply import Reply
+from turnout.walk.pools import pool_loads
 
 if TYPE_CHECKING:
-    from turnout.tracing import Tracing
+    from turnout.observability.tracing import Tracing
 
 log = logging.getLogger("turnout.gateway")
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from turnout.config import Config
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway.policy import Caller
 
 log = logging.getLogger("turnout.gateway")

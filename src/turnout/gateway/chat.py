@@ -23,10 +23,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from turnout.affinity import session_of
-from turnout.attribution import FallbackNotice, RouteRef
-from turnout.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
-from turnout.estimate import LIMITED_OUTPUT_BOUND
+from turnout.core.attribution import FallbackNotice, RouteRef
+from turnout.core.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
+from turnout.core.estimate import LIMITED_OUTPUT_BOUND
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.passthrough import bounded
 from turnout.gateway.policy import Admitted
@@ -42,7 +41,8 @@ from turnout.gateway.wire import (
     read_body,
 )
 from turnout.reply import Reply
-from turnout.router import Target
+from turnout.walk.affinity import session_of
+from turnout.walk.router import Target
 
 log = logging.getLogger("turnout.gateway")
 
@@ -106,7 +106,7 @@ async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -
 def limited_bound(target: Target) -> int:
     """The output bound of a limited key's call that sets none: the least of its route's profiles' ``max_tokens``.
 
-    A profile without one counts as :data:`~turnout.estimate.LIMITED_OUTPUT_BOUND`. The least, as the one bound is
+    A profile without one counts as :data:`~turnout.core.estimate.LIMITED_OUTPUT_BOUND`. The least, as the one bound is
     sent to every entry the call may reach: none is sent more than its profile allows.
     """
     return min(entry.max_tokens or LIMITED_OUTPUT_BOUND for entry in target.reliable.entries)

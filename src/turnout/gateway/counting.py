@@ -1,6 +1,6 @@
 """Token counts the gateway gives before (or without) an upstream's own count: a documented estimate.
 
-The estimate (:func:`turnout.estimate.estimate_tokens`: about four characters of text per token, plus a few
+The estimate (:func:`turnout.core.estimate.estimate_tokens`: about four characters of text per token, plus a few
 tokens per message) is close enough for a client that budgets its context (Claude Code, the Anthropic SDK's
 ``count_tokens``). Wherever
 the gateway answers with this estimate it says so (``x-turnout-token-count: estimate``); the upstream's
@@ -14,8 +14,9 @@ import logging
 import orjson
 from aiohttp import web
 
-from turnout.errors import ConfigError, InvalidRequest, ProviderError
-from turnout.estimate import estimate_tokens
+from turnout.core.errors import ConfigError, InvalidRequest, ProviderError
+from turnout.core.estimate import estimate_tokens
+from turnout.core.types import ChatRequest
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.surface import Surface
 from turnout.gateway.wire import (
@@ -27,7 +28,6 @@ from turnout.gateway.wire import (
     read_body,
 )
 from turnout.providers.base import HTTPAdapter
-from turnout.types import ChatRequest
 
 log = logging.getLogger("turnout.gateway")
 

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from turnout.embeddings import MAX_INPUTS, EmbedReply
-from turnout.errors import ConfigError, TurnoutError
+from turnout.core.embeddings import MAX_INPUTS, EmbedReply
+from turnout.core.errors import ConfigError, TurnoutError
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.policy import Admitted
 from turnout.gateway.spend import Hold, embedding_worst_case

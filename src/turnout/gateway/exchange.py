@@ -12,8 +12,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from turnout.attribution import Attempt
 from turnout.client import Client
+from turnout.core.attribution import Attempt
 from turnout.gateway.conversations import Conversations
 from turnout.gateway.edges import Edges
 from turnout.gateway.policy import Caller, Policy

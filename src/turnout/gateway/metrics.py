@@ -32,14 +32,15 @@ from typing import Any, Protocol, TypeVar, cast
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from turnout.attribution import SKIPS, Attempt
-from turnout.breaker import BreakerRecord, Gate, entry_key, gate, split_entry_key
+from turnout.core.attribution import SKIPS, Attempt
 from turnout.gateway.wire import CLIENT_CLOSED
 from turnout.gateway.workers import Totals
-from turnout.health import Breakers
-from turnout.hedge import HedgeTally
-from turnout.pools import MemberLoad
-from turnout.pricing import Rates
+from turnout.ledger.pricing import Rates
+from turnout.state.base import BreakerRecord
+from turnout.walk.breaker import Gate, entry_key, gate, split_entry_key
+from turnout.walk.breakers import Breakers
+from turnout.walk.hedge import HedgeTally
+from turnout.walk.pools import MemberLoad
 
 #: A labelled metric (what :meth:`Metrics._child` keeps the series of).
 _M = TypeVar("_M", Counter, Histogram)

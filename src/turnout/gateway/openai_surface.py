@@ -13,13 +13,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from turnout.errors import ErrorClass, RefusalError
-from turnout.estimate import MAX_CHOICES
-from turnout.gateway.passthrough import native, split_openai_chat
-from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
-from turnout.reply import Reply
-from turnout.types import (
+from turnout.core.errors import ErrorClass, RefusalError
+from turnout.core.estimate import MAX_CHOICES
+from turnout.core.types import (
     ContentPart,
     Final,
     ImagePart,
@@ -34,6 +30,10 @@ from turnout.types import (
     ToolSpec,
     Usage,
 )
+from turnout.gateway.passthrough import native, split_openai_chat
+from turnout.gateway.surface import ChatCall, refusal_text
+from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
+from turnout.reply import Reply
 
 # --- request ------------------------------------------------------------------------------------
 

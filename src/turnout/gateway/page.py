@@ -33,8 +33,8 @@ from turnout.gateway.policy import Caller
 from turnout.gateway.session import COOKIE, LoginThrottle, Sessions, read_form
 from turnout.gateway.status import RecentAttempts
 from turnout.gateway.workers import Totals
-from turnout.hedge import hedging_status
-from turnout.pools import pools_status
+from turnout.walk.hedge import hedging_status
+from turnout.walk.pools import pools_status
 
 #: The headers of every answer of the page's routes.
 PAGE_HEADERS = {

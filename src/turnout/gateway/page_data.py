@@ -2,7 +2,7 @@
 
 Everything here is read at page time from what the gateway already keeps: the whole server's
 :class:`~turnout.gateway.workers.Totals` (state of every entry, the last attempts), the client's routes, and
-today's totals from the ledger (:func:`turnout.ledger.day_summary`, read in a thread at most every
+today's totals from the ledger (:func:`turnout.ledger.writer.day_summary`, read in a thread at most every
 :data:`LEDGER_REFRESH_S` seconds and bounded by :data:`LEDGER_TIMEOUT_S`). Nothing here runs on a request of the
 API.
 """
@@ -16,14 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.attribution import Attempt
-from turnout.breaker import BreakerRecord, entry_key, gate
 from turnout.client import Client
-from turnout.errors import ConfigError
+from turnout.core.attribution import Attempt
+from turnout.core.errors import ConfigError
 from turnout.gateway.spend import day_start
 from turnout.gateway.workers import Totals
-from turnout.ledger import DaySummary, Ledger, day_summary
+from turnout.ledger.writer import DaySummary, Ledger, day_summary
+from turnout.state.base import BreakerRecord
 from turnout.state.dead_keys import DEAD_STATES
+from turnout.walk.breaker import entry_key, gate
 
 log = logging.getLogger("turnout.gateway")
 

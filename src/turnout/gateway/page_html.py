@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from turnout.attribution import SKIPS, Attempt
+from turnout.core.attribution import SKIPS, Attempt
 from turnout.gateway.page_data import EntryView, KeyView, PageData, RouteView
-from turnout.ledger import DaySummary
+from turnout.ledger.writer import DaySummary
 
 #: Seconds between two refreshes of the page.
 REFRESH_S = 5

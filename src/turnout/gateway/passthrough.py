@@ -3,7 +3,7 @@
 A surface validates only what it translates. Before that, the body is split here into the part Turnout
 models (validated and translated as before) and what only the surface's own protocol can carry: content
 blocks, tool kinds, message roles and fields without a translation. Those are listed by their path
-(``messages[1].content[0] (document)``) in :attr:`~turnout.types.NativeRequest.only`: an entry that speaks
+(``messages[1].content[0] (document)``) in :attr:`~turnout.core.types.NativeRequest.only`: an entry that speaks
 the protocol receives the client's body unchanged, so they pass through; an entry speaking another protocol
 cannot serve the request, and when no entry of the route can, the client gets a 400 naming them and the
 route before any upstream call.
@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from turnout.core.types import NativeRequest
 from turnout.gateway.wire import invalid
 from turnout.providers.converse import document_format
-from turnout.types import NativeRequest
 
 #: Anthropic content blocks Turnout translates (everything else passes through or is refused).
 ANTHROPIC_BLOCKS = frozenset(("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"))

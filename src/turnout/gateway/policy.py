@@ -49,13 +49,13 @@ from turnout.config import (
 )
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.gateway.shared_spend import SharedBusy, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook, WorstCase, seconds_to_midnight, unpriced_entries
 from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
-from turnout.pricing import FAMILY_CATALOGUE_IDS
+from turnout.ledger.pricing import FAMILY_CATALOGUE_IDS
 from turnout.providers import model_problem
-from turnout.router import HINT_PREFIX, Target
+from turnout.walk.router import HINT_PREFIX, Target
 
 NameKind: TypeAlias = Literal["hint", "alias", "profile", "model"]
 #: What makes a ``[gateway.model_aliases]`` name a pattern.

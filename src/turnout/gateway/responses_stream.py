@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from turnout.errors import ErrorClass, RefusalError
+from turnout.core.errors import ErrorClass, RefusalError
+from turnout.core.types import Final, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 from turnout.gateway.openai_surface import error_json
 from turnout.gateway.surface import refusal_text
 from turnout.gateway.wire import Failure
-from turnout.types import Final, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallEvent, Usage
 
 if TYPE_CHECKING:
     from turnout.gateway.surface import ChatCall

@@ -40,7 +40,7 @@ from aiohttp import web
 
 from turnout.client import Client
 from turnout.config import Config, find_config_path, load_config_file
-from turnout.errors import ConfigError, cannot_listen
+from turnout.core.errors import ConfigError, cannot_listen
 from turnout.gateway.accesslog import use_queue
 from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys

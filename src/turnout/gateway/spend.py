@@ -10,7 +10,7 @@ twice, and never not at all, also while the file refuses writes (disk full, read
 UTC day.
 
 Calls still running are counted by their reservations (:meth:`SpendBook.reserve`), not by the ledger. A call's
-money has one owner: its ledger record. The book listens to the ledger (:class:`~turnout.ledger.CallListener`):
+money has one owner: its ledger record. The book listens to the ledger (:class:`~turnout.ledger.writer.CallListener`):
 when the record of a call that holds a reservation is given to the ledger, the reservation is settled with that
 record's cost and tokens, in this process and in Redis, once. A request that ends before its call's record (a call
 given up on, billed when its upstream try ends) keeps its reservation until the record comes
@@ -28,13 +28,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from turnout.embed_walk import embedding_cost
-from turnout.entry import Entry
-from turnout.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
+from turnout.core.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
+from turnout.core.types import ChatRequest, Message, ToolSpec, Usage
 from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
-from turnout.ledger import CallRecord, Ledger, LedgerUnavailable
-from turnout.router import Target
-from turnout.types import ChatRequest, Message, ToolSpec, Usage
+from turnout.ledger.writer import CallRecord, Ledger, LedgerUnavailable
+from turnout.walk.embed import embedding_cost
+from turnout.walk.entry import Entry
+from turnout.walk.router import Target
 
 log = logging.getLogger("turnout.gateway")
 
@@ -148,7 +148,7 @@ class SpendBook:
 
         Two checks, both must pass: this process's (what the book knows was spent, and its calls in flight: the
         check and the hold happen with no await between them, so concurrent calls cannot both take the last of a
-        limit), then the ledger file's (every process writing the file: :meth:`turnout.ledger.Ledger.reserve`).
+        limit), then the ledger file's (every process writing the file: :meth:`turnout.ledger.writer.Ledger.reserve`).
         When the file cannot take the reservation, this process's hold alone counts. The call's record, when it
         ends, replaces the hold (:meth:`release`). None: the limit is reached; :data:`RPM` or :data:`TPM`: the key's
         requests or tokens of this minute are used up.
@@ -487,8 +487,8 @@ def worst_case(
     """The most a call can cost on any entry of ``target``: its input (estimated) and its output bound, priced.
 
     The output bound is the request's ``max_tokens``, else the entry's profile ``max_tokens``, else
-    :data:`turnout.estimate.DEFAULT_OUTPUT_BOUND`. A request for ``choices`` answers (OpenAI Chat's ``n``) is priced
-    as that many whole calls, input included: OpenAI bills the input once and the output of every choice, but a
+    :data:`turnout.core.estimate.DEFAULT_OUTPUT_BOUND`. A request for ``choices`` answers (OpenAI Chat's ``n``) is
+    priced as that many whole calls, input included: OpenAI bills the input once and the output of every choice, but a
     compatible upstream that is passed ``n`` may bill each choice as a request of its own. An entry without a known
     price adds nothing to the amount and is named in :attr:`WorstCase.unpriced`.
     """

@@ -23,16 +23,16 @@ from typing import Any
 
 import orjson
 
-from turnout.attribution import Attempt
 from turnout.config import Config, default_target
 from turnout.config.graph import pool_specs
-from turnout.errors import ConfigError
+from turnout.core.attribution import Attempt
+from turnout.core.errors import ConfigError
 from turnout.gateway.metrics import cache_by_profile
 from turnout.gateway.workers import LAST_ATTEMPTS, Totals
-from turnout.health import describe_breakers
-from turnout.hedge import hedging_status
-from turnout.pools import pools_status
 from turnout.state.dead_keys import describe_dead_keys
+from turnout.walk.breakers import describe_breakers
+from turnout.walk.hedge import hedging_status
+from turnout.walk.pools import pools_status
 
 #: How far back ``/status`` counts attempts, and the width of one counting bucket.
 RECENT_WINDOW_S = 900

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnout.errors import RefusalError
+from turnout.core.errors import RefusalError
+from turnout.core.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 from turnout.gateway.wire import Failure
 from turnout.reply import Reply
-from turnout.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

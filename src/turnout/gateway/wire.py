@@ -17,11 +17,10 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from turnout.arguments import MAX_JSON_DEPTH, too_deep
-from turnout.attribution import SKIPS, Attempt
 from turnout.config import Config, resolve_profile_ref
-from turnout.config.secrets import scrub
-from turnout.errors import (
+from turnout.core.arguments import MAX_JSON_DEPTH, too_deep
+from turnout.core.attribution import SKIPS, Attempt
+from turnout.core.errors import (
     AllProvidersFailed,
     ConfigError,
     ContextWindowExceeded,
@@ -32,7 +31,8 @@ from turnout.errors import (
     StreamInterruptedAfterOutput,
     UnsupportedRequest,
 )
-from turnout.router import HINT_PREFIX
+from turnout.core.secrets import scrub
+from turnout.walk.router import HINT_PREFIX
 
 #: What went wrong, independent of any surface's vocabulary (each surface maps a kind to its error type).
 FailureKind: TypeAlias = Literal[
@@ -107,7 +107,7 @@ def parse_json(body: bytes) -> Any:
 
     The parser takes 1024 levels and the encoder 254: a body in between would parse, then fail as it is encoded
     for the upstream, inside the walk. The gateway accepts only what it can encode: at most
-    :data:`~turnout.arguments.MAX_JSON_DEPTH` levels, anywhere in the body (``metadata``, a tool's schema, a
+    :data:`~turnout.core.arguments.MAX_JSON_DEPTH` levels, anywhere in the body (``metadata``, a tool's schema, a
     response format), for every surface. Numbers are bounded by :func:`_beyond_int64`; the parser itself refuses
     ``NaN``, ``Infinity`` and a number too large for a double, as invalid JSON.
     """

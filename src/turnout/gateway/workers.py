@@ -15,7 +15,7 @@ that answers a scrape reads the other workers' files, keeps those written in the
   changes nothing; with the memory store each worker has its own, and the union shows every worker's;
 - breaker transitions sum; rate-limit headroom: the newest reading per profile and key wins;
 - pool members' calls and calls in flight sum, their times to first token average weighted by calls
-  (:func:`turnout.pools.merge_loads`);
+  (:func:`turnout.walk.pools.merge_loads`);
 - hedging's counts sum, and so do the budgets left: each worker has its own token bucket, so the sum is how many
   hedges the server may send now.
 
@@ -44,12 +44,12 @@ from typing import Any, get_args
 
 import orjson
 
-from turnout.attribution import Attempt, Outcome
-from turnout.breaker import BreakerRecord
-from turnout.hedge import HedgeTally
-from turnout.pools import MemberLoad, merge_loads
+from turnout.core.attribution import Attempt, Outcome
+from turnout.state.base import BreakerRecord
 from turnout.state.dead_keys import KeyHealth, stronger
 from turnout.state.dead_keys import decode as decode_key
+from turnout.walk.hedge import HedgeTally
+from turnout.walk.pools import MemberLoad, merge_loads
 
 log = logging.getLogger("turnout.gateway")
 
@@ -109,7 +109,7 @@ class Totals:
         breakers: Open breakers: entry key → record.
         transitions: Breaker transitions per (entry key, transition).
         headroom: The headroom rows of :meth:`turnout.client.Client.status` (relative to :attr:`at`).
-        pools: Each pool member's load, ``(pool, load)`` (:func:`turnout.pools.pool_loads`).
+        pools: Each pool member's load, ``(pool, load)`` (:func:`turnout.walk.pools.pool_loads`).
         hedging: What hedging did (None: no profile hedges).
         workers: The workers merged into these totals (set by :func:`merge`).
         restarts: Dead workers the parent process started again (read from the server's directory).

@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 from turnout.config.schema import Profile
-from turnout.model_ids import cloud_of, vertex_publisher, wire_model
+from turnout.core.model_ids import cloud_of, vertex_publisher, wire_model
+from turnout.core.registry import Family, family_for
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
-from turnout.providers.registry import Family, family_for
 
 
 def adapter_class(protocol: str) -> type[HTTPAdapter]:

@@ -14,15 +14,11 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.model_ids import cloud_of, wire_model
-from turnout.providers import structured
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
-from turnout.providers.http import HttpClient
-from turnout.providers.signatures import SIGNER_KEY, mine, replayable_thinking, signer_of
-from turnout.tools import anthropic_tools, prompt_guided_tools
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.model_ids import cloud_of, wire_model
+from turnout.core.tools import anthropic_tools, prompt_guided_tools
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -42,6 +38,10 @@ from turnout.types import (
     UsageEvent,
     provider_count,
 )
+from turnout.providers import structured
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, SSEEventDecoder, StreamDecoder, loads
+from turnout.providers.http import HttpClient
+from turnout.providers.signatures import SIGNER_KEY, mine, replayable_thinking, signer_of
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

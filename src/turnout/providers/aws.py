@@ -32,7 +32,7 @@ from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import BotoCoreError, NoCredentialsError, PartialCredentialsError, ProfileNotFound
 from botocore.session import Session
 
-from turnout.errors import ErrorClass, ProtocolError, ProviderError
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError
 from turnout.providers.credential_threads import Flight, finished
 
 #: The signing name of the Bedrock runtime (botocore's ``bedrock-runtime`` model: ``signingName``).

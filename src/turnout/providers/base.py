@@ -18,17 +18,24 @@ import orjson
 from multidict import CIMultiDictProxy
 from yarl import URL
 
-from turnout.classify import ErrorFacts, provider_error
 from turnout.config.schema import Profile
-from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
-from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, TurnoutError, UnsupportedRequest
-from turnout.headroom import HeadroomWatch
-from turnout.provider import Provider, flatten
+from turnout.core.classify import ErrorFacts, provider_error
+from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.core.errors import (
+    ErrorClass,
+    InvalidRequest,
+    ProtocolError,
+    ProviderError,
+    TurnoutError,
+    UnsupportedRequest,
+)
+from turnout.core.provider import Provider, flatten
+from turnout.core.registry import Family, family_for
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, provider_count
 from turnout.providers.embedding import EmbeddingWire, header_tokens
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
+from turnout.providers.headroom import HeadroomWatch
 from turnout.providers.http import HttpClient, Target, Timeouts
-from turnout.providers.registry import Family, family_for
-from turnout.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, provider_count
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
@@ -121,10 +128,10 @@ class AdapterSettings:
 class StreamDecoder(ABC):
     """Turns one protocol's stream body into events and owns its completion signal.
 
-    An in-band error becomes a classified :class:`~turnout.errors.ProviderError` and a malformed event a
-    :class:`~turnout.errors.ProtocolError`; either is raised only after the events decoded before it were
+    An in-band error becomes a classified :class:`~turnout.core.errors.ProviderError` and a malformed event a
+    :class:`~turnout.core.errors.ProtocolError`; either is raised only after the events decoded before it were
     returned (:meth:`defer`), so what reaches the user never depends on how the bytes were split.
-    :meth:`finish` runs at end of body and raises :class:`~turnout.errors.StreamTruncated` when the
+    :meth:`finish` runs at end of body and raises :class:`~turnout.core.errors.StreamTruncated` when the
     completion signal was never seen.
     """
 

@@ -11,7 +11,7 @@ A stream is ``application/vnd.amazon.eventstream``: binary frames, each CRC-chec
 ``messageStart``, ``contentBlockStart`` / ``contentBlockDelta`` / ``contentBlockStop``, ``messageStop`` (the
 stop reason) and ``metadata`` (usage). A stream is complete once ``messageStop`` arrived: ``metadata`` ends it
 when it follows, else the end of the body. An exception frame (``:message-type: exception``) is the classified
-error it names; a frame that does not decode is a :class:`~turnout.errors.ProtocolError`.
+error it names; a frame that does not decode is a :class:`~turnout.core.errors.ProtocolError`.
 """
 
 from __future__ import annotations
@@ -24,17 +24,11 @@ from urllib.parse import quote
 import orjson
 from yarl import URL
 
-from turnout.classify import ErrorFacts
-from turnout.embeddings import Embeddings, EmbedRequest
-from turnout.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
-from turnout.model_ids import wire_model
-from turnout.providers.aws import SIGNING_NAME, AwsCredentials, Frame, FrameReader
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
-from turnout.providers.converse import REASONING_KEY, Untranslatable, converse_body, from_anthropic
-from turnout.providers.embedding import CohereEmbeddings, EmbeddingWire, TitanEmbeddings
-from turnout.providers.http import HttpClient
-from turnout.providers.sigv4 import Signer
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.embeddings import Embeddings, EmbedRequest
+from turnout.core.errors import ErrorClass, InvalidRequest, ProtocolError, ProviderError, RefusalError, StreamTruncated
+from turnout.core.model_ids import wire_model
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -48,6 +42,12 @@ from turnout.types import (
     UsageEvent,
     provider_count,
 )
+from turnout.providers.aws import SIGNING_NAME, AwsCredentials, Frame, FrameReader
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
+from turnout.providers.converse import REASONING_KEY, Untranslatable, converse_body, from_anthropic
+from turnout.providers.embedding import CohereEmbeddings, EmbeddingWire, TitanEmbeddings
+from turnout.providers.http import HttpClient
+from turnout.providers.sigv4 import Signer
 
 #: The variable holding a Bedrock API key when the profile gives none.
 BEARER_ENV = "AWS_BEARER_TOKEN_BEDROCK"
@@ -79,7 +79,7 @@ _EXPIRED_TEXT = "security token included in the request is expired"
 def normalise_usage(raw: Mapping[str, Any]) -> Usage:
     """Converse ``usage`` → :class:`Usage`: ``inputTokens`` leaves out cache reads and writes, as Anthropic's does.
 
-    Each count is bounded by :func:`~turnout.types.provider_count` (a whole number written ``12.0`` is 12), and the
+    Each count is bounded by :func:`~turnout.core.types.provider_count` (a whole number written ``12.0`` is 12), and the
     usage is marked ``clamped`` when one was out of range or not a number.
     """
     read, bad_read = provider_count(raw.get("cacheReadInputTokens"))
@@ -199,7 +199,7 @@ class BedrockAdapter(HTTPAdapter):
                     model=model,
                     error_type="invalid_model",
                 )
-            # a canonical name goes as the region's inference profile (turnout.model_ids); every character but
+            # a canonical name goes as the region's inference profile (turnout.core.model_ids); every character but
             # the unreserved ones escaped: ':' → %3A, '/' (in ARNs) → %2F; encoded: sent with its escapes as signed
             # (from a plain string, yarl would turn ``%3A`` back into ``:``)
             wire = wire_model("bedrock", model, self.settings.region)

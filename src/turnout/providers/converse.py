@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from turnout.types import ChatRequest, ImagePart, Message, TextPart, ToolSpec
+from turnout.core.types import ChatRequest, ImagePart, Message, TextPart, ToolSpec
 
 #: ``ToolCall.extra`` key of the reasoning blocks (text and Bedrock's signature) that preceded a turn's calls.
 REASONING_KEY = "bedrock_reasoning"

@@ -23,8 +23,8 @@ from typing import Any
 
 from yarl import URL
 
-from turnout.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
-from turnout.types import Usage, provider_count
+from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
+from turnout.core.types import Usage, provider_count
 
 #: OpenAI's caps per request: 2,048 inputs and 300,000 tokens summed over them.
 OPENAI_LIMITS = EmbeddingLimits(max_inputs=2048, max_tokens=300_000, dimensions=True, token_arrays=True, user=True)

@@ -3,7 +3,7 @@ r"""Incremental byte-level framing for Server-Sent Events and NDJSON.
 Both parsers take bytes as they arrive (split anywhere, even inside a CRLF pair or a UTF-8 sequence) and
 return complete events. They never re-scan or copy what they already consumed: only the unfinished last
 line is carried over between reads. Lines and events are bounded; exceeding the bound raises
-:class:`~turnout.errors.ResponseTooLarge` (a protocol error) so a hostile upstream cannot exhaust memory.
+:class:`~turnout.core.errors.ResponseTooLarge` (a protocol error) so a hostile upstream cannot exhaust memory.
 
 SSE follows the WHATWG rules: ``\\n``, ``\\r\\n`` and ``\\r`` end lines; a blank line ends an event;
 several ``data:`` lines join with ``\\n``; lines starting with ``:`` are comments; one space after the
@@ -16,7 +16,7 @@ from typing import TypeAlias
 
 import orjson
 
-from turnout.errors import ResponseTooLarge
+from turnout.core.errors import ResponseTooLarge
 
 DEFAULT_MAX_LINE = 8 * 1024 * 1024
 

@@ -4,7 +4,7 @@ The key travels in the ``x-goog-api-key`` header, never in the ``?key=`` query, 
 URLs or access logs. Requests and answers are ``GenerateContentResponse`` objects; a stream is a series
 of them as SSE ``data:`` events (often CRLF-framed) with no terminal marker: it is complete when a chunk
 carrying ``finishReason`` was read and the body then ended. Safety and recitation finishes, and a prompt
-blocked with ``promptFeedback.blockReason``, raise :class:`~turnout.errors.RefusalError`.
+blocked with ``promptFeedback.blockReason``, raise :class:`~turnout.core.errors.RefusalError`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,12 @@ from urllib.parse import quote
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.model_ids import wire_model
-from turnout.providers import structured
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
-from turnout.providers.embedding import EmbeddingWire, GeminiEmbeddings
-from turnout.providers.framing import SSEParser
-from turnout.providers.http import HttpClient
-from turnout.providers.signatures import SIGNER_KEY, mine, signer_of
-from turnout.streams import collect
-from turnout.tools import gemini_tools
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.model_ids import wire_model
+from turnout.core.streams import collect
+from turnout.core.tools import gemini_tools
+from turnout.core.types import (
     FINISH_LENGTH,
     FINISH_STOP,
     FINISH_TOOL_CALLS,
@@ -50,6 +44,12 @@ from turnout.types import (
     UsageEvent,
     provider_count,
 )
+from turnout.providers import structured
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, GeminiEmbeddings
+from turnout.providers.framing import SSEParser
+from turnout.providers.http import HttpClient
+from turnout.providers.signatures import SIGNER_KEY, mine, signer_of
 
 #: Finish reasons that mean the output was blocked: a refusal, never an answer.
 REFUSAL_FINISHES = frozenset(

@@ -29,7 +29,7 @@ import google.oauth2.credentials
 from google.auth import exceptions
 from google.oauth2 import service_account
 
-from turnout.errors import ErrorClass, ProviderError
+from turnout.core.errors import ErrorClass, ProviderError
 from turnout.providers.credential_threads import Flight, finished
 
 #: The OAuth scope Vertex AI accepts.

@@ -8,7 +8,7 @@ than the bounds still reads a body that arrived in time); ``idle`` is its ``sock
 the first body byte: it measures the connection's own silence, and pauses while a consumer that has not
 caught up holds reading back. The first-token bound is an ``asyncio.timeout`` around the wait for the
 headers and each wait for body bytes until the first arrives. Which bound ended an attempt is the phase of
-its :class:`~turnout.errors.ProviderTimeout`.
+its :class:`~turnout.core.errors.ProviderTimeout`.
 
 A URL given as a ``yarl.URL`` built with ``encoded=True`` is sent as it is: a signed path keeps its escapes
 (``%3A`` in a Bedrock model id), which a string would lose to yarl's normalisation.
@@ -19,10 +19,10 @@ its decoded size compared with ``max_response_bytes`` as it grows (the compresse
 about what it inflates to). A stream is bounded the same way in total, encoded or not: everything a stream's
 parsers and builders hold (text, reasoning, tool arguments, a frame being read) is decoded from its body, so the
 body's decoded total bounds it, counted here once for every adapter. Either raises
-:class:`~turnout.errors.ResponseTooLarge` with memory bounded by the limit.
+:class:`~turnout.core.errors.ResponseTooLarge` with memory bounded by the limit.
 
 Every aiohttp and socket exception is translated here, at one boundary, into a
-:class:`~turnout.errors.ProviderError` subclass (``raise ... from exc``).
+:class:`~turnout.core.errors.ProviderError` subclass (``raise ... from exc``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ import aiohttp
 from multidict import CIMultiDictProxy
 from yarl import URL
 
-from turnout.config.secrets import scrub
-from turnout.errors import ProviderConnectionError, ProviderError, ProviderTimeout, ResponseTooLarge
+from turnout.core.errors import ProviderConnectionError, ProviderError, ProviderTimeout, ResponseTooLarge
+from turnout.core.secrets import scrub
 
 USER_AGENT = "turnout/0.1"
 
@@ -457,7 +457,7 @@ class HttpClient:
         Leaving the context early (an exception, a consumer that stopped) closes the connection, so the
         upstream sees the client go; a body read to its end releases the connection to the pool. With
         ``max_bytes``, the stream brings at most that many bytes in total once decoded, content-encoded or not
-        (reading past it raises :class:`~turnout.errors.ResponseTooLarge`): what its parsers accumulate is bounded
+        (reading past it raises :class:`~turnout.core.errors.ResponseTooLarge`): what its parsers accumulate is bounded
         by it.
         """
         return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context), max_bytes)

@@ -14,16 +14,11 @@ from typing import Any, ClassVar
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated, TurnoutError
-from turnout.providers import structured
-from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
-from turnout.providers.embedding import EmbeddingWire, OllamaEmbeddings
-from turnout.providers.framing import NDJSONParser
-from turnout.providers.http import HttpClient
-from turnout.streams import collect
-from turnout.tools import openai_tools
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.errors import ErrorClass, ProtocolError, ProviderError, StreamTruncated, TurnoutError
+from turnout.core.streams import collect
+from turnout.core.tools import openai_tools
+from turnout.core.types import (
     FINISH_LENGTH,
     FINISH_STOP,
     FINISH_TOOL_CALLS,
@@ -44,6 +39,11 @@ from turnout.types import (
     UsageEvent,
     provider_count,
 )
+from turnout.providers import structured
+from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder, loads
+from turnout.providers.embedding import EmbeddingWire, OllamaEmbeddings
+from turnout.providers.framing import NDJSONParser
+from turnout.providers.http import HttpClient
 
 
 def server_root(base_url: str) -> str:

@@ -3,7 +3,7 @@
 Request: ``POST {base_url}/chat/completions`` (Azure: the deployment URL plus ``?api-version=``), with
 ``Authorization: Bearer`` (Azure: ``api-key``). Stream: SSE ``data:`` chunks ending with ``data: [DONE]``.
 A stream is complete on ``[DONE]``, or on a chunk with a non-null ``finish_reason`` followed by a clean end
-of body; anything else is a :class:`~turnout.errors.StreamTruncated`. Vendor differences (usage shapes,
+of body; anything else is a :class:`~turnout.core.errors.StreamTruncated`. Vendor differences (usage shapes,
 Mistral's content parts, error bodies) live in :mod:`turnout.providers.openai_compat`.
 """
 
@@ -15,8 +15,22 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.classify import ErrorFacts
+from turnout.core.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.tools import openai_tools
+from turnout.core.types import (
+    ChatRequest,
+    ChatResponse,
+    Final,
+    ImagePart,
+    Message,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    UsageEvent,
+)
 from turnout.providers import structured
 from turnout.providers.base import MALFORMED, AdapterSettings, HTTPAdapter, StreamDecoder
 from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
@@ -29,20 +43,6 @@ from turnout.providers.openai_compat import (
     facts_from_object,
     unified_finish,
     usage_from,
-)
-from turnout.tools import openai_tools
-from turnout.types import (
-    ChatRequest,
-    ChatResponse,
-    Final,
-    ImagePart,
-    Message,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCall,
-    ToolCallEvent,
-    UsageEvent,
 )
 
 #: What a stream is missing when it ends too early.

@@ -20,9 +20,8 @@ from typing import Any
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.providers.base import body_excerpt
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.types import (
     FINISH_LENGTH,
     FINISH_STOP,
     FINISH_TOOL_CALLS,
@@ -30,6 +29,7 @@ from turnout.types import (
     Usage,
     provider_count,
 )
+from turnout.providers.base import body_excerpt
 
 #: Longest provider text kept from a nested or wrapped error message.
 _MAX_NESTED = 500

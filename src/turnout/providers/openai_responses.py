@@ -15,22 +15,10 @@ from urllib.parse import quote
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
-from turnout.providers import structured
-from turnout.providers.base import (
-    AZURE_DEFAULT_API_VERSION,
-    MALFORMED,
-    AdapterSettings,
-    HTTPAdapter,
-    SSEEventDecoder,
-    StreamDecoder,
-    loads,
-)
-from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
-from turnout.providers.http import HttpClient
-from turnout.tools import prompt_guided_tools
-from turnout.types import (
+from turnout.core.classify import ErrorFacts
+from turnout.core.errors import ProtocolError, ProviderError, RefusalError, StreamTruncated, TurnoutError
+from turnout.core.tools import prompt_guided_tools
+from turnout.core.types import (
     Capabilities,
     ChatRequest,
     ChatResponse,
@@ -51,6 +39,18 @@ from turnout.types import (
     UsageEvent,
     provider_count,
 )
+from turnout.providers import structured
+from turnout.providers.base import (
+    AZURE_DEFAULT_API_VERSION,
+    MALFORMED,
+    AdapterSettings,
+    HTTPAdapter,
+    SSEEventDecoder,
+    StreamDecoder,
+    loads,
+)
+from turnout.providers.embedding import COMPATIBLE_LIMITS, OPENAI_LIMITS, EmbeddingWire, OpenAIEmbeddings
+from turnout.providers.http import HttpClient
 
 COMPLETION_SIGNAL = "response.completed or response.incomplete"
 #: Azure's Responses API needs an api-version of 2025-03-01-preview or later; the profile default predates it.

@@ -5,7 +5,7 @@ valid only at the provider that issued it: replayed to another one after a failo
 every later one, a 400. The signing domain is the profile's family (``anthropic``, ``bedrock``, ``vertex``,
 ``gemini``, a compatible proxy's own name): its profiles share one API, and so one key to the signatures.
 
-Provenance is kept where the signature travels. In the neutral types, :class:`~turnout.types.ReasoningDelta`
+Provenance is kept where the signature travels. In the neutral types, :class:`~turnout.core.types.ReasoningDelta`
 carries its ``signer`` and a tool call's ``extra`` the :data:`SIGNER_KEY` of the thinking before it; an
 adapter sends back only what its own family signed. Through the gateway a client holds the signature, so the
 gateway's Anthropic surface hands out a signature of any other family than the Anthropic API stamped with its

@@ -1,4 +1,4 @@
-"""Structured output in each upstream's native form: one :class:`~turnout.types.ResponseFormat`, five shapes.
+"""Structured output in each upstream's native form: one :class:`~turnout.core.types.ResponseFormat`, five shapes.
 
 =================  ===========================================================================
 protocol           request field
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.tools import gemini_schema
-from turnout.types import ResponseFormat
+from turnout.core.tools import gemini_schema
+from turnout.core.types import ResponseFormat
 
 _ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 _MAX_REF_DEPTH = 32

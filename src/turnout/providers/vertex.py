@@ -25,10 +25,11 @@ from urllib.parse import quote
 
 import orjson
 
-from turnout.classify import ErrorFacts
-from turnout.embeddings import Embeddings, EmbedRequest
-from turnout.errors import ErrorClass, ProviderError
-from turnout.model_ids import wire_model
+from turnout.core.classify import ErrorFacts
+from turnout.core.embeddings import Embeddings, EmbedRequest
+from turnout.core.errors import ErrorClass, ProviderError
+from turnout.core.model_ids import wire_model
+from turnout.core.types import ChatRequest, ChatResponse, StreamEvent
 from turnout.providers.anthropic import AnthropicAdapter
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.betas import accepted_betas
@@ -36,7 +37,6 @@ from turnout.providers.embedding import VERTEX_GEMINI_LIMITS, VERTEX_LIMITS, Emb
 from turnout.providers.gemini import GeminiAdapter, error_facts_of
 from turnout.providers.google_auth import TokenSource
 from turnout.providers.http import HttpClient
-from turnout.types import ChatRequest, ChatResponse, StreamEvent
 
 #: The ``anthropic_version`` a Claude body on Vertex carries (in the body: Vertex takes no version header).
 ANTHROPIC_VERSION = "vertex-2023-10-16"

@@ -10,7 +10,7 @@ class CancelWatcher:
     """Turns a ``cancel`` event into a prompt stop of the current task, wherever it is waiting.
 
     The turn may be waiting for a silent upstream; setting the event cancels the task, and the turn turns
-    that cancellation (and only that one) back into :class:`~turnout.errors.TurnCancelled`.
+    that cancellation (and only that one) back into :class:`~turnout.core.errors.TurnCancelled`.
     """
 
     __slots__ = ("_task", "_waiter", "fired")

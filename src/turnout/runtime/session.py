@@ -11,11 +11,11 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from turnout.arguments import messages_of
-from turnout.errors import StreamInterruptedAfterOutput, TurnCancelled
+from turnout.core.arguments import messages_of
+from turnout.core.errors import StreamInterruptedAfterOutput, TurnCancelled
+from turnout.core.types import Message, ToolSpec
 from turnout.reply import Reply
 from turnout.runtime.turn import Sink, call_sink
-from turnout.types import Message, ToolSpec
 
 INTERRUPTED = "[stream interrupted]"
 CANCELLED = "[interrupted by user]"

@@ -6,10 +6,10 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from types import TracebackType
 
-from turnout.attribution import Attempt, FallbackNotice, RouteRef
+from turnout.core.attribution import Attempt, FallbackNotice, RouteRef
+from turnout.core.types import StreamEvent
 from turnout.reply import Reply
 from turnout.runtime.turn import Turn
-from turnout.types import StreamEvent
 
 
 class ReplyStream:

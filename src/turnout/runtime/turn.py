@@ -8,7 +8,7 @@ are held back until the stream completes, so they are never sent for an answer t
 - Failure before visible output: one recovery through the full reliable walk in non-streaming mode,
   skipping the exact entry whose stream failed (a single-entry walk gets one recovery attempt on it).
   The draft may be replaced; nothing is duplicated on the event sink.
-- Failure after visible output: :class:`~turnout.errors.StreamInterruptedAfterOutput` with exactly the
+- Failure after visible output: :class:`~turnout.core.errors.StreamInterruptedAfterOutput` with exactly the
   text already sent; never replayed.
 - Cancellation is never retried.
 - A stream that completes with no text and no tool calls is semantically empty: with
@@ -25,9 +25,9 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, NoReturn
 
-from turnout.attribution import RouteRef
 from turnout.call import Call
-from turnout.errors import (
+from turnout.core.attribution import RouteRef
+from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
     EmptyCompletion,
@@ -39,13 +39,10 @@ from turnout.errors import (
     TurnCancelled,
     TurnoutError,
 )
-from turnout.estimate import delivered_usage
-from turnout.reliable import ReliableProvider, ReliableStream, Resume
-from turnout.reply import Reply
-from turnout.report import aggregate_message
-from turnout.runtime.cancel import CancelWatcher
-from turnout.streams import ResponseBuilder, ThinkSplitter, without_think
-from turnout.types import (
+from turnout.core.estimate import delivered_usage
+from turnout.core.report import aggregate_message
+from turnout.core.streams import ResponseBuilder, ThinkSplitter, without_think
+from turnout.core.types import (
     ChatRequest,
     ChatResponse,
     Final,
@@ -56,6 +53,9 @@ from turnout.types import (
     ToolCallEvent,
     UsageEvent,
 )
+from turnout.reply import Reply
+from turnout.runtime.cancel import CancelWatcher
+from turnout.walk.reliable import ReliableProvider, ReliableStream, Resume
 
 #: A sink: a plain callable, sync or async.
 Sink = Callable[[Any], Any]
@@ -81,7 +81,7 @@ class Turn:
         request: The request.
         temperature: Sampling temperature.
         call: The call that records the turn.
-        cancel: Set it to stop the turn (:class:`~turnout.errors.TurnCancelled`).
+        cancel: Set it to stop the turn (:class:`~turnout.core.errors.TurnCancelled`).
         events_visible: Whether the events reach someone (an event sink or an iterator). When they do not,
             text reaches only the draft, which stays replaceable, so a failure at any point is recovered.
         draft: Receives the whole current draft text each time it changes.

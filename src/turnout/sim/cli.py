@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 
-from turnout.errors import cannot_listen
+from turnout.core.errors import cannot_listen
 from turnout.sim.simulator import Simulator
 
 

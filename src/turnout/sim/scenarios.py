@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim.behaviour import Behaviour, ErrorKind, ErrorSpec, Kind
 from turnout.sim.caching import PromptCache
 from turnout.sim.grammar import PREFIX

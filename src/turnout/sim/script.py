@@ -15,7 +15,7 @@ A script maps model names to a sequence of per-attempt steps::
 
 A step is a table with a ``do`` key, or the short string form of the model-name grammar
 (``"429-ra2"``, see :mod:`turnout.sim.grammar`). Scripts are validated with pydantic when they are
-loaded; errors raise :class:`turnout.errors.ConfigError` naming the key path, e.g.
+loaded; errors raise :class:`turnout.core.errors.ConfigError` naming the key path, e.g.
 ``models."flaky".steps[0].retry_after``.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.sim.behaviour import Behaviour
 from turnout.sim.grammar import PREFIX, THEN, GrammarError, parse_step_string
 from turnout.sim.headroom import Limits

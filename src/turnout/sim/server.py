@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from turnout.config.secrets import key_id
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.core.secrets import key_id
 from turnout.sim.aws import verify
 from turnout.sim.behaviour import Behaviour, Content, ErrorKind, ErrorSpec, Kind, SimUsage
 from turnout.sim.caching import blocks

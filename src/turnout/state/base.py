@@ -3,11 +3,41 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
-from turnout.breaker import BreakerRecord
 from turnout.state.dead_keys import KeyHealth, describe_dead_keys
 from turnout.state.pins import Pin
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerRecord:
+    """An open breaker, as the state store keeps it.
+
+    Attributes:
+        opened_at: When it (last) opened (Unix seconds).
+        until: When a probe may try the entry again.
+        interval: How long it stays open this time (doubles after a failed probe).
+    """
+
+    opened_at: float
+    until: float
+    interval: float
+
+    def encode(self) -> str:
+        """The record as a shared store keeps it: ``"opened_at until interval"``."""
+        return f"{self.opened_at!r} {self.until!r} {self.interval!r}"
+
+    @classmethod
+    def decode(cls, text: str | bytes | None) -> BreakerRecord | None:
+        """A record from :meth:`encode`'s form (None for anything else)."""
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        try:
+            opened_at, until, interval = (float(part) for part in (text or "").split(" "))
+        except ValueError:
+            return None
+        return cls(opened_at=opened_at, until=until, interval=interval)
 
 
 class StateStore(ABC):

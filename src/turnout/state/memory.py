@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from turnout.breaker import BreakerRecord
-from turnout.state.base import StateStore
+from turnout.state.base import BreakerRecord, StateStore
 from turnout.state.dead_keys import KeyHealth, rejected
 from turnout.state.pins import Pin, PinTable
 from turnout.state.shelf import Shelf

@@ -3,7 +3,7 @@
 A conversation's pin lives ``ttl`` seconds from its last use (a provider keeps a cached prefix about as long
 after its last hit); the table holds at most ``limit`` conversations and drops the least recently used first.
 Both stores keep one (:class:`~turnout.state.memory.MemoryStore` alone, :class:`~turnout.state.redis.RedisStore`
-as the mirror of the shared pins). What a pin means and when one is followed: :mod:`turnout.affinity`.
+as the mirror of the shared pins). What a pin means and when one is followed: :mod:`turnout.walk.affinity`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ An open breaker is a key (``br:<entry>``: opened at, until, interval) that outli
 process sees it half-open until a probe closes or reopens it; the probe is a second key taken with ``SET NX`` and
 a lease, so N processes send one probe between them.
 
-A conversation's pin (:mod:`turnout.affinity`) is a key (``aff:<conversation>``: key position, member) whose TTL
+A conversation's pin (:mod:`turnout.walk.affinity`) is a key (``aff:<conversation>``: key position, member) whose TTL
 is the pin's life, announced when it is new, moves, or is past half its life; every process keeps the pins it
 hears in a bounded mirror (:class:`~turnout.state.pins.PinTable`). Pins are not resynchronised in bulk: a process
 that missed one follows the next announcement of that conversation.
@@ -45,8 +45,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, WatchError
 
-from turnout.breaker import BreakerRecord
-from turnout.state.base import StateStore
+from turnout.state.base import BreakerRecord, StateStore
 from turnout.state.dead_keys import KeyHealth, decode, rejected, stronger, supersedes
 from turnout.state.pins import Pin, PinTable
 from turnout.state.shelf import Shelf

@@ -1,0 +1,1 @@
+"""Observability: a finished call as OpenTelemetry spans, and where they go."""
