@@ -256,3 +256,67 @@ def test_the_package_root_holds_few_modules() -> None:
     """The root holds the public face (client, reply, call, factory); everything else sits in its layer's package."""
     root = sorted(p.name for p in (SRC / "turnout").glob("*.py"))
     assert len(root) <= MAX_ROOT_MODULES, root
+
+
+#: Methods that change a list or set in place.
+GROWERS = ("append", "extend", "insert", "clear", "add", "pop")
+
+
+def _walk_writes(source: str) -> list[str]:
+    """Assignments to a walk's attributes (or into them), and ``attempts`` grown, outside the walk's own methods.
+
+    A walk is any expression whose last name ends in ``walk`` (``walk``, ``side_walk``, ``self._walk``).
+    """
+
+    def is_walk(node: ast.expr) -> bool:
+        text = ast.unparse(node)
+        return text.rsplit(".", 1)[-1].endswith("walk") and text != "self"
+
+    def owner(target: ast.expr) -> ast.expr | None:
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        if isinstance(target, ast.Attribute):
+            inner = target.value
+            while isinstance(inner, ast.Subscript | ast.Attribute) and not is_walk(inner):
+                inner = inner.value
+            return inner if is_walk(inner) else None
+        return None
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [
+                t for target in node.targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+            ]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in GROWERS:
+            targets = [node.func.value] if isinstance(node.func.value, ast.Attribute) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute | ast.Subscript) and owner(target) is not None:
+                found.append((node.lineno, f"line {node.lineno}: {ast.unparse(target)}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_one_walk_alone_changes_its_state() -> None:
+    """Only the walk module writes a walk's state; callers ask it (``take_failure``, ``lose``, ``join``, ``amend``)."""
+    writes = {
+        str(path.relative_to(SRC)): found
+        for path in sorted((SRC / "turnout").rglob("*.py"))
+        if path.name != "walk.py" or path.parent.name != "walk"
+        if (found := _walk_writes(path.read_text(encoding="utf-8")))
+    }
+    assert writes == {}
+
+
+def test_the_walk_write_check_sees_a_caller_write() -> None:
+    """The check itself: a caller setting ``walk.probing``, growing ``side_walk.attempts`` or a slot of it is found."""
+    source = (
+        "walk.probing = False\nside_walk.attempts.extend(x)\nself._walk.attempts[0] = a\nself._walk = w\nn = walk.x\n"
+    )
+    assert _walk_writes(source) == [
+        "line 1: walk.probing",
+        "line 2: side_walk.attempts",
+        "line 3: self._walk.attempts[0]",
+    ]

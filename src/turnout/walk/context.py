@@ -23,7 +23,7 @@ from turnout.ledger.pricing import Catalogue
 from turnout.state import StateStore
 from turnout.walk.affinity import Affinity
 from turnout.walk.breakers import Breakers
-from turnout.walk.entry import Entry
+from turnout.walk.entry import Candidate, Entry
 from turnout.walk.hedge import Hedging
 from turnout.walk.keys import KeyChoice, KeyPool
 from turnout.walk.stats import Stats
@@ -149,9 +149,7 @@ class WalkContext:
 
     def attempt(
         self,
-        entry: Entry,
-        index: int,
-        model: str,
+        c: Candidate,
         outcome: Outcome,
         *,
         try_number: int,
@@ -165,7 +163,8 @@ class WalkContext:
         stream: bool = False,
         ttft_ms: float | None = None,
     ) -> Attempt:
-        """The record of one attempt on ``entry`` (its cost is priced here)."""
+        """The record of one attempt on ``c`` (its cost is priced here)."""
+        entry, model = c.entry, c.model
         status = reason = None
         if error is not None:
             if isinstance(error, ProviderError):
@@ -184,7 +183,7 @@ class WalkContext:
             duration_ms=elapsed * 1000.0,
             ttft_ms=ttft_ms,
             retry_after=retry_after,
-            entry=index,
+            entry=c.index,
             try_number=try_number,
             stream=stream,
             detail=detail,

@@ -45,7 +45,7 @@ from turnout.core.provider import Provider
 from turnout.core.report import aggregate_message
 from turnout.core.types import Usage
 from turnout.ledger.pricing import Catalogue
-from turnout.walk.entry import Entry
+from turnout.walk.entry import Candidate, Entry
 from turnout.walk.keys import KeyChoice
 from turnout.walk.reliable import ReliableProvider
 from turnout.walk.walk import Admission, Walk
@@ -281,26 +281,23 @@ async def _walk_batch(
     for i in walk.order:
         if i not in eligible:
             continue
-        entry = context.entries[i]
-        served = entry.served_model(model)
+        c = walk.candidate(i)
         limits = walk.limits
-        if limits is not None and limits.too_small(entry, served, context.context_window(entry, served)):
+        if limits is not None and limits.too_small(c.entry, c.model, context.context_window(c.entry, c.model)):
             continue  # the same model already said the batch is too large
-        admission = walk.availability(i, entry, served, False)
-        if admission is not Admission.TRY and (admission is Admission.SKIP or not await walk.probe(i, entry, served)):
+        admission = walk.availability(c, False)
+        if admission is not Admission.TRY and (admission is Admission.SKIP or not await walk.probe(c)):
             continue
         tries = 1 if walk.probing else context.tries
-        done = await walk.tries(i, entry, served, tries, _try_embed, request, None, check=check)
+        done = await walk.tries(c, tries, _try_embed, request, None, check=check)
         if done is not None:
-            return await _accepted(walk, i, entry, served, request, done)
-        walk.probing = False
+            return await _accepted(walk, c, request, done)
     for i in walk.panic_order():  # every entry of the space was open or cooling down: all tried as if closed
-        entry = context.entries[i]
-        served = entry.served_model(model)
-        done = await walk.tries(i, entry, served, context.tries, _try_embed, request, None, check=check)
+        c = walk.candidate(i)
+        done = await walk.tries(c, context.tries, _try_embed, request, None, check=check)
         if done is not None:
-            return await _accepted(walk, i, entry, served, request, done)
-    failure, walk.last_failure = walk.last_failure, None  # the walk lets go of it (see ReliableProvider.run)
+            return await _accepted(walk, c, request, done)
+    failure = walk.take_failure()  # the walk lets go of it (see ReliableProvider.run)
     attempts: Sequence[Attempt] = log.attempts if log is not None else walk.attempts
     if walk.limits is not None:  # an input is too long for every entry of the space
         raise ContextWindowExceeded(limit=walk.limits.limit, attempts=attempts)
@@ -313,16 +310,12 @@ async def _walk_batch(
 
 
 async def _accepted(
-    walk: Walk,
-    i: int,
-    entry: Entry,
-    served: str,
-    request: EmbedRequest,
-    done: tuple[Embeddings, KeyChoice, float, float],
+    walk: Walk, c: Candidate, request: EmbedRequest, done: tuple[Embeddings, KeyChoice, float, float]
 ) -> tuple[Embeddings, int, RouteRef]:
-    """Entry ``i`` answered the batch: its attempt recorded and priced, its breaker told."""
+    """``c`` answered the batch: its attempt recorded and priced, its breaker told."""
     answer, choice, started, t0 = done
-    walk.last_failure = None
+    walk.take_failure()
+    entry, served = c.entry, c.model
     usage = _usage_of(answer, request)
     walk.record(
         new_attempt(
@@ -334,11 +327,11 @@ async def _accepted(
             cost_usd=embedding_cost(walk.context.catalogue, entry, served, usage),
             started_at=started,
             duration_ms=(time.perf_counter() - t0) * 1000.0,
-            entry=i,
+            entry=c.index,
             try_number=walk.try_number,
         )
     )
-    closing = walk.healthy(entry, served)
+    closing = walk.healthy(c)
     if closing is not None:
         await closing
-    return answer, i, entry.route(served)
+    return answer, c.index, entry.route(served)

@@ -102,6 +102,21 @@ class Entry:
         return self.providers[0].capabilities(model)
 
 
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One entry as a call's walk takes it: its place in the route's entries, the entry, and the model it sends.
+
+    Attributes:
+        index: The entry's index in the route's entries (its attempts' ``entry``).
+        entry: The entry.
+        model: The model it is sent (its pin, else the caller's model).
+    """
+
+    index: int
+    entry: Entry
+    model: str
+
+
 class Served(NamedTuple):
     """A complete answer of the walk and the entry that produced it.
 

@@ -45,7 +45,7 @@ from turnout.state.pins import Pin
 from turnout.walk.affinity import Affinity, conversation_key
 from turnout.walk.breakers import Breakers
 from turnout.walk.context import WalkContext
-from turnout.walk.entry import ContextLimits, Entry, PoolOrder, Resume, Served, has_images, pool_blocks
+from turnout.walk.entry import Candidate, ContextLimits, Entry, PoolOrder, Resume, Served, has_images, pool_blocks
 from turnout.walk.hedge import Hedging
 from turnout.walk.reliable_stream import ReliableStream
 from turnout.walk.stats import Stats
@@ -253,32 +253,28 @@ class ReliableProvider(Provider):
         walk = self.new_walk(log, model, resume.limits if resume is not None else None, request)
         images = self.may_hold_images(request, model)
         for i in walk.order:
-            entry = self.entries[i]
             tries = context.tries
             if resume is not None and resume.entry == i:
                 tries = resume.tries
                 if tries == 0:
                     continue
-            served = entry.model if entry.model is not None else model
             if walk.hedged is not None and i in walk.hedged:
                 continue  # tried already, as the hedge of an earlier entry
-            admission = walk.admits(i, entry, served, request, images, stream=False)
-            if admission is not Admission.TRY and (
-                admission is Admission.SKIP or not await walk.probe(i, entry, served)
-            ):
+            c = walk.candidate(i)
+            admission = walk.admits(c, request, images, stream=False)
+            if admission is not Admission.TRY and (admission is Admission.SKIP or not await walk.probe(c)):
                 continue
             if context.hedging is not None and not walk.tried and not walk.probing and resume is None:
-                answer = await self._hedged(walk, i, entry, served, tries, request, temperature, images)
+                answer = await self._hedged(walk, c, tries, request, temperature, images)
                 if answer is not None:
                     return answer
                 continue
-            answer = await self._complete(walk, i, entry, served, 1 if walk.probing else tries, request, temperature)
+            answer = await self._complete(walk, c, 1 if walk.probing else tries, request, temperature)
             if answer is not None:
                 return answer
         for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed (SPEC 6.7)
-            entry = self.entries[i]
             tries = resume.tries if resume is not None and resume.entry == i else context.tries
-            answer = await self._complete(walk, i, entry, entry.served_model(model), tries, request, temperature)
+            answer = await self._complete(walk, walk.candidate(i), tries, request, temperature)
             if answer is not None:
                 return answer
         raise self._failure(walk, request, model, images)
@@ -286,7 +282,7 @@ class ReliableProvider(Provider):
     def _failure(self, walk: Walk, request: ChatRequest, model: str, images: bool) -> TurnoutError:
         """The error a walk that found no answer ends with (see :meth:`run`'s Raises)."""
         # The walk lets go of its last failure, whose traceback holds the walk (a cycle for the collector).
-        failure, walk.last_failure = walk.last_failure, None
+        failure = walk.take_failure()
         if walk.limits is not None:
             return ContextWindowExceeded(limit=walk.limits.limit, attempts=walk.attempts)
         if images and not any(e.capabilities(model).vision for e in self.entries):
@@ -302,45 +298,33 @@ class ReliableProvider(Provider):
         )
 
     async def _complete(
-        self,
-        walk: Walk,
-        i: int,
-        entry: Entry,
-        served: str,
-        tries: int,
-        request: ChatRequest,
-        temperature: float | None,
+        self, walk: Walk, c: Candidate, tries: int, request: ChatRequest, temperature: float | None
     ) -> Served | None:
-        """Up to ``tries`` non-streaming tries on entry ``i``: the answer, or None when the walk moves on."""
-        done = await walk.tries(i, entry, served, tries, answer_of, request, temperature, check=refuse_empty)
-        if done is None:
-            walk.probing = False
-            return None
-        return await walk.served(i, entry, served, done, request)
+        """Up to ``tries`` non-streaming tries on ``c``: the answer, or None when the walk moves on."""
+        done = await walk.tries(c, tries, answer_of, request, temperature, check=refuse_empty)
+        return None if done is None else await walk.served(c, done, request)
 
     async def _hedged(
         self,
         walk: Walk,
-        i: int,
-        entry: Entry,
-        served: str,
+        c: Candidate,
         tries: int,
         request: ChatRequest,
         temperature: float | None,
         images: bool,
     ) -> Served | None:
-        """:meth:`_complete` on entry ``i``, hedged on the next eligible entry when it is slow to answer.
+        """:meth:`_complete` on ``c``, hedged on the next eligible entry when it is slow to answer.
 
         The first answer wins; the other side is cancelled (``hedge_lost``). When both sides fail, the walk
         goes on after them (the hedge's entry is not tried again).
         """
         hedging = self.context.hedging
-        plan = self._hedge_of(entry, served, walk.pin)
+        plan = self._hedge_of(c, walk.pin)
         if hedging is None or plan is None:
-            return await self._complete(walk, i, entry, served, tries, request, temperature)
+            return await self._complete(walk, c, tries, request, temperature)
         delay, other_keys = plan
         primary: asyncio.Future[Served | None] = asyncio.ensure_future(
-            self._complete(walk, i, entry, served, tries, request, temperature)
+            self._complete(walk, c, tries, request, temperature)
         )
         side: Walk | None = None
         hedge: asyncio.Future[Served | None] | None = None
@@ -348,13 +332,12 @@ class ReliableProvider(Provider):
             done, _ = await asyncio.wait({primary}, timeout=delay)
             if done:
                 return primary.result()
-            target = walk.hedge_target(i, request, images, stream=False, other_keys=other_keys)
+            target = walk.hedge_target(c.index, request, images, stream=False, other_keys=other_keys)
             if target is None or not hedging.take():
                 return await primary
-            j, other, served_j = target
             side = walk.side()
-            walk.hedge_done(j)
-            hedge = asyncio.ensure_future(self._complete(side, j, other, served_j, 1, request, temperature))
+            walk.hedge_done(target.index)
+            hedge = asyncio.ensure_future(self._complete(side, target, 1, request, temperature))
             return await _first_answer(hedging, primary, hedge)
         finally:
             sides: list[tuple[asyncio.Future[Served | None], Walk]] = [(primary, walk)]
@@ -362,12 +345,12 @@ class ReliableProvider(Provider):
                 sides.append((hedge, side))
             for task, task_walk in sides:
                 if not task.done():
-                    task_walk.lost = True
+                    task_walk.lose()
                     task.cancel()
             leftovers = [task for task, _ in sides]
             await asyncio.gather(*leftovers, return_exceptions=True)
             if side is not None:
-                walk.attempts.extend(side.attempts)
+                walk.join(side)
 
     # --- streaming ----------------------------------------------------------------------------
 
@@ -387,24 +370,21 @@ class ReliableProvider(Provider):
         walk = self.new_walk(log, model, None, request)
         images = self.may_hold_images(request, model)
         for i in walk.order:
-            entry = self.entries[i]
-            served = entry.model if entry.model is not None else model
-            admission = walk.admits(i, entry, served, request, images, stream=True)
-            if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(i, entry, served)):
+            c = walk.candidate(i)
+            admission = walk.admits(c, request, images, stream=True)
+            if admission is Admission.TRY or (admission is Admission.PROBE and await walk.probe(c)):
                 if walk.probing:
-                    return ReliableStream(walk, i, entry, served, request, temperature, tries=1)
-                hedge = self._hedge_of(entry, served, walk.pin)
-                return ReliableStream(walk, i, entry, served, request, temperature, hedge=hedge, images=images)
+                    return ReliableStream(walk, c, request, temperature, tries=1)
+                hedge = self._hedge_of(c, walk.pin)
+                return ReliableStream(walk, c, request, temperature, hedge=hedge, images=images)
         panic = walk.panic_order()
         if panic:
-            i = panic[0]
-            entry = self.entries[i]
-            return ReliableStream(walk, i, entry, entry.served_model(model), request, temperature, images=images)
+            return ReliableStream(walk, walk.candidate(panic[0]), request, temperature, images=images)
         what = "streaming tool events" if request.tools else "streaming"
         raise StreamingUnsupported(f"No entry of this route supports {what} right now")
 
-    def _hedge_of(self, entry: Entry, served: str, pin: Pin | None) -> tuple[float, bool] | None:
-        """``(delay, other keys)`` when a call starting on ``entry`` hedges (the call is counted for the budget).
+    def _hedge_of(self, c: Candidate, pin: Pin | None) -> tuple[float, bool] | None:
+        """``(delay, other keys)`` when a call starting on ``c`` hedges (the call is counted for the budget).
 
         ``pin``: the call's conversation's pin (the hedge waits longer on the member it names, see
         :meth:`HedgeSettings.delay <turnout.walk.hedge.HedgeSettings.delay>`).
@@ -412,9 +392,9 @@ class ReliableProvider(Provider):
         hedging, stats = self.context.hedging, self.context.stats
         if hedging is None:
             return None
-        settings = hedging.settings(entry.profile)
-        entry_stats = stats.of(entry.health_key(served)) if stats is not None else None
-        delay = settings.delay(entry_stats, pinned=pin is not None and pin.member == entry.profile)
+        settings = hedging.settings(c.entry.profile)
+        entry_stats = stats.of(c.entry.health_key(c.model)) if stats is not None else None
+        delay = settings.delay(entry_stats, pinned=pin is not None and pin.member == c.entry.profile)
         if delay is None:
             return None
         hedging.credit(settings)

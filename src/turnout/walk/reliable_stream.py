@@ -22,7 +22,7 @@ from turnout.core.errors import ResponseTooLarge, StreamingUnsupported
 from turnout.core.report import outcome_of
 from turnout.core.streams import ResponseBuilder
 from turnout.core.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
-from turnout.walk.entry import Entry, Resume
+from turnout.walk.entry import Candidate, Resume
 from turnout.walk.keys import KeyChoice
 from turnout.walk.policy import Action, Step
 from turnout.walk.walk import Walk, opening
@@ -38,24 +38,20 @@ class _Side:
     is chosen.
     """
 
-    __slots__ = ("ahead", "choice", "entry", "index", "served", "started", "stats", "t0", "ttft", "upstream", "walk")
+    __slots__ = ("ahead", "candidate", "choice", "started", "stats", "t0", "ttft", "upstream", "walk")
 
     def __init__(
         self,
         walk: Walk,
-        index: int,
-        entry: Entry,
-        served: str,
+        candidate: Candidate,
         opened: tuple[tuple[AsyncGenerator[list[StreamEvent], None], list[StreamEvent]], KeyChoice, float, float],
     ) -> None:
         (self.upstream, first), self.choice, self.started, self.t0 = opened
         self.walk = walk
-        self.index = index
-        self.entry = entry
-        self.served = served
+        self.candidate = candidate
         self.ahead = [first]
         stats = walk.context.stats
-        self.stats = stats.of(entry.health_key(served)) if stats is not None else None
+        self.stats = stats.of(candidate.entry.health_key(candidate.model)) if stats is not None else None
         self.ttft: float | None = None
 
     def note_output(self, batch: list[StreamEvent]) -> bool:
@@ -74,9 +70,7 @@ class _Side:
         position = len(walk.attempts)
         walk.record(
             walk.context.attempt(
-                self.entry,
-                self.index,
-                self.served,
+                self.candidate,
                 outcome,
                 try_number=walk.try_number,
                 choice=self.choice,
@@ -94,8 +88,7 @@ class _Side:
         """The stream failed: record it, and settle the failure (cooldowns, breakers, rejected keys)."""
         cls = error_class_of(exc)
         self.record(outcome_of(cls), error=exc)
-        walk = self.walk
-        walk.last_failure = (exc, await walk.settle(self.index, self.entry, self.served, self.choice, exc, cls, 0))
+        await self.walk.settle(self.candidate, self.choice, exc, cls, 0)
 
 
 class ReliableStream:
@@ -118,7 +111,7 @@ class ReliableStream:
     """
 
     __slots__ = (
-        "_entry",
+        "_candidate",
         "_hedge",
         "_images",
         "_opened",
@@ -139,9 +132,7 @@ class ReliableStream:
     def __init__(
         self,
         walk: Walk,
-        index: int,
-        entry: Entry,
-        served: str,
+        candidate: Candidate,
         request: ChatRequest,
         temperature: float | None,
         *,
@@ -151,13 +142,13 @@ class ReliableStream:
     ) -> None:
         self._walk = walk
         self._tries = tries if tries is not None else walk.context.tries
-        self._entry = entry
+        self._candidate = candidate
         self._request = request
         self._temperature = temperature
         self._hedge = hedge  # (delay in seconds, hedge on another key of the same entry)
         self._images = images
-        self.entry = index
-        self.route = entry.route(served)
+        self.entry = candidate.index
+        self.route = candidate.entry.route(candidate.model)
         self._opened = False
         self._record: int | None = None  # index of the open stream's attempt in the walk's records
         self._verdict: Outcome | None = None  # the turn's verdict, when given before the attempt was recorded
@@ -174,7 +165,7 @@ class ReliableStream:
             RefusalError / ContextWindowExceeded: The policy stopped the walk before the first batch.
         """
         try:
-            side = await (self._race() if self._hedge is not None else self._open(self._walk, self.entry, self._entry))
+            side = await (self._race() if self._hedge is not None else self._open(self._walk, self._candidate))
         except Exception:  # the policy stopped the walk (a refusal it does not route, no larger context window)
             self._take_failure()
             raise
@@ -197,7 +188,7 @@ class ReliableStream:
                             own.add(event)
                     if batch[-1].__class__ is Final:  # Final is always the last event of a stream
                         outcome = "ok"
-                        if (closing := side.walk.answered(side.entry, side.served, side.choice)) is not None:
+                        if (closing := side.walk.answered(side.candidate, side.choice)) is not None:
                             await closing
                     yield batch
         except (asyncio.CancelledError, GeneratorExit):
@@ -210,7 +201,7 @@ class ReliableStream:
             cls = error_class_of(exc)
             outcome = outcome_of(cls)
             walk = side.walk
-            action = await walk.settle(side.index, side.entry, side.served, side.choice, exc, cls, 0)
+            action = await walk.settle(side.candidate, side.choice, exc, cls, 0, keep=False)
             self._stopped = action.step is Step.STOP
             raise
         finally:
@@ -232,13 +223,10 @@ class ReliableStream:
                 raise failure[0]
             finally:
                 failure = None  # nor does this frame keep it, which its traceback holds
-        failure = side.walk.last_failure = None  # a hedge's walk, and an earlier try's failure: opened, not needed
-        self._walk, self.entry, self._entry, self.route = (
-            side.walk,
-            side.index,
-            side.entry,
-            side.entry.route(side.served),
-        )
+        side.walk.take_failure()  # a hedge's walk, and an earlier try's failure: opened, not needed
+        failure = None
+        c = side.candidate
+        self._walk, self._candidate, self.entry, self.route = side.walk, c, c.index, c.entry.route(c.model)
         self._opened = True
         return side
 
@@ -251,9 +239,11 @@ class ReliableStream:
         billed, context = self._verdict_usage, side.walk.context
         if billed is None and outcome == "ok" and self._verdict is None:
             delivered = self.delivered if self.delivered is not None else own
-            return context.billed(side.entry, side.served, self._request, usage, delivered)
+            return context.billed(side.candidate.entry, side.candidate.model, self._request, usage, delivered)
         billed = billed if billed is not None else usage
-        return context.billed(side.entry, side.served, self._request, billed) if billed is not None else None
+        if billed is None:
+            return None
+        return context.billed(side.candidate.entry, side.candidate.model, self._request, billed)
 
     def _take_failure(self) -> tuple[Exception, Action] | None:
         """The walk's last failure, which the walk lets go of; whether it stopped the walk is kept.
@@ -262,23 +252,20 @@ class ReliableStream:
         cycle that only the garbage collector would free.
         """
         walk = self._walk
-        failure, walk.last_failure = walk.last_failure, None
+        failure = walk.take_failure()
         self._stopped = walk.stopped
         if failure is not None:
             self._oversized = isinstance(failure[0], ResponseTooLarge)
         return failure
 
-    async def _open(self, walk: Walk, index: int, entry: Entry, tries: int | None = None) -> _Side | None:
-        """Open entry ``index``'s stream with the walk's tries (None: every try failed, or no key was usable)."""
-        served = entry.served_model(walk.requested)
-        opened = await walk.tries(
-            index, entry, served, tries or self._tries, opening, self._request, self._temperature, stream=True
-        )
-        return _Side(walk, index, entry, served, opened) if opened is not None else None
+    async def _open(self, walk: Walk, c: Candidate, tries: int | None = None) -> _Side | None:
+        """Open ``c``'s stream with the walk's tries (None: every try failed, or no key was usable)."""
+        opened = await walk.tries(c, tries or self._tries, opening, self._request, self._temperature, stream=True)
+        return _Side(walk, c, opened) if opened is not None else None
 
-    async def _ahead(self, walk: Walk, index: int, entry: Entry, tries: int) -> _Side | None:
-        """Open entry ``index``'s stream and read it until its first output (a side of a hedged race)."""
-        side = await self._open(walk, index, entry, tries)
+    async def _ahead(self, walk: Walk, c: Candidate, tries: int) -> _Side | None:
+        """Open ``c``'s stream and read it until its first output (a side of a hedged race)."""
+        side = await self._open(walk, c, tries)
         if side is None:
             return None
         try:
@@ -300,11 +287,11 @@ class ReliableStream:
 
     async def _race(self) -> _Side | None:
         """Open this stream; after the hedge delay without output, race it against the next eligible entry."""
-        walk, index, entry = self._walk, self.entry, self._entry
+        walk, c = self._walk, self._candidate
         hedging = walk.context.hedging
         assert self._hedge is not None and hedging is not None
         delay, other_keys = self._hedge
-        primary: asyncio.Future[_Side | None] = asyncio.ensure_future(self._ahead(walk, index, entry, self._tries))
+        primary: asyncio.Future[_Side | None] = asyncio.ensure_future(self._ahead(walk, c, self._tries))
         races: list[tuple[asyncio.Future[_Side | None], Walk]] = [(primary, walk)]
         winner: _Side | None = None
         try:
@@ -312,14 +299,13 @@ class ReliableStream:
             if done:
                 winner = primary.result()
                 return winner
-            target = walk.hedge_target(index, self._request, self._images, stream=True, other_keys=other_keys)
+            target = walk.hedge_target(c.index, self._request, self._images, stream=True, other_keys=other_keys)
             if target is None or not hedging.take():
                 winner = await primary
                 return winner
-            j, other, _served = target
             side_walk = walk.side()
-            walk.hedge_done(j)
-            races.append((asyncio.ensure_future(self._ahead(side_walk, j, other, 1)), side_walk))
+            walk.hedge_done(target.index)
+            races.append((asyncio.ensure_future(self._ahead(side_walk, target, 1)), side_walk))
             pending = {task for task, _ in races}
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -333,12 +319,12 @@ class ReliableStream:
                     else:
                         hedging.kept += 1
                     return winner
-            walk.last_failure = walk.last_failure or side_walk.last_failure
+            walk.adopt_failure(side_walk)
             return None
         finally:
             for task, task_walk in races:
                 if not task.done():
-                    task_walk.lost = True
+                    task_walk.lose()
                     task.cancel()
             for task, _ in races:
                 (outcome,) = await asyncio.gather(task, return_exceptions=True)
@@ -348,7 +334,7 @@ class ReliableStream:
                     await outcome.upstream.aclose()
                     outcome.record("hedge_lost")
             if len(races) > 1:
-                walk.attempts.extend(races[1][1].attempts)
+                walk.join(races[1][1])
 
     def record_verdict(self, outcome: Outcome, usage: Usage | None = None) -> None:
         """The turn's verdict on this stream's attempt: ``cancelled``, ``stream_interrupted`` or ``empty``.
@@ -361,19 +347,13 @@ class ReliableStream:
             return
         old = walk.attempts[self._record]
         if usage is not None:
-            usage = walk.context.billed(self._entry, old.model, self._request, usage)
+            usage = walk.context.billed(self._candidate.entry, old.model, self._request, usage)
         if usage is None or usage == old.usage:
             new = replace(old, outcome=outcome)
         else:
-            cost = walk.context.cost(self._entry, old.model, usage)
+            cost = walk.context.cost(self._candidate.entry, old.model, usage)
             new = replace(old, outcome=outcome, usage=usage, cost_usd=cost)
-        walk.attempts[self._record] = new
-        log = walk.log
-        if log is not None:
-            for n in range(len(log.attempts) - 1, -1, -1):
-                if log.attempts[n] is old:
-                    log.attempts[n] = new
-                    break
+        walk.amend(self._record, new)
 
     @property
     def in_flight(self) -> bool:

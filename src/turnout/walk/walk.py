@@ -36,7 +36,7 @@ from turnout.core.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_
 from turnout.core.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 from turnout.state.pins import Pin
 from turnout.walk.context import WalkContext
-from turnout.walk.entry import ContextLimits, Entry, Served
+from turnout.walk.entry import Candidate, ContextLimits, Served
 from turnout.walk.keys import KeyChoice
 from turnout.walk.policy import Action, Position, Step, decide
 from turnout.walk.stats import EntryStats
@@ -111,19 +111,19 @@ class Walk:
     """
 
     __slots__ = (
+        "_last_failure",
+        "_lost",
+        "_probing",
         "_witness",
         "attempts",
         "context",
         "conversation",
         "hedged",
-        "last_failure",
         "limits",
         "log",
-        "lost",
         "order",
         "panic",
         "pin",
-        "probing",
         "reached",
         "requested",
         "stopped",
@@ -150,8 +150,7 @@ class Walk:
         self.conversation = conversation
         self.pin = pin
         self.attempts: list[Attempt] = []
-        #: The failure that ended the last entry's tries, and what the policy made of it.
-        self.last_failure: tuple[Exception, Action] | None = None
+        self._last_failure: tuple[Exception, Action] | None = None  # :attr:`last_failure`
         #: The policy stopped the walk (a refusal it does not route, no larger context window).
         self.stopped = False
         #: The try number of the last try (1-based).
@@ -159,15 +158,13 @@ class Walk:
         self._witness: str | None = None  # :attr:`witness`, made when a key is reported (rarely)
         #: Whether some entry was tried (called, or found without a usable key).
         self.tried = False
-        #: The current try probes a half-open circuit breaker.
-        self.probing = False
+        self._probing = False  # :attr:`probing`
         #: Every entry was unavailable: the walk tries them all as if closed (:meth:`panic_order`).
         self.panic = False
         #: When the walk's tries on its current entry began (the call reached it: a breaker's run counts a failed
         #: call only if it reached the entry after the entry's last answer).
         self.reached = 0.0
-        #: This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``.
-        self.lost = False
+        self._lost = False  # :meth:`lose`
         #: Entries already tried as a hedge (the walk does not try them again).
         self.hedged: set[int] | None = None
         #: ``(since, index, breaker, when)`` of each entry skipped because it was cooling down or its breaker was open
@@ -183,6 +180,47 @@ class Walk:
             witness = self._witness = log.call_id if log is not None and log.call_id else f"walk-{next(_walk_numbers)}"
         return witness
 
+    @property
+    def probing(self) -> bool:
+        """Whether the current try probes a half-open circuit breaker (the walk took its probe: :meth:`probe`)."""
+        return self._probing
+
+    @property
+    def last_failure(self) -> tuple[Exception, Action] | None:
+        """The failure that ended the last entry's tries, and what the policy made of it (:meth:`settle`)."""
+        return self._last_failure
+
+    def take_failure(self) -> tuple[Exception, Action] | None:
+        """The last failure, which the walk lets go of.
+
+        Its traceback holds the frame of :meth:`tries`, which holds the walk: a cycle only the garbage collector frees.
+        """
+        failure, self._last_failure = self._last_failure, None
+        return failure
+
+    def adopt_failure(self, other: Walk) -> None:
+        """Keep ``other``'s last failure when this walk has none (a hedge's walk beside this one)."""
+        if self._last_failure is None:
+            self._last_failure = other._last_failure
+
+    @property
+    def lost(self) -> bool:
+        """Whether this walk's try lost a hedged race (:meth:`lose`)."""
+        return self._lost
+
+    def lose(self) -> None:
+        """This walk's try lost a hedged race: its cancellation is recorded as ``hedge_lost``, not ``cancelled``."""
+        self._lost = True
+
+    def join(self, side: Walk) -> None:
+        """Keep the attempts of a hedge's walk beside this one (they are in the call's log already)."""
+        self.attempts.extend(side.attempts)
+
+    def candidate(self, i: int) -> Candidate:
+        """Entry ``i`` as this walk sends it: with its pin, else the caller's model."""
+        entry = self.context.entries[i]
+        return Candidate(i, entry, entry.model if entry.model is not None else self.requested)
+
     def hedge_done(self, i: int) -> None:
         """Entry ``i`` was tried as a hedge: the walk does not try it again."""
         if self.hedged is None:
@@ -195,25 +233,20 @@ class Walk:
         side._witness = self.witness
         return side
 
-    def answered(self, entry: Entry, served: str, choice: KeyChoice) -> Awaitable[None] | None:
-        """``entry`` gave this walk's answer with ``choice``: the conversation is pinned there, the entry is healthy.
+    def answered(self, c: Candidate, choice: KeyChoice) -> Awaitable[None] | None:
+        """``c`` gave this walk's answer with ``choice``: the conversation is pinned there, the entry is healthy.
 
         Returns what :meth:`healthy` returns: the closing of a probed breaker to await, or None.
         """
         conversation = self.conversation
         if conversation is not None and (affinity := self.context.affinity) is not None:
-            affinity.served(conversation, entry.profile, choice.index, self.pin)
-        return self.healthy(entry, served)
+            affinity.served(conversation, c.entry.profile, choice.index, self.pin)
+        return self.healthy(c)
 
     async def served(
-        self,
-        i: int,
-        entry: Entry,
-        served: str,
-        done: tuple[ChatResponse, KeyChoice, float, float],
-        request: ChatRequest,
+        self, c: Candidate, done: tuple[ChatResponse, KeyChoice, float, float], request: ChatRequest
     ) -> Served:
-        """Entry ``i`` answered ``request`` (``done``, from :meth:`tries`): its attempt recorded and priced; the answer.
+        """``c`` answered ``request`` (``done``, from :meth:`tries`): its attempt recorded and priced; the answer.
 
         The attempt is billed what :meth:`WalkContext.billed` makes of the answer's usage (estimated when missing or
         unusable, bounded by what the request allowed); the answer keeps the usage its provider reported. The entry
@@ -222,24 +255,22 @@ class Walk:
         response, choice, started, t0 = done
         # A failure an earlier try kept holds, through its traceback, the frame of the walk's tries, which holds the
         # walk: a reference cycle that only the garbage collector would free. Served, the walk needs it no more.
-        self.last_failure = None
+        self._last_failure = None
         self.record(
             self.context.attempt(
-                entry,
-                i,
-                served,
+                c,
                 "ok",
                 try_number=self.try_number,
                 choice=choice,
                 started=started,
                 elapsed=time.perf_counter() - t0,
-                usage=self.context.billed(entry, served, request, response.usage, response),
+                usage=self.context.billed(c.entry, c.model, request, response.usage, response),
             )
         )
-        closing = self.answered(entry, served, choice)
+        closing = self.answered(c, choice)
         if closing is not None:
             await closing
-        return Served(response, entry.route(served), i)
+        return Served(response, c.entry.route(c.model), c.index)
 
     def record(self, attempt: Attempt) -> None:
         """Keep one attempt, in the walk and in the call's log."""
@@ -247,39 +278,52 @@ class Walk:
         if self.log is not None:
             self.log.attempts.append(attempt)
 
-    def admits(
-        self, i: int, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool
-    ) -> Admission:
-        """Whether the walk tries entry ``i`` now; an entry cooling down or behind an open breaker is recorded."""
-        if not self.capable(entry, served, request, images, stream=stream):
-            return Admission.SKIP
-        return self.availability(i, entry, served, stream)
+    def amend(self, position: int, attempt: Attempt) -> None:
+        """Put ``attempt`` in place of the record at ``position``, in the walk and in the call's log.
 
-    def availability(self, i: int, entry: Entry, served: str, stream: bool) -> Admission:
-        """Whether entry ``i`` may be tried now, whatever the request asks: its cooldowns and its breaker."""
+        A stream's record is amended so when the turn's verdict on it comes after it was recorded.
+        """
+        old = self.attempts[position]
+        self.attempts[position] = attempt
+        log = self.log
+        if log is not None:
+            for n in range(len(log.attempts) - 1, -1, -1):
+                if log.attempts[n] is old:
+                    log.attempts[n] = attempt
+                    break
+
+    def admits(self, c: Candidate, request: ChatRequest, images: bool, *, stream: bool) -> Admission:
+        """Whether the walk tries ``c`` now; an entry cooling down or behind an open breaker is recorded."""
+        if not self.capable(c, request, images, stream=stream):
+            return Admission.SKIP
+        return self.availability(c, stream)
+
+    def availability(self, c: Candidate, stream: bool) -> Admission:
+        """Whether ``c`` may be tried now, whatever the request asks: its cooldowns and its breaker."""
         context = self.context
         store = context.store
         if context.single:
             return Admission.TRY
         now = context.clock()
-        until = context.cooling_until(entry, now)
+        until = context.cooling_until(c.entry, now)
         if until is not None:
-            self._unavailable(i, entry, served, "cooldown_skip", now, until, None, stream)
+            self._unavailable(c, "cooldown_skip", now, until, None, stream)
             return Admission.SKIP
         if context.breakers is not None:
-            record = store.breaker(entry.health_key(served))
+            record = store.breaker(c.entry.health_key(c.model))
             if record is not None:  # open, or half-open once its interval is over
                 if now >= record.until:
                     return Admission.PROBE
-                self._unavailable(i, entry, served, "breaker_skip", now, record.until, record.opened_at, stream)
+                self._unavailable(c, "breaker_skip", now, record.until, record.opened_at, stream)
                 return Admission.SKIP
         return Admission.TRY
 
-    def capable(self, entry: Entry, served: str, request: ChatRequest, images: bool, *, stream: bool) -> bool:
-        """Whether the entry can take the request at all (its capabilities, a context window known to be too small)."""
+    def capable(self, c: Candidate, request: ChatRequest, images: bool, *, stream: bool) -> bool:
+        """Whether ``c`` can take the request at all (its capabilities, a context window known to be too small)."""
+        entry, model = c.entry, c.model
         special = request.response_format is not None or request.native is not None
         if stream or images or special:
-            caps = entry.capabilities(served)
+            caps = entry.capabilities(model)
             if images and not caps.vision:
                 return False
             if special and not can_serve(caps, request):
@@ -289,11 +333,11 @@ class Walk:
             if stream and entry.keys.all_dead():
                 return False
         limits = self.limits
-        return limits is None or not limits.too_small(entry, served, self.context.context_window(entry, served))
+        return limits is None or not limits.too_small(entry, model, self.context.context_window(entry, model))
 
     def hedge_target(
         self, i: int, request: ChatRequest, images: bool, *, stream: bool, other_keys: bool
-    ) -> tuple[int, Entry, str] | None:
+    ) -> Candidate | None:
         """Where a hedge of entry ``i`` goes.
 
         The next entry that is available now (no cooldown, a closed breaker, a usable key), else, with
@@ -303,39 +347,36 @@ class Walk:
         now = context.clock()
         order = self.order
         for j in order[order.index(i) + 1 :]:
-            entry = context.entries[j]
-            served = entry.served_model(self.requested)
-            if not self.capable(entry, served, request, images, stream=stream):
+            c = self.candidate(j)
+            if not self.capable(c, request, images, stream=stream):
                 continue
-            if context.cooling_until(entry, now) is not None or not entry.keys.has_usable(now):
+            if context.cooling_until(c.entry, now) is not None or not c.entry.keys.has_usable(now):
                 continue
-            if context.breakers is not None and context.store.breaker(entry.health_key(served)) is not None:
+            if context.breakers is not None and context.store.breaker(c.entry.health_key(c.model)) is not None:
                 continue  # open or half-open: a hedge is no probe
-            return j, entry, served
-        entry = context.entries[i]
-        if other_keys and entry.keys.rotates and entry.keys.has_usable(now):
-            return i, entry, entry.served_model(self.requested)
+            return c
+        keys = context.entries[i].keys
+        if other_keys and keys.rotates and keys.has_usable(now):
+            return self.candidate(i)
         return None
 
-    async def probe(self, i: int, entry: Entry, served: str) -> bool:
-        """Take the probe of entry ``i``'s half-open breaker (the try after it is the probe); else skip it."""
+    async def probe(self, c: Candidate) -> bool:
+        """Take the probe of ``c``'s half-open breaker (the try after it is the probe); else skip it."""
         context = self.context
         assert context.breakers is not None
-        key = entry.health_key(served)
+        key = c.entry.health_key(c.model)
         now = context.clock()
         if await context.breakers.claim_probe(key, now):
-            self.probing = True
+            self._probing = True
             return True
         record = context.store.breaker(key)
         since = record.opened_at if record is not None else now
-        self._unavailable(i, entry, served, "breaker_skip", now, now, since, stream=False, detail=PROBE_TAKEN)
+        self._unavailable(c, "breaker_skip", now, now, since, stream=False, detail=PROBE_TAKEN)
         return False
 
     def _unavailable(
         self,
-        i: int,
-        entry: Entry,
-        served: str,
+        c: Candidate,
         outcome: Outcome,
         now: float,
         until: float,
@@ -343,12 +384,10 @@ class Walk:
         stream: bool,
         detail: str | None = None,
     ) -> None:
-        """Record entry ``i`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
+        """Record ``c`` as skipped until ``until``, unavailable since ``since`` (None: its cooldown's start)."""
         self.record(
             self.context.attempt(
-                entry,
-                i,
-                served,
+                c,
                 outcome,
                 try_number=0,
                 started=now,
@@ -359,7 +398,7 @@ class Walk:
         )
         if self.unavailable is None:
             self.unavailable = []
-        self.unavailable.append((since, i, outcome == "breaker_skip", now))
+        self.unavailable.append((since, c.index, outcome == "breaker_skip", now))
 
     def panic_order(self) -> list[int]:
         """The entries to try as if closed when every entry the walk considered was unavailable (the panic rule).
@@ -408,8 +447,8 @@ class Walk:
             soonest = until if soonest is None else min(soonest, until)
         return soonest
 
-    def healthy(self, entry: Entry, served: str) -> Awaitable[None] | None:
-        """Entry ``entry`` answered: its failure streak ends, and a probe's success closes its breaker.
+    def healthy(self, c: Candidate) -> Awaitable[None] | None:
+        """``c`` answered: its failure streak ends, and a probe's success closes its breaker.
 
         Returns the closing of the breaker to await (None: nothing to wait for, the common case, which then costs
         no coroutine).
@@ -418,13 +457,14 @@ class Walk:
         breakers = context.breakers
         if breakers is None:
             return None
-        if self.probing:
-            self.probing = False
-            return breakers.succeeded(entry.health_key(served), context.clock(), probing=True)
-        if self.panic and context.store.breaker(entry.health_key(served)) is not None:
-            return breakers.succeeded(entry.health_key(served), context.clock(), probing=False)  # it served
+        key = c.entry.health_key(c.model)
+        if self._probing:
+            self._probing = False
+            return breakers.succeeded(key, context.clock(), probing=True)
+        if self.panic and context.store.breaker(key) is not None:
+            return breakers.succeeded(key, context.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
-            breakers.streak_ends(entry.health_key(served), context.clock())
+            breakers.streak_ends(key, context.clock())
         return None
 
     def larger_entry_remains(self, failed: int) -> bool:
@@ -440,9 +480,7 @@ class Walk:
 
     async def tries(
         self,
-        i: int,
-        entry: Entry,
-        served: str,
+        c: Candidate,
         tries: int,
         call: Callable[[Provider, R, str, float | None], Awaitable[T]],
         request: R,
@@ -451,31 +489,32 @@ class Walk:
         check: Callable[[T], None] | None = None,
         stream: bool = False,
     ) -> tuple[T, KeyChoice, float, float] | None:
-        """Try entry ``i`` up to ``tries`` times with ``call``: ``(result, key, start, perf counter)`` of the success.
+        """Try ``c`` up to ``tries`` times with ``call``: ``(result, key, start, perf counter)`` of the success.
 
         Each failure is recorded, then settled by the policy: a retry sleeps the backoff first, a key
-        switch retries at once, a move on returns None (:attr:`last_failure` says why), and a stop raises.
+        switch retries at once, a move on returns None (:attr:`last_failure` says why; a probe taken is over), and a
+        stop raises.
         An :class:`~turnout.core.errors.InvalidRequest` (the adapter could not build or encode the request: nothing
         was sent) is raised at once, neither recorded as an attempt nor settled.
         """
         context = self.context
         backoff = context.base_backoff
         self.tried = True
-        stats = context.stats.of(entry.health_key(served)) if context.stats is not None else None
+        stats = context.stats.of(c.entry.health_key(c.model)) if context.stats is not None else None
         for t in range(1, tries + 1):
             if self.log is not None and self.log.abandoned:  # the caller gave up: no try after the one under way
-                return None
-            begun = self._begin(i, entry, served, t, stream, stats)
+                break
+            begun = self._begin(c, t, stream, stats)
             if begun is None:
-                return None
+                break
             choice, started, t0 = begun
             try:
-                result = await call(entry.providers[choice.index], request, served, temperature)
+                result = await call(c.entry.providers[choice.index], request, c.model, temperature)
                 if check is not None:
                     check(result)
             except asyncio.CancelledError:
                 elapsed = _ended(stats, t0)
-                self.record(self._abandoned(i, entry, served, request, choice, t, started, elapsed, stream))
+                self.record(self._abandoned(c, request, choice, t, started, elapsed, stream))
                 raise
             except InvalidRequest:  # nothing was sent: the caller's error, no provider failure to record or settle
                 if stats is not None:
@@ -483,23 +522,22 @@ class Walk:
                 raise
             except Exception as exc:  # every failure is classified; nothing escapes unrecorded
                 elapsed = _ended(stats, t0)
-                after = await self._failed(
-                    i, entry, served, request, choice, exc, t, tries - t, started, elapsed, stream, backoff
-                )
+                after = await self._failed(c, request, choice, exc, t, tries - t, started, elapsed, stream, backoff)
                 if after is None:  # the walk moves on
-                    return None
+                    break
                 backoff = after
                 continue
             if stats is not None and not stream:  # a stream's try is under way until the stream ends
                 stats.finished()
                 stats.first_token(time.perf_counter() - t0)
             return result, choice, started, t0
-        return None  # pragma: no cover - the last try always settles to a move on
+        self._probing = False  # moving on: a probe taken here is over
+        return None
 
     def _begin(
-        self, i: int, entry: Entry, served: str, t: int, stream: bool, stats: EntryStats | None
+        self, c: Candidate, t: int, stream: bool, stats: EntryStats | None
     ) -> tuple[KeyChoice, float, float] | None:
-        """Start try ``t`` on entry ``i``: its key, start time and perf counter (None: no usable key, recorded as such).
+        """Start try ``t`` on ``c``: its key, start time and perf counter (None: no usable key, recorded as such).
 
         The key the call's conversation is pinned to on this entry's member is taken first while it is usable. A
         started try is counted in flight in ``stats``.
@@ -509,9 +547,10 @@ class Walk:
         if t == 1:
             self.reached = started
         pin = self.pin
+        entry = c.entry
         choice = entry.keys.pick(started, pin.key if pin is not None and pin.member == entry.profile else None)
         if choice is None:
-            self.record(self._no_key(i, entry, served, stream))
+            self.record(self._no_key(c, stream))
             return None
         t0 = time.perf_counter()
         if stats is not None:
@@ -520,9 +559,7 @@ class Walk:
 
     def _abandoned(
         self,
-        i: int,
-        entry: Entry,
-        served: str,
+        c: Candidate,
         request: object,
         choice: KeyChoice,
         t: int,
@@ -537,14 +574,12 @@ class Walk:
         """
         billed = (
             None
-            if self.lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
-            else (opening_usage(request) if stream else unseen_usage(request, entry.max_tokens))
+            if self._lost or not isinstance(request, ChatRequest)  # an embedding batch: billed by its reply
+            else (opening_usage(request) if stream else unseen_usage(request, c.entry.max_tokens))
         )
         return self.context.attempt(
-            entry,
-            i,
-            served,
-            "hedge_lost" if self.lost else "cancelled",
+            c,
+            "hedge_lost" if self._lost else "cancelled",
             try_number=t,
             choice=choice,
             started=started,
@@ -555,9 +590,7 @@ class Walk:
 
     async def _failed(
         self,
-        i: int,
-        entry: Entry,
-        served: str,
+        c: Candidate,
         request: object,
         choice: KeyChoice,
         exc: Exception,
@@ -577,12 +610,10 @@ class Walk:
         cls = error_class_of(exc)
         usage = exc.usage if isinstance(exc, EmptyCompletion) else None
         if usage is not None and isinstance(request, ChatRequest):
-            usage = self.context.billed(entry, served, request, usage)
+            usage = self.context.billed(c.entry, c.model, request, usage)
         self.record(
             self.context.attempt(
-                entry,
-                i,
-                served,
+                c,
                 outcome_of(cls),
                 try_number=t,
                 choice=choice,
@@ -593,8 +624,7 @@ class Walk:
                 stream=stream,
             )
         )
-        action = await self.settle(i, entry, served, choice, exc, cls, tries_left)
-        self.last_failure = (exc, action)
+        action = await self.settle(c, choice, exc, cls, tries_left)
         step = action.step
         if step is Step.NEXT_ENTRY:  # the usual step first
             return None
@@ -611,43 +641,36 @@ class Walk:
         return backoff  # a key switch: the next try at once
 
     async def settle(
-        self,
-        index: int,
-        entry: Entry,
-        served: str,
-        choice: KeyChoice,
-        exc: Exception,
-        cls: ErrorClass,
-        tries_left: int,
+        self, c: Candidate, choice: KeyChoice, exc: Exception, cls: ErrorClass, tries_left: int, *, keep: bool = True
     ) -> Action:
-        """Decide what follows a failure of class ``cls`` (:meth:`decide_failure`); update the state it names."""
-        action = self.decide_failure(index, entry, served, choice, exc, cls, tries_left)
+        """Decide what follows a failure of class ``cls`` (:meth:`decide_failure`); update the state it names.
+
+        With ``keep``, the failure and the action are kept as :attr:`last_failure` (a stream that failed after its
+        first batch passes False: its failure goes to the caller, and the walk keeps no reference to it).
+        """
+        action = self.decide_failure(c, choice, exc, cls, tries_left)
         hint = exc.retry_after if isinstance(exc, ProviderError) else None
-        await self.apply(entry, served, choice.key_id, action, hint)
+        await self.apply(c, choice.key_id, action, hint)
+        if keep:
+            self._last_failure = (exc, action)
         return action
 
     def decide_failure(
-        self,
-        index: int,
-        entry: Entry,
-        served: str,
-        choice: KeyChoice,
-        exc: Exception,
-        cls: ErrorClass,
-        tries_left: int,
+        self, c: Candidate, choice: KeyChoice, exc: Exception, cls: ErrorClass, tries_left: int
     ) -> Action:
-        """What follows a failure of class ``cls`` on entry ``index`` (:func:`turnout.walk.policy.decide`).
+        """What follows a failure of class ``cls`` on ``c`` (:func:`turnout.walk.policy.decide`).
 
         A context-window failure is kept in :attr:`limits` first: the policy asks whether a larger entry remains.
         """
         context = self.context
+        entry = c.entry
         pool = entry.keys
         larger = False
         if cls is ErrorClass.CONTEXT_WINDOW:
             if self.limits is None:
                 self.limits = ContextLimits()
-            self.limits.failed(entry, served, context.context_window(entry, served))
-            larger = self.larger_entry_remains(index)
+            self.limits.failed(entry, c.model, context.context_window(entry, c.model))
+            larger = self.larger_entry_remains(c.index)
         rotates = pool.rotates
         now = context.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`apply` reads its own)
         auth = is_dead_key_error(exc)
@@ -656,33 +679,34 @@ class Walk:
             cls,
             Position(
                 tries_left,
-                index == self.order[-1],
+                c.index == self.order[-1],
                 context.single,
                 rotates,
                 rotates and pool.other_usable(choice.index, now),
                 rotates and pool.other_live(choice.index, now),
                 entry.refusal_fallback,
                 larger,
-                self.probing,
+                self._probing,
             ),
             auth_failure=auth,
             replay=replay,
         )
 
-    async def apply(self, entry: Entry, served: str, kid: str | None, action: Action, hint: float | None) -> None:
+    async def apply(self, c: Candidate, kid: str | None, action: Action, hint: float | None) -> None:
         """Apply what :meth:`decide_failure` decided: count the failure towards the breaker, cool down, report a key."""
         context = self.context
         now = context.clock()
         breakers = context.breakers
         unhealthy = action.health and action.step is Step.NEXT_ENTRY  # the call's one signal: it leaves the entry
-        if breakers is not None and (unhealthy or self.probing):
-            key = entry.health_key(served)
+        entry = c.entry
+        if breakers is not None and (unhealthy or self._probing):
+            key = entry.health_key(c.model)
             if unhealthy:
-                await breakers.failed(entry.profile, key, now, probing=self.probing, reached=self.reached)
-                self.probing = False
+                await breakers.failed(entry.profile, key, now, probing=self._probing, reached=self.reached)
+                self._probing = False
             elif not action.health:  # the probe was answered, if not as asked (a 400, a 429): the entry is reachable
                 await breakers.succeeded(key, now, probing=True)
-                self.probing = False
+                self._probing = False
         pool = entry.keys
         cool = context.cool_down
         if action.cool_key and kid is not None and (write := cool(pool.key_cooldown(kid), hint)) is not None:
@@ -699,7 +723,7 @@ class Walk:
         cycle that only the garbage collector would free) and keeps that it stopped.
         """
         self.stopped = True
-        self.last_failure = None
+        self._last_failure = None
         try:
             if isinstance(exc, RefusalError):
                 exc.attempts = tuple(self.attempts)
@@ -709,19 +733,16 @@ class Walk:
         finally:
             del exc  # nor does this frame keep it, which the traceback holds
 
-    def _no_key(self, i: int, entry: Entry, served: str, stream: bool) -> Attempt:
-        """The record of entry ``i`` found without a usable key: every key dead, or every live one cooling down."""
+    def _no_key(self, c: Candidate, stream: bool) -> Attempt:
+        """The record of ``c`` found without a usable key: every key dead, or every live one cooling down."""
         context = self.context
         now = context.clock()
-        if entry.keys.all_dead():
-            return context.attempt(
-                entry, i, served, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream
-            )
-        free = entry.keys.soonest_key_free(now)
+        keys = c.entry.keys
+        if keys.all_dead():
+            return context.attempt(c, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream)
+        free = keys.soonest_key_free(now)
         return context.attempt(
-            entry,
-            i,
-            served,
+            c,
             "cooldown_skip",
             try_number=0,
             started=now,
