@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from turnout.core.attribution import (
     Attempt,
     DispatchScope,
     RouteRef,
-    current_scope,
-    dispatch_scope,
     fallback_notice,
 )
 
@@ -78,78 +74,11 @@ def test_notice_cross_family_and_shown_rules(
 # --- the dispatch scope ---------------------------------------------------------------------------
 
 
-def test_no_scope_outside_a_call() -> None:
-    """Outside any dispatch scope there is no current scope."""
-    assert current_scope() is None
-
-
-def test_scope_collects_attempts_in_order_and_is_restored() -> None:
-    """A scope is current inside the block, keeps attempts in order, and is gone afterwards."""
+def test_scope_collects_attempts_in_order() -> None:
+    """A scope keeps its attempts in the order they were added."""
     first = Attempt(provider="a.b", model="m", outcome="retryable")
     second = Attempt(provider="a.b", model="m", outcome="ok", try_number=2)
-    with dispatch_scope() as scope:
-        assert current_scope() is scope
-        scope.add(first)
-        current_scope().add(second)  # type: ignore[union-attr]
+    scope = DispatchScope()
+    scope.add(first)
+    scope.add(second)
     assert scope.attempts == [first, second]
-    assert current_scope() is None
-
-
-def test_nested_scopes_restore_the_outer_one() -> None:
-    """A nested scope (a given one is used as is) is current only inside; the outer one comes back."""
-    mine = DispatchScope()
-    with dispatch_scope() as outer:
-        with dispatch_scope(mine) as inner:
-            assert inner is mine and current_scope() is mine
-        assert current_scope() is outer
-    assert current_scope() is None
-
-
-def test_scope_is_restored_when_the_call_fails() -> None:
-    """An exception inside the block still restores the previous scope."""
-    with dispatch_scope() as outer:
-        with pytest.raises(RuntimeError), dispatch_scope():
-            raise RuntimeError("boom")
-        assert current_scope() is outer
-    assert current_scope() is None
-
-
-async def test_concurrent_calls_never_mix_their_attempts() -> None:
-    """Two tasks recording in turn, with both scopes open, each keep only their own attempts."""
-    opened = {"x.a": asyncio.Event(), "x.b": asyncio.Event()}
-    first = {"x.a": asyncio.Event(), "x.b": asyncio.Event()}
-
-    async def call(name: str, other: str) -> list[Attempt]:
-        with dispatch_scope() as scope:
-            opened[name].set()
-            await opened[other].wait()  # both scopes are open now
-            current_scope().add(Attempt(provider=name, model="m", outcome="retryable"))  # type: ignore[union-attr]
-            first[name].set()
-            await first[other].wait()  # the other task recorded in between
-            current_scope().add(Attempt(provider=name, model="m", outcome="ok"))  # type: ignore[union-attr]
-            return scope.attempts
-
-    a, b = await asyncio.gather(call("x.a", "x.b"), call("x.b", "x.a"))
-    assert [(x.provider, x.outcome) for x in a] == [("x.a", "retryable"), ("x.a", "ok")]
-    assert [(x.provider, x.outcome) for x in b] == [("x.b", "retryable"), ("x.b", "ok")]
-    assert current_scope() is None
-
-
-async def test_a_task_started_in_a_scope_records_into_it_and_its_own_scope_stays_its_own() -> None:
-    """A child task records into its parent's scope; a scope the child opens never becomes the parent's."""
-    child_open, parent_checked = asyncio.Event(), asyncio.Event()
-
-    async def child() -> None:
-        current_scope().add(Attempt(provider="c.parent", model="m", outcome="ok"))  # type: ignore[union-attr]
-        with dispatch_scope() as own:
-            own.add(Attempt(provider="c.own", model="m", outcome="ok"))
-            child_open.set()
-            await parent_checked.wait()
-
-    with dispatch_scope() as parent:
-        task = asyncio.create_task(child())
-        await child_open.wait()
-        assert current_scope() is parent  # the child's open scope is not visible here
-        parent_checked.set()
-        await task
-    assert [a.provider for a in parent.attempts] == ["c.parent"]

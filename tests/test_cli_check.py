@@ -141,7 +141,7 @@ def test_example_config_checks_clean() -> None:
     assert "sk-" not in result.output
 
 
-def test_check_reports_a_gateway_policy_error_with_its_path(tmp_path: Path) -> None:
+def test_check_reports_a_gateway_access_error_with_its_path(tmp_path: Path) -> None:
     """`turnout check` validates [gateway] keys and aliases too, naming the key path."""
     text = (
         'default_provider = "openai.p0"\n[providers.models.openai.p0]\napi_key = "sk-0"\nmodel = "m0"\n'

@@ -217,8 +217,9 @@ async def test_a_stream_rejected_in_two_calls_kills_the_key() -> None:
     store = MemoryStore()
     r = walk(E("openai.a", "m", [Scripted(err(401))], keys=[BAD]), store=store, clock=clock)
     for expected in ("suspected", "dead"):
+        stream = await r.open_stream(req(), "m")  # the connection is made when the batches are read
         with pytest.raises(ProviderError):
-            async for _ in r.stream(req(), "m"):
+            async for _ in stream.batches():
                 pass
         health = store.key_health(key_id(BAD))
         assert health is not None and health.state(clock()) == expected

@@ -8,8 +8,9 @@ import pytest
 
 from fakes import FakeClock, Fleet, req
 from turnout.config import load_config_toml
-from turnout.core.types import ChatRequest, TextDelta, ToolSpec
+from turnout.core.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, TextDelta, ToolSpec
 from turnout.factory import Factory
+from turnout.walk.router import Router
 
 CONFIG = """
 default_provider = "openai.fast"
@@ -46,10 +47,29 @@ def factory(text: str = CONFIG, fleet: Fleet | None = None) -> tuple[Factory, Fl
     return Factory(load_config_toml(text, env={}), adapter_builder=fleet, clock=clock, sleep=clock.sleep), fleet
 
 
+async def chat(router: Router, request: ChatRequest, model: str) -> ChatResponse:
+    """What the client does with a model: resolve its target, then walk that target's route."""
+    target = router.resolve(model)
+    return (await target.reliable.run(request, target.model)).response
+
+
+async def stream(router: Router, request: ChatRequest, model: str) -> list[StreamEvent]:
+    """The events of the stream the resolved target opens."""
+    target = router.resolve(model)
+    opened = await target.reliable.open_stream(request, target.model)
+    return [event async for batch in opened.batches() for event in batch]
+
+
+def capabilities(router: Router, model: str | None) -> list[Capabilities]:
+    """The capabilities of every entry of the target ``model`` resolves to, for the model sent to it."""
+    target = router.resolve(model)
+    return [entry.capabilities(target.model) for entry in target.reliable.entries]
+
+
 async def test_routes_hint_to_correct_provider_and_model() -> None:
     """hint:reasoning goes to the smart profile with the route's model; the default is untouched."""
     f, fleet = factory()
-    await f.router().chat(req(), "hint:reasoning")
+    await chat(f.router(), req(), "hint:reasoning")
     assert fleet.calls("anthropic.smart") == ["claude-opus"]
     assert fleet.calls("openai.fast") == []
 
@@ -60,7 +80,7 @@ async def test_non_hint_model_uses_default_target() -> None:
     router = f.router()
     target = router.resolve("gpt-4o")
     assert target.reliable is router.default and target.model == "gpt-4o" and target.hint is None
-    await router.chat(req(), "gpt-4o")
+    await chat(router, req(), "gpt-4o")
     assert fleet.calls("openai.fast") == ["llama-3-70b"]
 
 
@@ -84,14 +104,14 @@ async def test_hint_back_to_primary_keeps_the_primary_pin() -> None:
     f, fleet = factory()
     router = f.router()
     assert router.resolve("hint:self").reliable is router.default
-    await router.chat(req(), "hint:self")
+    await chat(router, req(), "hint:self")
     assert fleet.calls("openai.fast") == ["llama-3-70b"]
 
 
 async def test_non_primary_target_with_a_model_keeps_its_pin() -> None:
     """A target profile with a model serves its pin, not the route model."""
     f, fleet = factory()
-    await f.router().chat(req(), "hint:tools")
+    await chat(f.router(), req(), "hint:tools")
     assert fleet.calls("openai.tool") == ["tool-pin"]
 
 
@@ -99,7 +119,7 @@ async def test_unknown_hint_warns_and_stays_on_default(caplog: pytest.LogCapture
     """An unknown hint logs a warning; a pinned default serves its pin."""
     f, fleet = factory()
     with caplog.at_level(logging.WARNING, logger="turnout.router"):
-        await f.router().chat(req(), "hint:nonexistent")
+        await chat(f.router(), req(), "hint:nonexistent")
     assert "nonexistent" in caplog.text
     assert fleet.calls("openai.fast") == ["llama-3-70b"]
 
@@ -108,14 +128,14 @@ async def test_unknown_hint_reaches_an_unpinned_default_literally() -> None:
     """An unpinned default forwards the literal hint:<name>."""
     text = CONFIG.replace('model = "llama-3-70b"\n', "", 1)
     f, fleet = factory(text)
-    await f.router().chat(req(), "hint:nonexistent")
+    await chat(f.router(), req(), "hint:nonexistent")
     assert fleet.calls("openai.fast") == ["hint:nonexistent"]
 
 
 async def test_routed_target_uses_its_own_endpoint_and_key() -> None:
     """A route target is built from its own profile (endpoint, credentials), not the primary's."""
     f, fleet = factory()
-    await f.router().chat(req(), "hint:reasoning")
+    await chat(f.router(), req(), "hint:reasoning")
     assert ("anthropic.smart", "sk-smart") in fleet.built
     assert all(key != "sk-fast" for (name, key) in fleet.built if name == "anthropic.smart")
 
@@ -124,13 +144,12 @@ async def test_route_credential_precedence_uses_route_key_first() -> None:
     """The first route naming a target supplies its key."""
     text = CONFIG.replace('model = "claude-opus"\n', 'model = "claude-opus"\napi_key = "sk-route"\n')
     f, fleet = factory(text)
-    await f.router().chat(req(), "hint:deep")
+    await chat(f.router(), req(), "hint:deep")
     assert [k for (n, k) in fleet.built if n == "anthropic.smart"] == ["sk-route"]
 
 
 def test_capabilities_follow_the_resolved_target() -> None:
     """Capabilities of a hint come from the route; plain models from the default."""
-    from turnout.core.types import Capabilities
 
     class VisionFleet(Fleet):
         def __call__(self, name, profile, key):  # type: ignore[no-untyped-def]
@@ -143,15 +162,15 @@ def test_capabilities_follow_the_resolved_target() -> None:
 
     f, _ = factory(fleet=VisionFleet())
     router = f.router()
-    assert router.capabilities("hint:reasoning").vision
-    assert not router.capabilities("gpt-4o").vision
-    assert not router.capabilities(None).streaming
+    assert all(c.vision for c in capabilities(router, "hint:reasoning"))
+    assert not all(c.vision for c in capabilities(router, "gpt-4o"))
+    assert not any(c.streaming for c in capabilities(router, None))
 
 
 async def test_stream_routes_hint_to_target_and_model() -> None:
     """A stream with a hint opens the route target's stream with the route model."""
     f, fleet = factory(fleet=Fleet(anthropic__smart=["streamed system response"]))
-    events = [e async for e in f.router().stream(req(), "hint:reasoning")]
+    events = await stream(f.router(), req(), "hint:reasoning")
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["streamed system response"]
     assert fleet.built[("anthropic.smart", "sk-smart")].stream_calls == ["claude-opus"]
 
@@ -159,5 +178,5 @@ async def test_stream_routes_hint_to_target_and_model() -> None:
 async def test_chat_with_tools_routes_hint() -> None:
     """Tool calls route like plain chats."""
     f, fleet = factory()
-    await f.router().chat(ChatRequest.of("x", tools=[ToolSpec(name="shell")]), "hint:reasoning")
+    await chat(f.router(), ChatRequest.of("x", tools=[ToolSpec(name="shell")]), "hint:reasoning")
     assert fleet.calls("anthropic.smart") == ["claude-opus"]

@@ -413,8 +413,7 @@ async def test_no_streaming_entry_falls_back_to_the_walk() -> None:
         reply = await c.turn("hi", events=Sinks().event)
         assert reply.text == "plain"
         with pytest.raises(StreamingUnsupported):
-            async for _ in c.factory.router().default.stream(__import__("fakes").req(), "m"):
-                pass
+            await c.factory.router().default.open_stream(__import__("fakes").req(), "m")
 
 
 async def test_early_break_closes_the_upstream_stream() -> None:

@@ -17,7 +17,7 @@ ABLE = replace(FULL, structured_output=True, protocol="anthropic")
 async def test_walk_skips_an_entry_without_structured_output() -> None:
     """An entry that cannot honour a schema is never called; the next one serves."""
     plain, able = Scripted("no"), Scripted('{"a": 1}', caps=ABLE)
-    reply = await walk(E("openai.a", "m", [plain]), E("anthropic.b", "m", [able])).chat(SHAPED, "m")
+    reply = (await walk(E("openai.a", "m", [plain]), E("anthropic.b", "m", [able])).run(SHAPED, "m")).response
     assert reply.text == '{"a": 1}' and plain.calls == [] and able.calls == ["m"]
 
 
@@ -25,7 +25,7 @@ async def test_walk_with_no_capable_entry_raises_unsupported() -> None:
     """No entry can serve: UnsupportedRequest naming the field, and no call is made."""
     plain = Scripted("no")
     with pytest.raises(UnsupportedRequest, match="response_format"):
-        await walk(E("openai.a", "m", [plain])).chat(SHAPED, "m")
+        await walk(E("openai.a", "m", [plain])).run(SHAPED, "m")
     assert plain.calls == []
 
 
@@ -35,8 +35,9 @@ async def test_native_only_fields_need_the_protocol() -> None:
     request = ChatRequest.of("hi", native=native)
     plain, able = Scripted("no"), Scripted("yes", caps=ABLE)
     reliable = walk(E("openai.a", "m", [plain]), E("anthropic.b", "m", [able]))
-    assert (await reliable.chat(request, "m")).text == "yes"
-    events = [e async for e in reliable.stream(request, "m")]
+    assert (await reliable.run(request, "m")).response.text == "yes"
+    stream = await reliable.open_stream(request, "m")
+    events = [e async for batch in stream.batches() for e in batch]
     assert plain.calls == [] and plain.stream_calls == [] and able.stream_calls == ["m"]
     assert events[0].type == "text"
 
@@ -45,7 +46,7 @@ async def test_all_failed_carries_the_last_error() -> None:
     """AllProvidersFailed keeps the last try's exception; a 4xx's own reason is quoted in its event, nothing more."""
     bad = err(400, "field x is invalid")
     with pytest.raises(AllProvidersFailed) as info:
-        await walk(E("openai.a", "m", [Scripted(bad)])).chat(ChatRequest.of("hi"), "m")
+        await walk(E("openai.a", "m", [Scripted(bad)])).run(ChatRequest.of("hi"), "m")
     assert info.value.last_error is bad
     assert str(info.value).count("field x") == 1
     event = "event 1 (openai.a/m, try 1/3): non_retryable; kind=client_error; phase=http_response; "
@@ -59,13 +60,14 @@ async def test_documents_go_to_an_entry_that_takes_them() -> None:
     plain = Scripted("no")
     takes = Scripted("yes", caps=replace(FULL, protocol="bedrock", documents=True))
     reliable = walk(E("openai.a", "m", [plain]), E("bedrock.b", "m", [takes]))
-    assert (await reliable.chat(request, "m")).text == "yes"
-    events = [e async for e in reliable.stream(request, "m")]
+    assert (await reliable.run(request, "m")).response.text == "yes"
+    stream = await reliable.open_stream(request, "m")
+    events = [e async for batch in stream.batches() for e in batch]
     assert plain.calls == [] and plain.stream_calls == [] and takes.stream_calls == ["m"]
     assert events[0].type == "text"
     with pytest.raises(UnsupportedRequest, match=r"messages\[0\]\.content\[0\] \(document\) need an upstream"):
-        await walk(E("openai.a", "m", [plain])).chat(request, "m")
+        await walk(E("openai.a", "m", [plain])).run(request, "m")
     # a document only Anthropic can carry is not Bedrock's to take
     only = ChatRequest.of("hi", native=replace(native, only=("messages[0].content[1] (document)",)))
     with pytest.raises(UnsupportedRequest):
-        await walk(E("bedrock.b", "m", [takes])).chat(only, "m")
+        await walk(E("bedrock.b", "m", [takes])).run(only, "m")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from turnout.cli.main import app
 from turnout.config import build_plan, collect_warnings, load_config_file, load_config_toml, schema
 from turnout.core.errors import ConfigError
-from turnout.gateway.policy import Policy
+from turnout.gateway.access import Access
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -271,6 +271,6 @@ def test_gateway_names_that_refer_to_nothing_suggest_the_closest(tail: str, path
     text = BASE + '\n[[model_routes]]\nhint = "fast"\nmodel_provider = "anthropic.backup"\nmodel = "m"\n'
     text += '\n[senders.vip]\nprovider = "anthropic.backup"\n\n' + tail
     with pytest.raises(ConfigError) as info:
-        Policy(load_config_toml(text, env={})).check()
+        Access(load_config_toml(text, env={})).check()
     assert info.value.path == path
     assert f"did you mean {suggestion!r}?" in info.value.message

@@ -9,9 +9,9 @@ from gateway_support import decode_header
 
 from turnout.config import key_id, load_config_toml
 from turnout.core.errors import ConfigError
+from turnout.gateway.access import ANONYMOUS, Caller, RouteChoice, route_choice
 from turnout.gateway.auth import Authenticator, gateway_keys
-from turnout.gateway.policy import ANONYMOUS, Caller
-from turnout.gateway.wire import RouteChoice, header_value, route_choice
+from turnout.gateway.bounds import header_value
 
 CONFIG = """
 default_provider = "openai.main"

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from turnout.gateway.anthropic_surface import AnthropicSurface
+from turnout.gateway.bounds import parse_json
 from turnout.gateway.embeddings import parse_embedding_request
+from turnout.gateway.failures import RequestRejected
 from turnout.gateway.openai_surface import OpenAISurface
 from turnout.gateway.responses_surface import ResponsesSurface
-from turnout.gateway.wire import RequestRejected, parse_json
 
 CHAT: dict[str, Any] = {"model": "", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -12,9 +12,9 @@ from fakes import Fleet
 from turnout import Client
 from turnout.core.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer, app
+from turnout.gateway.failures import CLIENT_CLOSED
 from turnout.gateway.metrics import Metrics
 from turnout.gateway.status import BUCKET_S, RecentAttempts
-from turnout.gateway.wire import CLIENT_CLOSED
 
 _times = st.one_of(
     st.floats(min_value=0, max_value=200, allow_nan=False),
@@ -104,7 +104,7 @@ def test_the_exposition_is_prometheus_text_that_counts_every_request(done: list[
 
 
 def test_the_totals_carry_the_ledger_errors_rejections_sign_ins_and_refusals() -> None:
-    """What the ledger and the policy counted is read when the totals are taken; sign-ins and refusals as counted."""
+    """What the ledger and the access rules counted is read with the totals; sign-ins and refusals as counted."""
     metrics = Metrics()
     metrics.logins.labels("wrong_key").inc()
     metrics.refusals.labels("host").inc()

@@ -371,7 +371,7 @@ async def test_client_leaving_a_stream_cancels_the_upstream_stream(sim: Simulato
 async def test_model_lookup_agrees_with_what_chat_accepts(sim: Simulator) -> None:
     """GET /v1/models/{id} finds every listed name and every name chat routes (a plain model, profile/model).
 
-    With ``allow_any_model`` a plain model reaches the default profile; without it, see the policy tests.
+    With ``allow_any_model`` a plain model reaches the default profile; without it, see the access tests.
     """
     toml = config(
         "openai.main",

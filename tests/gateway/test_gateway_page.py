@@ -17,7 +17,7 @@ from turnout.core.attribution import Attempt
 from turnout.gateway import GatewayServer
 from turnout.gateway.page_data import EntryView, KeyView, PageData, RouteView
 from turnout.gateway.page_html import render_page
-from turnout.gateway.session import COOKIE, MAX_FORM_BYTES, TTL_S, Sessions
+from turnout.gateway.signin import COOKIE, MAX_FORM_BYTES, TTL_S, PageSessions
 from turnout.ledger.writer import DaySummary, ProfileDay
 from turnout.walk.hedge import HedgeTally, hedging_status
 
@@ -177,7 +177,7 @@ async def test_an_expired_or_tampered_token_gets_the_form() -> None:
 async def test_a_token_of_another_server_or_an_unconfigured_caller_is_refused() -> None:
     """Only this server's secret signs; a validly signed token for a caller that has no key here is refused too."""
     async with served(Fleet()) as (server, _):
-        other = Sessions().issue("d0d0d0d0")
+        other = PageSessions().issue("d0d0d0d0")
         mine_unknown = server.gateway.page.sessions.issue("not-a-configured-caller")
         answers = [await fetch(server, "GET", "/", cookie=t) for t in (other, mine_unknown)]
     assert all('action="/login"' in r.body.decode() for r in answers)

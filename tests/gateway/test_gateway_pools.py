@@ -105,7 +105,7 @@ async def test_models_list_the_pools_hint_and_hide_profiles_only_reached_through
 
 
 async def test_the_default_pool_is_open_only_to_keys_that_may_reach_it(sim: Simulator) -> None:
-    """An empty model reaches a default pool only for keys that may reach the pool (default policy, a hint to it)."""
+    """An empty model reaches a default pool only for keys that may reach the pool (default access, a hint to it)."""
     keys = (
         '[gateway.keys.pooled]\nkey = "gw-pooled"\nmodels = ["hint:gpt"]\n'
         '[gateway.keys.other]\nkey = "gw-other"\nmodels = ["anthropic.backup"]\n'

@@ -16,7 +16,7 @@ from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedRequest
 from turnout.core.provider import Provider
 from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, StreamEvent, TextDelta, Usage, UsageEvent
 from turnout.gateway import Gateway, GatewayServer
-from turnout.gateway.policy import Policy
+from turnout.gateway.access import Access
 from turnout.ledger.pricing import Catalogue, Rates, rates_from_pricing
 
 TEAM_KEY = "gw-team-key-unpriced"
@@ -168,7 +168,7 @@ async def test_the_client_s_own_prices_decide_and_nothing_is_sent_at_an_unknown_
         house = await post(server, "/v1/chat/completions", chat(f"openai.main/{UNPRICED}"), key=TEAM_KEY)
         elsewhere = await post(server, "/v1/chat/completions", chat("openai.main/gpt-4.1"), key=TEAM_KEY)
         embedded = await post(server, "/v1/embeddings", {"model": "openai.main/gpt-4.1", "input": "a"}, key=TEAM_KEY)
-        rejections = dict(server.gateway.policy.rejections)
+        rejections = dict(server.gateway.access.rejections)
     assert house.status == 200, house.body
     for refused in (elsewhere, embedded):
         assert refused.status == 400, refused.body
@@ -194,11 +194,11 @@ def test_check_warns_of_the_unpriced_entries_of_the_routes_the_client_builds(tmp
         + profile("p2", None, "pricing = { input = 1.0, output = 2.0 }\n")
     )
     client = Client.from_toml(text, adapter_builder=lambda *_: Upstream(), catalogue=HouseCatalogue())
-    warnings = Policy(client.config).check(client)
+    warnings = Access(client.config).check(client)
     named = sorted((w.path, w.message.partition(" reaches ")[2].partition(",")[0]) for w in warnings)
     assert named == [
         ("gateway.keys.team", "openai.p1/gpt-4o"),  # p1's fallback model; p1's own is the catalogue's
         ("gateway.keys.vip", "openai.p1/gpt-4o"),  # the tier's pool, on the default route
     ], warnings
     assert all(w.code == "limited_key_unpriced_model" for w in warnings)
-    assert Policy(client.config).check() == []  # without routes: only what needs none (no open unpriced profile)
+    assert Access(client.config).check() == []  # without routes: only what needs none (no open unpriced profile)

@@ -18,9 +18,9 @@ from provider_kit import Reply as Answer
 from servers import loopback_app
 from turnout.core.errors import ErrorClass, ProtocolError, ProviderConnectionError, ProviderTimeout
 from turnout.core.types import ChatRequest
-from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.http import Callee, HttpClient, Timeouts
 
-TARGET = Target(provider="test.http", model="m-1")
+CALLEE = Callee(profile="test.http", model="m-1")
 BIG = b"x" * 5000
 
 
@@ -179,7 +179,7 @@ def _bounds(first: float = 5.0, idle: float = 5.0, total: float = 10.0) -> Timeo
 
 
 async def _read_all(http: HttpClient, url: str, timeouts: Timeouts) -> bytes:
-    async with http.stream(url, headers={}, body=b"{}", timeouts=timeouts, target=TARGET) as resp:
+    async with http.stream(url, headers={}, body=b"{}", timeouts=timeouts, callee=CALLEE) as resp:
         return b"".join([c async for c in resp.chunks()])
 
 
@@ -190,7 +190,7 @@ def _free_port() -> int:
 
 
 async def test_connect_refused(http: HttpClient) -> None:
-    """Nothing listening: a retryable ProviderConnectionError naming the target."""
+    """Nothing listening: a retryable ProviderConnectionError naming the callee."""
     with pytest.raises(ProviderConnectionError) as info:
         await _read_all(http, f"http://127.0.0.1:{_free_port()}/", _bounds())
     assert info.value.error_class is ErrorClass.RETRYABLE
@@ -198,7 +198,7 @@ async def test_connect_refused(http: HttpClient) -> None:
 
 
 async def _post(http: HttpClient, url: str, timeouts: Timeouts) -> bytes:
-    return (await http.post(url, headers={}, body=b"{}", timeouts=timeouts, target=TARGET, max_bytes=1000)).body
+    return (await http.post(url, headers={}, body=b"{}", timeouts=timeouts, callee=CALLEE, max_bytes=1000)).body
 
 
 _SENDS = pytest.mark.parametrize("send", [_post, _read_all], ids=["post", "stream"])
@@ -233,7 +233,7 @@ async def test_a_callers_cancellation_before_the_headers_stays_a_cancellation(
 async def test_reset_before_headers(http: HttpClient, raw_server: dict[str, str]) -> None:
     """The server closes the socket before any response: ProviderConnectionError."""
     with pytest.raises(ProviderConnectionError):
-        await http.post(raw_server["reset"], headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=100)
+        await http.post(raw_server["reset"], headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=100)
 
 
 async def test_silent_server_hits_first_token_bound(http: HttpClient, raw_server: dict[str, str]) -> None:
@@ -264,7 +264,7 @@ async def test_stall_mid_body_hits_idle_bound(http: HttpClient, lab: Lab) -> Non
     idle = 0.3
     got: list[bytes] = []
     async with http.stream(
-        lab.url + "/stall", headers={}, body=b"{}", timeouts=_bounds(first=5.0, idle=idle), target=TARGET
+        lab.url + "/stall", headers={}, body=b"{}", timeouts=_bounds(first=5.0, idle=idle), callee=CALLEE
     ) as resp:
         chunks = resp.chunks()
         got.append(await anext(chunks))
@@ -294,9 +294,9 @@ async def test_steady_drip_hits_total_bound(http: HttpClient, lab: Lab) -> None:
 async def test_body_over_max_bytes_is_protocol_error(http: HttpClient, lab: Lab, path: str) -> None:
     """A body larger than ``max_bytes`` is a ProtocolError, with or without Content-Length."""
     with pytest.raises(ProtocolError) as info:
-        await http.post(lab.url + path, headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=1000)
+        await http.post(lab.url + path, headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=1000)
     assert "1000" in str(info.value)
-    resp = await http.post(lab.url + path, headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=5000)
+    resp = await http.post(lab.url + path, headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=5000)
     assert resp.body == BIG
 
 
@@ -308,14 +308,14 @@ async def test_connection_closed_mid_body(http: HttpClient, lab: Lab) -> None:
 
 async def test_leaving_the_stream_early_closes_the_connection(http: HttpClient, lab: Lab) -> None:
     """A consumer that stops reading closes the connection: the server sees the client go."""
-    async with http.stream(lab.url + "/endless", headers={}, body=b"{}", timeouts=_bounds(), target=TARGET) as resp:
+    async with http.stream(lab.url + "/endless", headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE) as resp:
         async for chunk in resp.chunks():
             assert chunk.startswith(b"data: tick")
             break
     await asyncio.wait_for(lab.disconnected.wait(), timeout=2.0)
     # the closed connection is not handed out again
-    await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=100)
-    await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=100)
+    await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=100)
+    await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=100)
     assert lab.peer_ports[0] == lab.peer_ports[1]
 
 
@@ -323,7 +323,7 @@ async def test_stream_read_to_end_releases_connection_for_reuse(http: HttpClient
     """A stream read to its end returns its connection to the pool: the next request reuses it."""
     assert await _read_all(http, lab.url + "/chunks", _bounds()) == b"one,two,three"
     assert await _read_all(http, lab.url + "/chunks", _bounds()) == b"one,two,three"
-    resp = await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=100)
+    resp = await http.post(lab.url + "/ok", headers={}, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=100)
     assert resp.status == 200 and resp.body == b'{"ok": true}'
     assert len(set(lab.peer_ports)) == 1
 
@@ -331,7 +331,7 @@ async def test_stream_read_to_end_releases_connection_for_reuse(http: HttpClient
 async def test_slow_consumer_after_complete_body_is_not_timed_out(http: HttpClient, lab: Lab) -> None:
     """Once the whole body arrived, a consumer slower than the idle bound still reads it to the end."""
     async with http.stream(
-        lab.url + "/chunks", headers={}, body=b"{}", timeouts=_bounds(first=0.1, idle=0.1, total=5.0), target=TARGET
+        lab.url + "/chunks", headers={}, body=b"{}", timeouts=_bounds(first=0.1, idle=0.1, total=5.0), callee=CALLEE
     ) as resp:
         await resp._resp.content.wait_eof()
         # the consumer is busy elsewhere for longer than the idle bound (a timer, not a wait for the server)
@@ -361,7 +361,7 @@ async def test_a_credential_sends_exactly_what_the_same_plain_headers_send(http:
 
     async def seen(headers: dict[str, str]) -> Any:
         resp = await http.post(
-            lab.url + "/headers", headers=headers, body=b"{}", timeouts=_bounds(), target=TARGET, max_bytes=5000
+            lab.url + "/headers", headers=headers, body=b"{}", timeouts=_bounds(), callee=CALLEE, max_bytes=5000
         )
         return orjson.loads(resp.body)
 

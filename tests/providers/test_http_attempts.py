@@ -13,9 +13,9 @@ from provider_kit import make_adapter
 from servers import loopback_app
 from turnout.core.errors import ProtocolError, ProviderConnectionError
 from turnout.core.types import ChatRequest
-from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.http import Callee, HttpClient, Timeouts
 
-TARGET = Target(provider="test.http", model="m-1")
+CALLEE = Callee(profile="test.http", model="m-1")
 
 
 _PEERS: list[int] = []
@@ -59,14 +59,14 @@ async def test_a_post_read_to_its_end_hands_its_connection_back(url: str, query:
     bounds = Timeouts(connect=1.0, first_token=5.0, idle=5.0, total=10.0)
     try:
         for _ in range(3):
-            resp = await http.post(url + query, headers={}, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+            resp = await http.post(url + query, headers={}, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
             assert resp.body == b'{"ok": true}' and resp.status in (200, 429)
         assert len(set(_PEERS)) == 1  # every post reused the first connection
         # larger than the socket buffers: still arriving when the bound stops reading it
         over = "&".join(part for part in (query.lstrip("?"), "size=8000000") if part)
         with pytest.raises(ProtocolError):
-            await http.post(f"{url}?{over}", headers={}, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
-        await http.post(url + query, headers={}, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+            await http.post(f"{url}?{over}", headers={}, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
+        await http.post(url + query, headers={}, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
         assert len(set(_PEERS)) == 2  # the body left unread took its connection with it
         connector = http.session().connector
         assert connector is not None and not connector._acquired  # nothing held after any of them
@@ -80,15 +80,15 @@ async def test_a_try_in_time_leaves_nothing_armed(url: str) -> None:
     try:
         bounds = Timeouts(connect=1.0, first_token=0.2, idle=0.2, total=0.4)
         credential = http.credential({"Content-Type": "application/json"})
-        resp = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+        resp = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
         assert resp.status == 200 and resp.body == b'{"ok": true}'
         # a body of many reads: the idle bound is on from its first byte to its last
         async with http.stream(
-            url + "?chunked&size=300000", headers={}, body=b"{}", timeouts=bounds, target=TARGET
+            url + "?chunked&size=300000", headers={}, body=b"{}", timeouts=bounds, callee=CALLEE
         ) as s:
             assert len(b"".join([c async for c in s.chunks()])) == 300000
         await asyncio.sleep(0.5)
-        resp = await http.post(url, headers={}, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+        resp = await http.post(url, headers={}, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
         assert resp.status == 200 and resp.body == b'{"ok": true}'
         assert len(set(_PEERS)) == 1  # every request reused the first connection
     finally:
@@ -101,19 +101,19 @@ async def test_a_credential_sends_again_after_the_client_closed(url: str) -> Non
     bounds = Timeouts(connect=1.0, first_token=5.0, idle=5.0, total=10.0)
     credential = http.credential({"Content-Type": "application/json"})
     try:
-        first = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+        first = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
         closed = credential.session
         await http.aclose()
         assert closed is not None and closed.closed and credential.session is None
-        again = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, target=TARGET, max_bytes=100)
+        again = await http.post(url, headers=credential, body=b"{}", timeouts=bounds, callee=CALLEE, max_bytes=100)
         assert first.body == again.body == b'{"ok": true}'
         assert credential.session is not None and not credential.session.closed
     finally:
         await http.aclose()
 
 
-async def test_a_calls_target_is_its_models_on_every_call(http: HttpClient) -> None:
-    """The target a call's or stream's transport names (cached, else made) is its own model's, every time."""
+async def test_a_calls_callee_is_its_models_on_every_call(http: HttpClient) -> None:
+    """The callee a call's or stream's transport names (cached, else made) is its own model's, every time."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -130,5 +130,5 @@ async def test_a_calls_target_is_its_models_on_every_call(http: HttpClient) -> N
         with pytest.raises(ProviderConnectionError) as info:
             await drain(model)
         assert (info.value.provider, info.value.model) == ("openai.test", model)
-        assert adapter._targets[model] is adapter.target(model)
-        assert adapter.target(model) == Target(provider="openai.test", model=model, secrets=adapter._secrets)
+        assert adapter._callees[model] is adapter.callee(model)
+        assert adapter.callee(model) == Callee(profile="openai.test", model=model, secrets=adapter._secrets)

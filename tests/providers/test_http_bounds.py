@@ -12,18 +12,18 @@ from aiohttp import web
 
 from servers import loopback_app
 from turnout.core.errors import ProviderTimeout
-from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.http import Callee, HttpClient, Timeouts
 
-TARGET = Target(provider="test.http", model="m-1")
+CALLEE = Callee(profile="test.http", model="m-1")
 
 
 async def _post(http: HttpClient, url: str, timeouts: Timeouts) -> bytes:
-    resp = await http.post(url, headers={}, body=b"{}", timeouts=timeouts, target=TARGET, max_bytes=100_000)
+    resp = await http.post(url, headers={}, body=b"{}", timeouts=timeouts, callee=CALLEE, max_bytes=100_000)
     return resp.body
 
 
 async def _read_all(http: HttpClient, url: str, timeouts: Timeouts) -> bytes:
-    async with http.stream(url, headers={}, body=b"{}", timeouts=timeouts, target=TARGET) as resp:
+    async with http.stream(url, headers={}, body=b"{}", timeouts=timeouts, callee=CALLEE) as resp:
         return b"".join([c async for c in resp.chunks()])
 
 
@@ -167,7 +167,7 @@ async def test_a_body_still_coming_at_the_total_bound_is_a_total_timeout(
 async def test_silence_while_the_consumer_is_busy_is_an_idle_timeout(http: HttpClient, base: str) -> None:
     """The idle bound measures the connection, not the reader: silence while the consumer was busy ends the stream."""
     bounds = Timeouts(connect=1.0, first_token=5.0, idle=0.2, total=10.0)
-    async with http.stream(base + "?gap=5", headers={}, body=b"{}", timeouts=bounds, target=TARGET) as resp:
+    async with http.stream(base + "?gap=5", headers={}, body=b"{}", timeouts=bounds, callee=CALLEE) as resp:
         assert await resp.read_chunk() == b"piece,"
         await asyncio.sleep(0.4)  # busy elsewhere for longer than the idle bound
         with pytest.raises(ProviderTimeout) as info:

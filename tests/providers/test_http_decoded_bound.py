@@ -14,9 +14,9 @@ from aiohttp import web
 from servers import loopback_app
 from turnout import Client
 from turnout.core.errors import AllProvidersFailed, ErrorClass, ProtocolError, ResponseTooLarge
-from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.http import Callee, HttpClient, Timeouts
 
-TARGET = Target(provider="test.http", model="m-1")
+CALLEE = Callee(profile="test.http", model="m-1")
 INFLATED = 64 * 1024 * 1024  # what the bomb inflates to
 LIMIT = 64 * 1024
 
@@ -75,7 +75,7 @@ async def test_a_gzip_bomb_is_a_protocol_error_and_is_never_inflated_whole(bombs
         try:
             with pytest.raises(ResponseTooLarge) as info:
                 await http.post(
-                    url + "/v1/x", headers={}, body=b"{}", timeouts=bounds(), target=TARGET, max_bytes=LIMIT
+                    url + "/v1/x", headers={}, body=b"{}", timeouts=bounds(), callee=CALLEE, max_bytes=LIMIT
                 )
             _, peak = tracemalloc.get_traced_memory()
         finally:
@@ -100,7 +100,7 @@ async def test_a_compressed_body_within_the_bound_is_read_whole() -> None:
     http = HttpClient()
     try:
         async with loopback_app(app) as url:
-            resp = await http.post(url + "/", headers={}, body=b"{}", timeouts=bounds(), target=TARGET, max_bytes=1024)
+            resp = await http.post(url + "/", headers={}, body=b"{}", timeouts=bounds(), callee=CALLEE, max_bytes=1024)
             assert orjson.loads(resp.body) == {"ok": True}
     finally:
         await http.aclose()
@@ -114,7 +114,7 @@ async def test_a_compressed_stream_is_bounded_in_total_once_decoded(bombs: tuple
 
     async def drain() -> None:
         async with http.stream(
-            url + "/v1/x", headers={}, body=b'{"stream": true}', timeouts=bounds(), target=TARGET, max_bytes=LIMIT
+            url + "/v1/x", headers={}, body=b'{"stream": true}', timeouts=bounds(), callee=CALLEE, max_bytes=LIMIT
         ) as resp:
             async for chunk in resp.chunks():
                 read[0] += len(chunk)

@@ -93,14 +93,14 @@ def load(config: str | None) -> Config:
 @app.command()
 def check(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Validate the config: print every warning and the materialised attempt order."""
-    from turnout.gateway.policy import Policy
+    from turnout.gateway.access import Access
 
     try:
         cfg = load(config)
         warnings = collect_warnings(cfg)
         plan = build_plan(cfg)
         # a key with a spend limit that reaches a model without a price, on the routes its calls would take
-        warnings += Policy(cfg).check(_router(cfg))
+        warnings += Access(cfg).check(_router(cfg))
     except ConfigError as exc:
         raise _fail(exc, as_json) from None
     if as_json:

@@ -7,7 +7,7 @@ a wrong type, a tool schema that is not an object, an option out of range, or a 
 refuses (nested deeper than :data:`MAX_JSON_DEPTH` levels, an integer beyond 64 bits). Such a call never
 reaches the walk, so it is never retried, never routed around, and never changes shared state.
 
-The gateway bounds the nesting of the bodies it accepts with the same :func:`too_deep` (``gateway/wire.py``).
+The gateway bounds the nesting of the bodies it accepts with the same :func:`too_deep` (``gateway/bounds.py``).
 """
 
 from __future__ import annotations

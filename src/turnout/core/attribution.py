@@ -1,18 +1,16 @@
 """Attempt records, requested-versus-served routes, fallback notices, and the dispatch scope.
 
-Every provider call runs inside a :class:`DispatchScope` (a context variable, so concurrent calls in
-different tasks never mix their records). The reliable walk appends one :class:`Attempt` per physical
-call or skip; the walk returns the route that answered, and the caller (:class:`turnout.call.Call`)
-commits it only once it accepts the answer, so a rejected answer never leaves a stale fallback notice.
+Every call has its own :class:`DispatchScope`, which its caller hands to the reliable walk explicitly (so
+concurrent calls never mix their records). The walk appends one :class:`Attempt` per physical call or skip;
+the walk returns the route that answered, and the caller (:class:`turnout.call.Call`) commits it only once it
+accepts the answer, so a rejected answer never leaves a stale fallback notice.
 
 No record here holds prompt, response or provider error text, or a key: keys are named by key id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -189,22 +187,3 @@ class DispatchScope:
     def add(self, attempt: Attempt) -> None:
         """Record one attempt."""
         self.attempts.append(attempt)
-
-
-_SCOPE: ContextVar[DispatchScope | None] = ContextVar("turnout_dispatch_scope", default=None)
-
-
-def current_scope() -> DispatchScope | None:
-    """The dispatch scope of the running call, if one is open."""
-    return _SCOPE.get()
-
-
-@contextmanager
-def dispatch_scope(scope: DispatchScope | None = None) -> Iterator[DispatchScope]:
-    """Open a dispatch scope for the duration of a call (restores the previous one afterwards)."""
-    scope = scope if scope is not None else DispatchScope()
-    token = _SCOPE.set(scope)
-    try:
-        yield scope
-    finally:
-        _SCOPE.reset(token)

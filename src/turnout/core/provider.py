@@ -1,4 +1,4 @@
-"""The provider contract every adapter, the reliable wrapper and the router implement.
+"""The provider contract every adapter implements; the reliable walk calls it on each entry's adapters.
 
 A provider needs one method, :meth:`Provider.chat`. Streaming providers also override
 :meth:`Provider.stream` and declare it in :meth:`Provider.capabilities`. The seed's convenience

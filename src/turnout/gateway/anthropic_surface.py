@@ -31,9 +31,10 @@ from turnout.core.types import (
     ToolSpec,
     Usage,
 )
+from turnout.gateway.bounds import MAX_FIELD_CHARS, MAX_MODEL_CHARS, parse_json, validation_message
+from turnout.gateway.failures import Failure, invalid
 from turnout.gateway.passthrough import anthropic_beta, native, split_anthropic
 from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.providers.signatures import signer_of, stamp, stamped_content
 from turnout.reply import Reply
 

@@ -30,45 +30,43 @@ from turnout.call import new_call_id
 from turnout.client import Client
 from turnout.core.attribution import Attempt
 from turnout.core.errors import ConfigError, UnsupportedRequest
+from turnout.gateway.access import (
+    ANONYMOUS,
+    Access,
+    Caller,
+    anthropic_model,
+    model_object,
+    not_available,
+    openai_model,
+)
 from turnout.gateway.accesslog import access_log, logged_path, start_writer, stop_writer
 from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
+from turnout.gateway.bounds import MAX_FIELD_CHARS, MAX_MODEL_CHARS, header_value
 from turnout.gateway.chat import JSON, serve_chat
 from turnout.gateway.conversations import Conversations
 from turnout.gateway.counting import serve_count_tokens
 from turnout.gateway.edges import Edges
 from turnout.gateway.embeddings import serve_embeddings
 from turnout.gateway.exchange import Exchange
-from turnout.gateway.metrics import CONTENT_TYPE, Metrics
-from turnout.gateway.openai_surface import OpenAISurface
-from turnout.gateway.page import Answer, StatusPage
-from turnout.gateway.policy import (
-    ANONYMOUS,
-    Caller,
-    Policy,
-    anthropic_model,
-    model_object,
-    not_available,
-    openai_model,
-)
-from turnout.gateway.responses_surface import ResponsesSurface
-from turnout.gateway.session import Revocations, Sessions
-from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable, pool_size
-from turnout.gateway.spend import SpendBook, keys_status, ledger_status
-from turnout.gateway.status import RecentAttempts, status_payload
-from turnout.gateway.surface import Surface
-from turnout.gateway.wire import (
+from turnout.gateway.failures import (
     CLIENT_CLOSED,
     INTERNAL,
-    MAX_FIELD_CHARS,
-    MAX_MODEL_CHARS,
     SHUTTING_DOWN,
     UNAUTHORIZED,
     Failure,
     RequestRejected,
     failure_for,
-    header_value,
 )
+from turnout.gateway.metrics import CONTENT_TYPE, Metrics
+from turnout.gateway.openai_surface import OpenAISurface
+from turnout.gateway.page import Answer, StatusPage
+from turnout.gateway.responses_surface import ResponsesSurface
+from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable, pool_size
+from turnout.gateway.signin import PageSessions, Revocations
+from turnout.gateway.spend import SpendBook, keys_status, ledger_status
+from turnout.gateway.status import RecentAttempts, status_payload
+from turnout.gateway.surface import Surface
 from turnout.gateway.workers import Peers, Totals, merge
 from turnout.ledger.pricing import profile_rates
 from turnout.ledger.writer import LedgerUnavailable
@@ -98,7 +96,7 @@ class Gateway:
 
     Args:
         client: The client that serves every request (its ledger label should be ``gateway``).
-        keys: Plain client keys with the default policy (default: ``[gateway] api_keys`` and
+        keys: Plain client keys with the default access (default: ``[gateway] api_keys`` and
             ``api_keys_env``); ``[gateway.keys.<name>]`` keys are added. No key at all: no auth.
         owns_client: Close the client when the application is cleaned up.
         peers: The workers of the server this gateway is one of (``turnout serve --workers N``): it publishes
@@ -109,13 +107,13 @@ class Gateway:
 
     Attributes:
         app: The aiohttp application.
-        policy: What each client key may use (:mod:`turnout.gateway.policy`).
+        access: What each client key may use (:mod:`turnout.gateway.access`).
         metrics: The Prometheus metrics (one registry per gateway).
         draining: True once :meth:`drain` began: new requests get 503.
         in_flight: Requests being served now.
 
     Raises:
-        ConfigError: A client key resolves to nothing, or the ``[gateway]`` policy names nothing configured.
+        ConfigError: A client key resolves to nothing, or a ``[gateway]`` alias or key names nothing configured.
     """
 
     def __init__(
@@ -132,14 +130,14 @@ class Gateway:
         self.owns_client = owns_client
         self.max_body_bytes = config.gateway.max_body_bytes
         self.spend = _spend_book(client)
-        self.policy = Policy(config, self.spend)
+        self.access = Access(config, self.spend)
         plain = keys if keys is not None else gateway_keys(config)
-        callers = self.policy.callers(plain, named_keys(config))
+        callers = self.access.callers(plain, named_keys(config))
         if self.spend is None:  # limits are enforced from the ledger
             _refuse_limits(callers)
-        self.auth = Authenticator(callers, self.policy.caller(ANONYMOUS))
+        self.auth = Authenticator(callers, self.access.caller(ANONYMOUS))
         self.metrics = Metrics(
-            labelled=self.policy.served_models(),
+            labelled=self.access.served_models(),
             breakers=client.factory.breakers,
             clock=client.factory.clock,
             rates=profile_rates(config, client.factory.catalogue).rates,
@@ -184,7 +182,7 @@ class Gateway:
             self.auth,
             self.view,
             self.recent,
-            sessions=Sessions(session_secret, revocations=revocations),
+            sessions=PageSessions(session_secret, revocations=revocations),
             started=self.started,
             count_login=lambda outcome: self.metrics.logins.labels(outcome).inc(),
             money=self.money,
@@ -382,7 +380,7 @@ class Gateway:
             item = anthropic_model(name) if anthropic else openai_model(name)
             return web.Response(body=orjson.dumps(item), content_type=JSON)
         try:
-            admitted = self.policy.admit(ex.caller, wanted)
+            admitted = self.access.admit(ex.caller, wanted)
             target = self.client.route(model=admitted.model, provider=admitted.provider)
         except (RequestRejected, ConfigError):
             return self.error_response(surface, not_available(wanted).failure)
@@ -418,7 +416,7 @@ class Gateway:
         """
         limits = [(c.name, c.daily_limit_usd, c.max_call_usd, c.rpm, c.tpm) for c in self.auth.callers() if c.limited]
         return {
-            "ledger": ledger_status(self.client.ledger, self.spend, fail_closed=self.policy.fail_closed),
+            "ledger": ledger_status(self.client.ledger, self.spend, fail_closed=self.access.fail_closed),
             "keys": keys_status(self.spend, limits),
         }
 
@@ -436,7 +434,7 @@ class Gateway:
         self._fold()
         ledger = self.client.ledger
         counters, histograms = self.metrics.export(
-            ledger_errors=ledger.errors if ledger is not None else None, rejections=self.policy.rejections
+            ledger_errors=ledger.errors if ledger is not None else None, rejections=self.access.rejections
         )
         return Totals(
             worker=self.worker,

@@ -3,7 +3,7 @@
 A client sends its key as ``Authorization: Bearer <key>`` or ``x-api-key: <key>``. The presented key is
 hashed once (SHA-256) and compared with :func:`hmac.compare_digest` against the digest of *every*
 configured key, so neither the key's length nor which key matched shows in the timing. The match is the
-key's :class:`~turnout.gateway.policy.Caller`: what it may use, and how logs name it (the key's name, or
+key's :class:`~turnout.gateway.access.Caller`: what it may use, and how logs name it (the key's name, or
 for a plain ``api_keys`` entry its key id: the first 8 hex digits of the SHA-256), never the key.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from turnout.config import Config
 from turnout.core.errors import ConfigError
-from turnout.gateway.policy import Caller
+from turnout.gateway.access import Caller
 
 log = logging.getLogger("turnout.gateway")
 

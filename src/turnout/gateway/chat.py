@@ -1,7 +1,7 @@
 """One chat request through a surface: parse, route, call the client, answer (whole or streamed).
 
 Non-streaming: ``client.chat``; every failure is answered in the surface's error shape with the status
-:func:`turnout.gateway.wire.failure_for` gives it, and a refusal is a normal answer in the surface's
+:func:`turnout.gateway.failures.failure_for` gives it, and a refusal is a normal answer in the surface's
 refusal form.
 
 Streaming (SPEC 7.3 on the wire): nothing is sent until the first event is ready, because until then the
@@ -26,20 +26,14 @@ from aiohttp import web
 from turnout.core.attribution import FallbackNotice, RouteRef
 from turnout.core.errors import ConfigError, RefusalError, StreamInterruptedAfterOutput, TurnoutError
 from turnout.core.estimate import LIMITED_OUTPUT_BOUND
+from turnout.gateway.access import Admitted
+from turnout.gateway.bounds import attribution_headers, read_body
 from turnout.gateway.exchange import Exchange, Host
+from turnout.gateway.failures import CLIENT_CLOSED, Failure, RequestRejected, interrupted
 from turnout.gateway.passthrough import bounded
-from turnout.gateway.policy import Admitted
 from turnout.gateway.responses_stream import ResponsesStreamEncoder
 from turnout.gateway.spend import Hold, worst_case
 from turnout.gateway.surface import ChatCall, StreamEncoder, Surface
-from turnout.gateway.wire import (
-    CLIENT_CLOSED,
-    Failure,
-    RequestRejected,
-    attribution_headers,
-    interrupted,
-    read_body,
-)
 from turnout.reply import Reply
 from turnout.walk.affinity import session_of
 from turnout.walk.router import Target
@@ -56,7 +50,7 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
     try:
         body = await read_body(request, gw.max_body_bytes)
         call = surface.parse(body, request.headers)
-        admitted = gw.policy.admit(ex.caller, call.model)
+        admitted = gw.access.admit(ex.caller, call.model)
         if call.kept is not None and call.kept.previous_id is not None:
             call = await gw.conversations.resume(call, ex.caller.name)
         if ex.caller.limited:  # after the kept conversation joined the input: its worst case counts all of it
@@ -84,7 +78,7 @@ async def serve_chat(gw: Host, surface: Surface, request: web.Request, ex: Excha
 
 
 async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -> tuple[ChatCall, Hold | None]:
-    """Reserve the worst case of a limited key's call before it is sent (see ``Policy.reserve``).
+    """Reserve the worst case of a limited key's call before it is sent (see ``Access.reserve``).
 
     Returns the call as it is sent: with the output bound the reservation priced, so that the worst case is a
     real bound. A request without ``max_tokens`` gets :func:`limited_bound`; a body passed through carries the
@@ -100,7 +94,7 @@ async def _reserve(gw: Host, admitted: Admitted, call: ChatCall, ex: Exchange) -
     native = bounded(call.native, most) if call.native is not None else None
     call = dataclasses.replace(call, max_tokens=most, native=native)
     worst = worst_case(target, call.messages, call.tools, most, call.choices)
-    return call, await gw.policy.reserve(ex.caller, worst, ex.request_id, choices=call.choices)
+    return call, await gw.access.reserve(ex.caller, worst, ex.request_id, choices=call.choices)
 
 
 def limited_bound(target: Target) -> int:

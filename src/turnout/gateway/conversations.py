@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
+from turnout.gateway.failures import Failure, RequestRejected
 from turnout.gateway.responses_surface import resumed
 from turnout.gateway.surface import ChatCall
-from turnout.gateway.wire import Failure, RequestRejected
 from turnout.state.base import StateStore
 
 log = logging.getLogger("turnout.gateway")

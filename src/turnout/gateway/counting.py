@@ -17,16 +17,10 @@ from aiohttp import web
 from turnout.core.errors import ConfigError, InvalidRequest, ProviderError
 from turnout.core.estimate import estimate_tokens
 from turnout.core.types import ChatRequest
+from turnout.gateway.bounds import header_value, parse_json, read_body
 from turnout.gateway.exchange import Exchange, Host
+from turnout.gateway.failures import RequestRejected, config_failure, invalid_request
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import (
-    RequestRejected,
-    config_failure,
-    header_value,
-    invalid_request,
-    parse_json,
-    read_body,
-)
 from turnout.providers.base import HTTPAdapter
 
 log = logging.getLogger("turnout.gateway")
@@ -45,7 +39,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
         raw.setdefault("max_tokens", 1)
         call = surface.parse(orjson.dumps(raw), request.headers)
         assert ex.caller is not None  # the guard authenticated the request
-        admitted = gw.policy.admit(ex.caller, call.model)  # the same names, and the same routes, as chat
+        admitted = gw.access.admit(ex.caller, call.model)  # the same names, and the same routes, as chat
         target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
     except RequestRejected as exc:
         return gw.error_response(surface, exc.failure)

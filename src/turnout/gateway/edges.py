@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from turnout.call import new_call_id
-from turnout.gateway.wire import Failure
+from turnout.gateway.failures import Failure
 
 REQUEST_ID_KEY = web.RequestKey("turnout_request_id", str)
 #: The headers a browser may read from an answer (besides the CORS-safelisted ones).

@@ -20,11 +20,12 @@ from aiohttp import web
 
 from turnout.core.embeddings import MAX_INPUTS, EmbedReply
 from turnout.core.errors import ConfigError, TurnoutError
+from turnout.gateway.access import Admitted
+from turnout.gateway.bounds import attribution_headers, parse_json, read_body
 from turnout.gateway.exchange import Exchange, Host
-from turnout.gateway.policy import Admitted
+from turnout.gateway.failures import RequestRejected, invalid
 from turnout.gateway.spend import Hold, embedding_worst_case
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import RequestRejected, attribution_headers, invalid, parse_json, read_body
 
 JSON = "application/json"
 _FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
@@ -95,13 +96,13 @@ def embedding_body(reply: EmbedReply, as_base64: bool) -> bytes:
 
 
 async def _reserve(gw: Host, admitted: Admitted, inputs: list[Any], ex: Exchange) -> Hold | None:
-    """Reserve the worst case of a limited key's embedding call (see ``Policy.reserve``)."""
+    """Reserve the worst case of a limited key's embedding call (see ``Access.reserve``)."""
     assert ex.caller is not None
     try:
         target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)
     except ConfigError:  # the call fails to route the same way, spending nothing
         return None
-    return await gw.policy.reserve(ex.caller, embedding_worst_case(target, inputs), ex.request_id)
+    return await gw.access.reserve(ex.caller, embedding_worst_case(target, inputs), ex.request_id)
 
 
 async def serve_embeddings(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
@@ -110,7 +111,7 @@ async def serve_embeddings(gw: Host, surface: Surface, request: web.Request, ex:
     try:
         body = await read_body(request, gw.max_body_bytes)
         model, inputs, as_base64, dimensions, user = parse_embedding_request(body)
-        admitted = gw.policy.admit(ex.caller, model)
+        admitted = gw.access.admit(ex.caller, model)
         if ex.caller.limited:  # its worst case held before anything is sent, as a chat call's
             ex.hold = await _reserve(gw, admitted, inputs, ex)
     except RequestRejected as exc:

@@ -14,12 +14,12 @@ from aiohttp import web
 
 from turnout.client import Client
 from turnout.core.attribution import Attempt
+from turnout.gateway.access import Access, Caller
 from turnout.gateway.conversations import Conversations
 from turnout.gateway.edges import Edges
-from turnout.gateway.policy import Caller, Policy
+from turnout.gateway.failures import Failure
 from turnout.gateway.spend import Hold
 from turnout.gateway.surface import Surface
-from turnout.gateway.wire import Failure
 from turnout.reply import Reply
 
 
@@ -72,10 +72,10 @@ class Exchange:
 
 
 class Host(Protocol):
-    """What a request handler uses of the gateway: its client, policy and edges, and how it answers failures."""
+    """What a request handler uses of the gateway: its client, access and edges, and how it answers failures."""
 
     client: Client
-    policy: Policy
+    access: Access
     edges: Edges
     conversations: Conversations
     max_body_bytes: int

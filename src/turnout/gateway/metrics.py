@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from turnout.core.attribution import SKIPS, Attempt
-from turnout.gateway.wire import CLIENT_CLOSED
+from turnout.gateway.failures import CLIENT_CLOSED
 from turnout.gateway.workers import Totals
 from turnout.ledger.pricing import Rates
 from turnout.state.base import BreakerRecord
@@ -65,7 +65,7 @@ class Finished(Protocol):
 
     @property
     def status(self) -> int:
-        """The HTTP status answered (:data:`~turnout.gateway.wire.CLIENT_CLOSED` when the client went away)."""
+        """The HTTP status answered (:data:`~turnout.gateway.failures.CLIENT_CLOSED` when the client went away)."""
 
     @property
     def seconds(self) -> float:
@@ -160,7 +160,7 @@ REFUSALS = Family(
 )
 
 #: The counters of the totals, in the order ``/metrics`` shows them. The ledger's errors and the limited keys'
-#: rejections are counted elsewhere (by the ledger and the policy) and read when the totals are taken.
+#: rejections are counted elsewhere (by the ledger and the access rules) and read when the totals are taken.
 COUNTERS = (
     REQUESTS,
     ATTEMPTS,

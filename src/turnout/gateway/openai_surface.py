@@ -30,9 +30,10 @@ from turnout.core.types import (
     ToolSpec,
     Usage,
 )
+from turnout.gateway.bounds import MAX_FIELD_CHARS, MAX_MODEL_CHARS, parse_json, validation_message
+from turnout.gateway.failures import Failure, invalid
 from turnout.gateway.passthrough import native, split_openai_chat
 from turnout.gateway.surface import ChatCall, refusal_text
-from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 
 # --- request ------------------------------------------------------------------------------------

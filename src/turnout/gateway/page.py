@@ -2,12 +2,12 @@
 
 The page takes the same credentials as ``/status`` (a gateway client key, as ``Authorization: Bearer`` or
 ``x-api-key``) or a session cookie made by ``POST /login`` from a key typed into the form
-(:mod:`turnout.gateway.session`); an open gateway (no client key configured) shows it to anyone, as it does
+(:mod:`turnout.gateway.signin`); an open gateway (no client key configured) shows it to anyone, as it does
 ``/status``. The key is checked by the gateway's :class:`~turnout.gateway.auth.Authenticator` (constant time,
 every key compared), so a wrong key in the form fails exactly as a wrong bearer key does, and gets the form
 again. Logins and logouts posted from another site's page are refused (``Sec-Fetch-Site`` or ``Origin`` says
 where the form was). Sign-in attempts are rate limited per client address and per key
-(:class:`~turnout.gateway.session.LoginThrottle`: 429 with ``Retry-After``); logout revokes the session on the
+(:class:`~turnout.gateway.signin.LoginThrottle`: 429 with ``Retry-After``); logout revokes the session on the
 server, and a session ends when its key is rotated or removed.
 
 Every answer carries a strict Content-Security-Policy (nothing but inline styles and ``data:`` images: the page
@@ -25,12 +25,12 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from turnout.client import Client
+from turnout.gateway.access import Caller
 from turnout.gateway.auth import Authenticator
 from turnout.gateway.metrics import cache_by_profile
 from turnout.gateway.page_data import LedgerDay, PageData, newest_first, route_views
 from turnout.gateway.page_html import render_login, render_page
-from turnout.gateway.policy import Caller
-from turnout.gateway.session import COOKIE, LoginThrottle, Sessions, read_form
+from turnout.gateway.signin import COOKIE, LoginThrottle, PageSessions, read_form
 from turnout.gateway.status import RecentAttempts
 from turnout.gateway.workers import Totals
 from turnout.walk.hedge import hedging_status
@@ -86,7 +86,7 @@ class StatusPage:
         view: Callable[[], Awaitable[Totals]],
         recent: RecentAttempts,
         *,
-        sessions: Sessions | None = None,
+        sessions: PageSessions | None = None,
         started: float | None = None,
         money: Callable[[], Mapping[str, Any]] | None = None,
         throttle: LoginThrottle | None = None,
@@ -95,7 +95,7 @@ class StatusPage:
         self._money = money  # the ledger's health and each limited key's spend (``Gateway.money``)
         self.client = client
         self.auth = auth
-        self.sessions = sessions if sessions is not None else Sessions()
+        self.sessions = sessions if sessions is not None else PageSessions()
         self.throttle = throttle if throttle is not None else LoginThrottle()
         self._count_login = count_login
         self._view = view

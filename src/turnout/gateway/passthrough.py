@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnout.core.types import NativeRequest
-from turnout.gateway.wire import invalid
+from turnout.gateway.failures import invalid
 from turnout.providers.converse import document_format
 
 #: Anthropic content blocks Turnout translates (everything else passes through or is refused).

@@ -20,9 +20,9 @@ import orjson
 
 from turnout.core.errors import ErrorClass, RefusalError
 from turnout.core.types import Final, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallEvent, Usage
+from turnout.gateway.failures import Failure
 from turnout.gateway.openai_surface import error_json
 from turnout.gateway.surface import refusal_text
-from turnout.gateway.wire import Failure
 
 if TYPE_CHECKING:
     from turnout.gateway.surface import ChatCall

@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnout.core.errors import RefusalError
 from turnout.core.types import ContentPart, ImagePart, Message, ResponseFormat, TextPart, ToolCall, ToolSpec
+from turnout.gateway.bounds import MAX_FIELD_CHARS, MAX_MODEL_CHARS, parse_json, validation_message
+from turnout.gateway.failures import Failure, invalid
 from turnout.gateway.openai_surface import error_json
 from turnout.gateway.passthrough import native
 from turnout.gateway.responses_stream import ResponsesStreamEncoder, output_items, response_object
 from turnout.gateway.surface import ChatCall, Kept, refusal_text
-from turnout.gateway.wire import MAX_FIELD_CHARS, MAX_MODEL_CHARS, Failure, invalid, parse_json, validation_message
 from turnout.reply import Reply
 
 #: Input item types Turnout translates (a message may come without ``type``).

@@ -15,7 +15,7 @@ seconds (more is a crash loop, and the server stops with exit status 1); a worke
 through Redis when ``[state] backend = "redis"``. The parent makes a private directory where each worker
 publishes its totals every second, so ``/metrics``, ``/status`` and the status page describe the whole server
 whichever worker answers (:mod:`turnout.gateway.workers`), and one secret that signs the status page's session
-cookies, handed to each worker over the pipe that starts it (:mod:`turnout.gateway.session`). The directory is
+cookies, handed to each worker over the pipe that starts it (:mod:`turnout.gateway.signin`). The directory is
 removed when the workers have stopped.
 """
 
@@ -41,12 +41,12 @@ from aiohttp import web
 from turnout.client import Client
 from turnout.config import Config, find_config_path, load_config_file
 from turnout.core.errors import ConfigError, cannot_listen
+from turnout.gateway.access import Access
 from turnout.gateway.accesslog import use_queue
 from turnout.gateway.app import Gateway
 from turnout.gateway.auth import gateway_keys, named_keys
 from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
-from turnout.gateway.policy import Policy
-from turnout.gateway.session import new_secret
+from turnout.gateway.signin import new_secret
 from turnout.gateway.workers import Peers, RestartBudget, publish_restarts
 from turnout.state import MemoryStore
 
@@ -172,8 +172,8 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
     """
     path = str(find_config_path(config_path))
     config = load_config_file(path)
-    # a client key that resolves to nothing, or a policy naming nothing configured, fails here (not open)
-    Policy(config).callers(gateway_keys(config), named_keys(config))
+    # a client key that resolves to nothing, or an access rule naming nothing configured, fails here (not open)
+    Access(config).callers(gateway_keys(config), named_keys(config))
     Client(config, ledger=False, store=MemoryStore())  # every route builds (nothing opened yet)
     host = host or config.gateway.host
     port = config.gateway.port if port is None else port

@@ -431,8 +431,8 @@ class WorstCase:
         amount: The highest cost among the route's priced entries (USD).
         unpriced: ``(profile, served model)`` of every entry without a known price (neither the profile's
             ``pricing`` nor the catalogue's), in the walk's order, each once: what the call would cost there could
-            not be counted, so a key with a spend limit is refused the call (:meth:`Policy.reserve
-            <turnout.gateway.policy.Policy.reserve>`).
+            not be counted, so a key with a spend limit is refused the call (:meth:`Access.reserve
+            <turnout.gateway.access.Access.reserve>`).
     """
 
     amount: float

@@ -8,7 +8,7 @@ load (calls in flight, moving time to first token, share of the pool's calls), w
 calls that could hedge, hedges sent, the hedge rate, who answered first, the budget left), and the workers whose
 totals it merges (:mod:`turnout.gateway.workers`: with ``turnout serve --workers N``, it describes the whole server).
 ``/v1/models`` lists what the caller's key may put in ``model`` (which names those are is
-:mod:`turnout.gateway.policy`'s decision); each key's list is encoded once, since the configuration does not
+:mod:`turnout.gateway.access`'s decision); each key's list is encoded once, since the configuration does not
 change while the gateway runs.
 """
 

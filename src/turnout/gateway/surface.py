@@ -1,8 +1,8 @@
 """The contract between the chat handler and a wire surface (OpenAI, Anthropic).
 
 A surface parses its request body into a :class:`ChatCall` and renders replies, refusals, errors and
-stream events in its own protocol. It never decides statuses, routes or attribution (see
-:mod:`turnout.gateway.wire`), and it never sees HTTP objects.
+stream events in its own protocol. It never decides statuses (:mod:`turnout.gateway.failures`), routes
+(:mod:`turnout.gateway.access`) or attribution (:mod:`turnout.gateway.bounds`), and it never sees HTTP objects.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from turnout.core.errors import RefusalError
 from turnout.core.types import Message, NativeRequest, ResponseFormat, StreamEvent, ToolSpec, Usage
-from turnout.gateway.wire import Failure
+from turnout.gateway.failures import Failure
 from turnout.reply import Reply
 
 

@@ -35,7 +35,7 @@ from turnout.core.types import Capabilities, ChatRequest, ChatResponse, Final, S
 from turnout.providers.embedding import EmbeddingWire, header_tokens
 from turnout.providers.framing import DEFAULT_MAX_LINE, SSEParser, unterminated_data_payloads
 from turnout.providers.headroom import HeadroomWatch
-from turnout.providers.http import HttpClient, Target, Timeouts
+from turnout.providers.http import Callee, HttpClient, Timeouts
 
 AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
@@ -260,7 +260,7 @@ class HTTPAdapter(Provider):
         )
         self._ssl = http.ssl_context(settings.ssl_ca)
         self._caps = self._capabilities()
-        self._targets: dict[str | None, Target] = {}
+        self._callees: dict[str | None, Callee] = {}
         self.headroom: HeadroomWatch | None = None
         self._embedding = self.embedding_wire()
 
@@ -360,7 +360,7 @@ class HTTPAdapter(Provider):
             headers=headers,
             body=body,
             timeouts=self.settings.timeouts,
-            target=self.target(model),
+            callee=self.callee(model),
             max_bytes=1024 * 1024,
             ssl_context=self._ssl,
         )
@@ -423,14 +423,14 @@ class HTTPAdapter(Provider):
         """The bound on one stream line or event: the profile's ``max_response_bytes``, at most 8 MiB."""
         return min(self.settings.max_response_bytes, DEFAULT_MAX_LINE)
 
-    def target(self, model: str | None) -> Target:
+    def callee(self, model: str | None) -> Callee:
         """Identity and secrets for errors raised while calling ``model`` (built once per model)."""
-        target = self._targets.get(model)
-        if target is None:
-            if len(self._targets) > 64:
-                self._targets.clear()
-            target = self._targets[model] = Target(provider=self.settings.profile, model=model, secrets=self._secrets)
-        return target
+        callee = self._callees.get(model)
+        if callee is None:
+            if len(self._callees) > 64:
+                self._callees.clear()
+            callee = self._callees[model] = Callee(profile=self.settings.profile, model=model, secrets=self._secrets)
+        return callee
 
     def temperature(self, temperature: float | None) -> float | None:
         """The caller's temperature, else the profile's default (None: left out of the request)."""
@@ -475,7 +475,7 @@ class HTTPAdapter(Provider):
             headers=headers,
             body=body,
             timeouts=settings.timeouts,
-            target=self._targets.get(model) or self.target(model),  # no call once the model's is made
+            callee=self._callees.get(model) or self.callee(model),  # no call once the model's is made
             max_bytes=settings.max_response_bytes,
             ssl_context=self._ssl,
         )
@@ -523,7 +523,7 @@ class HTTPAdapter(Provider):
             headers=headers,
             body=body,
             timeouts=self.settings.timeouts,
-            target=self._targets.get(model) or self.target(model),  # no call once the model's is made
+            callee=self._callees.get(model) or self.callee(model),  # no call once the model's is made
             ssl_context=self._ssl,
             max_bytes=self.settings.max_response_bytes,
         ) as resp:
@@ -583,7 +583,7 @@ class HTTPAdapter(Provider):
             headers=headers,
             body=body,
             timeouts=settings.timeouts,
-            target=self.target(model),
+            callee=self.callee(model),
             max_bytes=max(settings.max_response_bytes, EMBEDDING_MAX_RESPONSE_BYTES),
             ssl_context=self._ssl,
         )

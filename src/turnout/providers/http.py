@@ -65,10 +65,16 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Target:
-    """Who is being called, for error messages, and the secrets to scrub from them."""
+class Callee:
+    """Who is being called, for error messages, and the secrets to scrub from them.
 
-    provider: str
+    Attributes:
+        profile: The profile being called (what an error names as its provider).
+        model: The model asked for, if known.
+        secrets: The credentials to scrub from any message.
+    """
+
+    profile: str
     model: str | None
     secrets: tuple[str, ...] = ()
 
@@ -110,7 +116,7 @@ class StreamingResponse:
     def __init__(
         self,
         client: HttpClient,
-        args: tuple[str | URL, Mapping[str, str], bytes, Timeouts, Target, ssl.SSLContext | bool],
+        args: tuple[str | URL, Mapping[str, str], bytes, Timeouts, Callee, ssl.SSLContext | bool],
         max_bytes: int | None = None,
     ) -> None:
         self._client = client
@@ -120,7 +126,7 @@ class StreamingResponse:
 
     async def __aenter__(self) -> StreamingResponse:
         """Send the request and wait for the response headers; the open response."""
-        url, headers, body, timeouts, target, ssl_context = self._args
+        url, headers, body, timeouts, callee, ssl_context = self._args
         request = self._client._request(url, headers, body, timeouts, ssl_context)
         # The first-token bound is ours; aiohttp's total bound ends the wait instead when it is the shorter.
         first = asyncio.get_running_loop().time() + timeouts.first_token
@@ -129,7 +135,7 @@ class StreamingResponse:
             async with bound:
                 resp = await request
         except (aiohttp.ClientError, OSError) as exc:  # a TimeoutError is an OSError
-            raise _failed(exc, bound.expired(), timeouts, target, url)  # noqa: B904 - the cause is set by _failed
+            raise _failed(exc, bound.expired(), timeouts, callee, url)  # noqa: B904 - the cause is set by _failed
         self._resp, self.status, self.headers = resp, resp.status, resp.headers
         self._first = first if timeouts.first_token < timeouts.total else None
         self._idle = timeouts.idle
@@ -184,14 +190,14 @@ class StreamingResponse:
 
     def _timed_out(self, phase: str) -> ProviderTimeout:
         """The error of a body read that a time bound ended."""
-        _, _, _, timeouts, target, _ = self._args
+        _, _, _, timeouts, callee, _ = self._args
         bounds = {"first_token": timeouts.first_token, "idle": timeouts.idle, "total": timeouts.total}
         return ProviderTimeout(
             f"timed out waiting for {_WAITING_FOR[phase]}",
             phase=phase,
             seconds=bounds[phase],
-            provider=target.provider,
-            model=target.model,
+            provider=callee.profile,
+            model=callee.model,
         )
 
     async def read_chunk(self) -> bytes:
@@ -204,9 +210,9 @@ class StreamingResponse:
         try:
             chunk = await self._read()
         except (aiohttp.ClientError, OSError) as exc:
-            target = self._args[4]
+            callee = self._args[4]
             raise ProviderConnectionError(
-                f"connection lost while streaming: {type(exc).__name__}", provider=target.provider, model=target.model
+                f"connection lost while streaming: {type(exc).__name__}", provider=callee.profile, model=callee.model
             ) from exc
         if self._left is not None:
             self._left -= len(chunk)
@@ -217,12 +223,12 @@ class StreamingResponse:
 
     def _too_large(self) -> ResponseTooLarge:
         """The error of a stream whose decoded total passed its bound; the connection is closed on leaving."""
-        target = self._args[4]
+        callee = self._args[4]
         encoded = "compressed " if _encoded(self.headers) else ""
         return ResponseTooLarge(
             f"{encoded}stream exceeds the response limit once decoded",
-            provider=target.provider,
-            model=target.model,
+            provider=callee.profile,
+            model=callee.model,
             status=self.status,
         )
 
@@ -241,13 +247,13 @@ class StreamingResponse:
             ProviderConnectionError: The connection was lost.
             ResponseTooLarge: The body is larger than ``limit`` (once decoded).
         """
-        target = self._args[4]
+        callee = self._args[4]
         length = self._resp.content_length
         if length is not None and length > limit:
             raise ResponseTooLarge(
                 f"response body of {length} bytes exceeds the limit of {limit} bytes",
-                provider=target.provider,
-                model=target.model,
+                provider=callee.profile,
+                model=callee.model,
                 status=self.status,
             )
         parts: list[bytes] = []
@@ -258,16 +264,16 @@ class StreamingResponse:
                 if size > limit:
                     raise ResponseTooLarge(
                         f"response body exceeds the limit of {limit} bytes once decoded",
-                        provider=target.provider,
-                        model=target.model,
+                        provider=callee.profile,
+                        model=callee.model,
                         status=self.status,
                     )
                 parts.append(chunk)
         except (aiohttp.ClientError, OSError) as exc:
             raise ProviderConnectionError(
                 f"connection lost while reading the response: {type(exc).__name__}",
-                provider=target.provider,
-                model=target.model,
+                provider=callee.profile,
+                model=callee.model,
                 status=self.status,
             ) from exc
         return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -279,7 +285,7 @@ def _encoded(headers: Mapping[str, str]) -> bool:
     return encoding is not None and encoding.strip().lower() not in ("", "identity")
 
 
-def _failed(exc: BaseException, first_token: bool, timeouts: Timeouts, target: Target, url: str | URL) -> ProviderError:
+def _failed(exc: BaseException, first_token: bool, timeouts: Timeouts, callee: Callee, url: str | URL) -> ProviderError:
     """The typed error of a request that failed before its headers arrived (its cause set).
 
     ``first_token``: our first-token bound ended the wait. aiohttp's total bound ends it with a bare
@@ -293,8 +299,8 @@ def _failed(exc: BaseException, first_token: bool, timeouts: Timeouts, target: T
             f"timed out after {seconds:g}s waiting for the response",
             phase="first_token" if first_token else "total",
             seconds=seconds,
-            provider=target.provider,
-            model=target.model,
+            provider=callee.profile,
+            model=callee.model,
         )
         error.__cause__, error.__suppress_context__ = None, True  # as ``raise ... from None``
         return error
@@ -305,19 +311,19 @@ def _failed(exc: BaseException, first_token: bool, timeouts: Timeouts, target: T
             phase="connect",
             seconds=timeouts.connect,
             address=address,
-            provider=target.provider,
-            model=target.model,
+            provider=callee.profile,
+            model=callee.model,
         )
     else:
         failure = connect_failure(exc)
         error = ProviderConnectionError(
-            scrub(f"connection failed ({failure or 'other'}, {address}): {type(exc).__name__}: {exc}", target.secrets)[
+            scrub(f"connection failed ({failure or 'other'}, {address}): {type(exc).__name__}: {exc}", callee.secrets)[
                 :500
             ],
             failure=failure,
             address=address,
-            provider=target.provider,
-            model=target.model,
+            provider=callee.profile,
+            model=callee.model,
         )
     error.__cause__ = exc  # as ``raise ... from exc``
     return error
@@ -426,7 +432,7 @@ class HttpClient:
         headers: Mapping[str, str],
         body: bytes,
         timeouts: Timeouts,
-        target: Target,
+        callee: Callee,
         max_bytes: int,
         ssl_context: ssl.SSLContext | bool = True,
     ) -> HttpResponse:
@@ -437,7 +443,7 @@ class HttpClient:
             ProviderConnectionError: The connection failed or was reset.
             ResponseTooLarge: The body is larger than ``max_bytes`` (once decoded).
         """
-        async with StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context)) as resp:
+        async with StreamingResponse(self, (url, headers, body, timeouts, callee, ssl_context)) as resp:
             data = await resp.read_body(max_bytes)
         return _tuple_new(HttpResponse, (resp.status, resp.headers, data))  # a named tuple's __new__ is Python
 
@@ -448,7 +454,7 @@ class HttpClient:
         headers: Mapping[str, str],
         body: bytes,
         timeouts: Timeouts,
-        target: Target,
+        callee: Callee,
         ssl_context: ssl.SSLContext | bool = True,
         max_bytes: int | None = None,
     ) -> StreamingResponse:
@@ -460,7 +466,7 @@ class HttpClient:
         (reading past it raises :class:`~turnout.core.errors.ResponseTooLarge`): what its parsers accumulate is bounded
         by it.
         """
-        return StreamingResponse(self, (url, headers, body, timeouts, target, ssl_context), max_bytes)
+        return StreamingResponse(self, (url, headers, body, timeouts, callee, ssl_context), max_bytes)
 
 
 def connect_failure(exc: BaseException) -> str | None:

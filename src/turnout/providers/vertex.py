@@ -134,7 +134,7 @@ class _Vertex(HTTPAdapter):
         """
         self._headers = self.http.credential({**self._plain, "Authorization": f"Bearer {token}"})
         self._secrets = tuple(s for s in (token, *self.settings.extra_headers.values()) if s and len(s) >= 4)
-        self._targets = {}
+        self._callees = {}
         self._token = token
 
     async def _authorise(self) -> str:

@@ -95,12 +95,12 @@ def space_entries(
     skipped: list[tuple[int, str]] = []
     caps: list[EmbeddingLimits] = []
     for i, entry in enumerate(entries):
-        served = entry.served_model(model)
-        own = _limits(entry, served)
+        sent = entry.served_model(model)
+        own = _limits(entry, sent)
         if own is None:
             skipped.append((i, "serves no embeddings"))
-        elif space_of(served, request.dimensions, spaces) != space:
-            skipped.append((i, f"another vector space ({served})"))
+        elif space_of(sent, request.dimensions, spaces) != space:
+            skipped.append((i, f"another vector space ({sent})"))
         elif (why := own.refusal(request)) is not None:
             skipped.append((i, why))
         else:
@@ -117,8 +117,8 @@ def space_entries(
     )
 
 
-def _limits(entry: Entry, served: str) -> EmbeddingLimits | None:
-    return entry.providers[0].embedding_limits(served)
+def _limits(entry: Entry, model: str) -> EmbeddingLimits | None:
+    return entry.providers[0].embedding_limits(model)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,9 +140,9 @@ class EmbedServed:
     batches: int
 
 
-def embedding_cost(catalogue: Catalogue, entry: Entry, served: str, usage: Usage) -> float | None:
+def embedding_cost(catalogue: Catalogue, entry: Entry, model: str, usage: Usage) -> float | None:
     """What ``usage`` costs on ``entry``: the profile's ``pricing``, else the catalogue's price per input token."""
-    rates = entry.rates if entry.rates is not None else catalogue.embedding_rates(entry.family, served)
+    rates = entry.rates if entry.rates is not None else catalogue.embedding_rates(entry.family, model)
     return rates.cost(usage) if rates is not None else None
 
 
@@ -221,11 +221,11 @@ async def embed_through(
     last = -1
     for part, done in zip(parts, answers, strict=True):
         assert done is not None  # every batch was answered (else its walk raised)
-        answer, index, served = done
+        answer, index, by = done
         vectors.extend(answer.vectors)
         usage = usage + _usage_of(answer, part)
         if index >= last:
-            last, route = index, served
+            last, route = index, by
     assert route is not None  # there is at least one batch
     return EmbedServed(vectors=tuple(vectors), usage=usage, route=route, entry=last, batches=len(ranges))
 
@@ -315,16 +315,16 @@ async def _accepted(
     """``c`` answered the batch: its attempt recorded and priced, its breaker told."""
     answer, choice, started, t0 = done
     walk.take_failure()
-    entry, served = c.entry, c.model
+    entry = c.entry
     usage = _usage_of(answer, request)
     walk.record(
         new_attempt(
             provider=entry.profile,
-            model=served,
+            model=c.model,
             outcome="ok",
             key_id=choice.key_id,
             usage=usage,
-            cost_usd=embedding_cost(walk.context.catalogue, entry, served, usage),
+            cost_usd=embedding_cost(walk.context.catalogue, entry, c.model, usage),
             started_at=started,
             duration_ms=(time.perf_counter() - t0) * 1000.0,
             entry=c.index,
@@ -334,4 +334,4 @@ async def _accepted(
     closing = walk.healthy(c)
     if closing is not None:
         await closing
-    return answer, c.index, entry.route(served)
+    return answer, c.index, entry.route(c.model)

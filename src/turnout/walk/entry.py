@@ -81,19 +81,19 @@ class Entry:
         """The model this entry sends for a request asking for ``requested``."""
         return self.model if self.model is not None else requested
 
-    def route(self, served: str) -> RouteRef:
+    def route(self, model: str) -> RouteRef:
         """This entry's route for the model it serves (the last one is kept: calls rarely change models)."""
         route = self._route
-        if route is None or route.model != served:
-            route = self._route = RouteRef(provider=self.profile, model=served)
-            self._health_key = entry_key(self.profile, served)
+        if route is None or route.model != model:
+            route = self._route = RouteRef(provider=self.profile, model=model)
+            self._health_key = entry_key(self.profile, model)
         return route
 
-    def health_key(self, served: str) -> str:
+    def health_key(self, model: str) -> str:
         """The key of this entry's circuit breaker for the model it serves: ``family.alias/model``."""
         route = self._route
-        if route is None or route.model != served:
-            self.route(served)
+        if route is None or route.model != model:
+            self.route(model)
         return self._health_key
 
     def capabilities(self, requested: str | None = None) -> Capabilities:

@@ -1,7 +1,8 @@
 """The reliable walk: the entries of one route, tried in order with retries, backoff and key rotation.
 
-:class:`ReliableProvider` implements the provider contract, so routers and clients compose it like any
-other provider. It answers in two ways:
+:class:`ReliableProvider` holds the adapters of one route's entries; it is not itself a
+:class:`~turnout.core.provider.Provider`. Its callers (the client, the streaming runtime) pass it each call's
+:class:`~turnout.core.attribution.DispatchScope` explicitly. It answers in two ways:
 
 - :meth:`ReliableProvider.run` walks the entries for one complete answer (SPEC 6) and returns it with the
   entry that produced it (:class:`Served`);
@@ -11,12 +12,11 @@ other provider. It answers in two ways:
   is the streaming runtime's decision (:mod:`turnout.runtime`); :meth:`ReliableStream.resume_after`
   says where such a recovery continues, and :meth:`run` takes it as ``resume``.
 
-The provider orders the entries for each call (:meth:`ReliableProvider.visit_order`), starts its
+:class:`ReliableProvider` orders the entries for each call (:meth:`ReliableProvider.visit_order`), starts its
 :class:`~turnout.walk.walk.Walk` with the route's :class:`~turnout.walk.context.WalkContext` (made once here), and runs
 hedges. The walk makes the tries: what a failure means comes from :mod:`turnout.core.classify`, what the walk does
 about it from :func:`turnout.walk.policy.decide`, for both forms, applied in one place (:meth:`Walk.settle
-<turnout.walk.walk.Walk.settle>`). Every attempt is recorded in the call's
-:class:`~turnout.core.attribution.DispatchScope`.
+<turnout.walk.walk.Walk.settle>`). Every attempt is recorded in the call's dispatch scope.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
 
-from turnout.core.attribution import DispatchScope, current_scope
+from turnout.core.attribution import DispatchScope
 from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -36,9 +35,8 @@ from turnout.core.errors import (
     TurnoutError,
     UnsupportedRequest,
 )
-from turnout.core.provider import Provider, flatten
 from turnout.core.report import aggregate_message
-from turnout.core.types import Capabilities, ChatRequest, ChatResponse, StreamEvent, can_serve, unservable_reason
+from turnout.core.types import ChatRequest, can_serve, unservable_reason
 from turnout.ledger.pricing import Catalogue, default_catalogue
 from turnout.state import MemoryStore, StateStore
 from turnout.state.pins import Pin
@@ -57,7 +55,7 @@ MIN_BACKOFF_S = 0.05
 __all__ = ["ContextLimits", "Entry", "PoolOrder", "ReliableProvider", "ReliableStream", "Resume", "Served"]
 
 
-class ReliableProvider(Provider):
+class ReliableProvider:
     """Walks the entries of one route with retries, backoff, cooldowns and key rotation.
 
     Args:
@@ -120,25 +118,6 @@ class ReliableProvider(Provider):
             # pins of conversations to members, kept only when some pool leads or falls back here
             affinity=affinity if self.pooled else None,
         )
-
-    # --- what the route can do ----------------------------------------------------------------
-
-    def capabilities(self, model: str | None = None) -> Capabilities:
-        """The first entry's capabilities; vision and native tools only if every entry has them."""
-        caps = [e.capabilities(model) for e in self.entries]
-        return replace(
-            caps[0],
-            native_tools=all(c.native_tools for c in caps),
-            vision=all(c.vision for c in caps),
-            streaming=any(c.streaming for c in caps),
-            streaming_tool_events=any(c.streaming_tool_events for c in caps),
-        )
-
-    async def aclose(self) -> None:
-        """Close every adapter (they share one session; closing it twice is harmless)."""
-        for entry in self.entries:
-            for provider in entry.providers:
-                await provider.aclose()
 
     def visit_order(self, pin: Pin | None = None, requested: str = "", *, keyed: bool = False) -> Sequence[int]:
         """The entries' indices in the order one call tries them: each pool's members arranged by the pool.
@@ -214,16 +193,6 @@ class ReliableProvider(Provider):
         return not every and has_images(request.messages)
 
     # --- the non-streaming walk -------------------------------------------------------------------
-
-    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
-        """Walk the entries until one answers (SPEC 6), recording attempts in the current dispatch scope.
-
-        Raises:
-            RefusalError: The model refused and the profile does not route refusals.
-            ContextWindowExceeded: The request is too large for every remaining entry.
-            AllProvidersFailed: Every entry failed; ``.attempts`` lists each attempt.
-        """
-        return (await self.run(request, model, temperature, current_scope())).response
 
     async def run(
         self,
@@ -399,24 +368,6 @@ class ReliableProvider(Provider):
             return None
         hedging.credit(settings)
         return delay, settings.other_keys
-
-    async def stream_batches(
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> AsyncGenerator[list[StreamEvent], None]:
-        """One stream (see :meth:`open_stream`), recorded in the current dispatch scope.
-
-        A failure after the first batch is not retried here: :mod:`turnout.runtime` decides whether it
-        may be recovered.
-        """
-        stream = await self.open_stream(request, model, temperature, current_scope())
-        async for batch in stream.batches():
-            yield batch
-
-    def stream(
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """:meth:`stream_batches`, one event at a time."""
-        return flatten(self.stream_batches(request, model, temperature))
 
 
 async def _first_answer(

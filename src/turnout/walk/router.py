@@ -5,16 +5,17 @@ A recognised hint picks its target and the model to send; anything else stays on
 An unknown hint logs a warning and keeps the literal ``hint:<name>`` as the requested model (a pinned
 default serves its pin; an unpinned default forwards the literal). Routing never bypasses reliability:
 every target is itself a :class:`~turnout.walk.reliable.ReliableProvider`.
+
+The router only resolves: :meth:`Router.resolve` gives the :class:`Target`, and the caller (the client) runs the
+call on the target's reliable provider. The router is not itself a :class:`~turnout.core.provider.Provider`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from turnout.core.provider import Provider
-from turnout.core.types import Capabilities, ChatRequest, ChatResponse, StreamEvent
 from turnout.walk.reliable import ReliableProvider
 
 log = logging.getLogger("turnout.router")
@@ -31,7 +32,7 @@ class Target:
     hint: str | None = None
 
 
-class Router(Provider):
+class Router:
     """Dispatches ``hint:<name>`` models to their route targets, everything else to the default target.
 
     Args:
@@ -75,26 +76,3 @@ class Router(Provider):
             if all(reliable is not r for r in out):
                 out.append(reliable)
         return out
-
-    def capabilities(self, model: str | None = None) -> Capabilities:
-        """The capabilities of the target ``model`` resolves to (the default target for plain models)."""
-        target = self.resolve(model)
-        return target.reliable.capabilities(target.model)
-
-    async def chat(self, request: ChatRequest, model: str, temperature: float | None = None) -> ChatResponse:
-        """Resolve the target, then walk its route."""
-        target = self.resolve(model)
-        return await target.reliable.chat(request, target.model, temperature)
-
-    async def stream(
-        self, request: ChatRequest, model: str, temperature: float | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Resolve the target, then open its reliable stream."""
-        target = self.resolve(model)
-        async for event in target.reliable.stream(request, target.model, temperature):
-            yield event
-
-    async def aclose(self) -> None:
-        """Close every target's adapters."""
-        for reliable in self.targets():
-            await reliable.aclose()

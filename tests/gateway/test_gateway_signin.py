@@ -14,7 +14,7 @@ from gateway_support import GATEWAY_KEY, TWO_PROFILES, Raw, get, sample
 from fakes import FakeClock, Fleet
 from turnout import Client
 from turnout.gateway import Gateway, GatewayServer
-from turnout.gateway.session import COOKIE, FREE_FAILURES, LoginThrottle, new_secret
+from turnout.gateway.signin import COOKIE, FREE_FAILURES, LoginThrottle, new_secret
 from turnout.gateway.workers import Peers
 
 OPS_KEY = "gw-ops-key-1"

@@ -82,7 +82,7 @@ def _unb64(text: str) -> bytes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Session:
+class PageSession:
     """What a valid token says.
 
     Attributes:
@@ -112,7 +112,7 @@ class Revocations:
         self.clock = clock
         self._memory: dict[str, float] = {}
 
-    def revoke(self, session: Session) -> None:
+    def revoke(self, session: PageSession) -> None:
         """End ``session`` for every worker (a failure to record it is an error: the logout must hold)."""
         self._memory[session.id] = session.expiry
         self._forget_expired()
@@ -120,7 +120,7 @@ class Revocations:
             path = self.directory / f"{_REVOKED_PREFIX}{session.id}"
             path.write_text(str(session.expiry))
 
-    def revoked(self, session: Session) -> bool:
+    def revoked(self, session: PageSession) -> bool:
         """Whether ``session`` was ended by a logout (of any worker)."""
         if session.id in self._memory:
             return True
@@ -132,7 +132,7 @@ class Revocations:
             del self._memory[sid]
 
 
-class Sessions:
+class PageSessions:
     """Issues and checks session tokens.
 
     Args:
@@ -170,7 +170,7 @@ class Sessions:
         payload = f"{_b64(caller.encode())}.{int(self.clock() + self.ttl)}.{sid}.{self.generation(key_digest)}"
         return f"{payload}.{self._sign(payload)}"
 
-    def session(self, token: str | None) -> Session | None:
+    def session(self, token: str | None) -> PageSession | None:
         """What a token says, when its signature is right, it has not expired and it was not revoked; else None."""
         if not token or len(token) > MAX_TOKEN_CHARS:
             return None
@@ -182,7 +182,7 @@ class Sessions:
             return None
         name, expiry, sid, generation = parts
         try:
-            found = Session(caller=_unb64(name).decode(), id=sid, generation=generation, expiry=int(expiry))
+            found = PageSession(caller=_unb64(name).decode(), id=sid, generation=generation, expiry=int(expiry))
         except (ValueError, binascii.Error, UnicodeDecodeError):
             return None
         if found.expiry <= self.clock() or self.revocations.revoked(found):

@@ -11,7 +11,7 @@ The operator decides (SPEC 10). A request's ``model`` must be a name its key may
   other rule (coding agents send model names of their own, and the operator decides where they go); a pattern
   naming a profile without a pinned ``model`` sends the client's name to it;
 - with ``[gateway.keys.<name>] models = [...]``, only the names listed there;
-- with ``allow_any_model = true``, anything (the open routing of :func:`turnout.gateway.wire.route_choice`).
+- with ``allow_any_model = true``, anything (the open routing of :func:`route_choice`).
 
 Anything else is a 404 ``model_not_found``. A ``[senders.<id>]`` tier applies only as a key's bound
 ``sender``: what a client sends as ``user`` or ``metadata.user_id`` never selects one. A key's
@@ -19,8 +19,8 @@ Anything else is a 404 ``model_not_found``. A ``[senders.<id>]`` tier applies on
 spend limit (``daily_limit_usd``, ``max_call_usd``) may not reach a model without a known price (neither the
 profile's ``pricing`` nor the catalogue's): what such a call costs could not be counted, so it is a 400
 ``model_unpriced`` before anything is sent. That is decided on the call's own route, where its worst case is
-reserved (:meth:`Policy.reserve`, :class:`~turnout.gateway.spend.WorstCase`), and ``turnout check`` warns about the
-keys and names that reach one, routing them as calls are routed (:meth:`Policy.check`).
+reserved (:meth:`Access.reserve`, :class:`~turnout.gateway.spend.WorstCase`), and ``turnout check`` warns about the
+keys and names that reach one, routing them as calls are routed (:meth:`Access.check`).
 
 Everything is computed when the gateway starts; admitting a request costs a dict lookup.
 """
@@ -31,7 +31,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -50,9 +50,10 @@ from turnout.config import (
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.core.errors import ConfigError
+from turnout.gateway.bounds import MAX_MODEL_CHARS
+from turnout.gateway.failures import Failure, RequestRejected, invalid
 from turnout.gateway.shared_spend import SharedBusy, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook, WorstCase, seconds_to_midnight, unpriced_entries
-from turnout.gateway.wire import MAX_MODEL_CHARS, Failure, RequestRejected, RouteChoice, invalid, route_choice
 from turnout.ledger.pricing import FAMILY_CATALOGUE_IDS
 from turnout.providers import model_problem
 from turnout.walk.router import HINT_PREFIX, Target
@@ -62,6 +63,33 @@ NameKind: TypeAlias = Literal["hint", "alias", "profile", "model"]
 _GLOB = frozenset("*?[")
 #: The name of the caller of a gateway without client keys.
 ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """What the request's ``model`` selects: ``client.chat(model=..., provider=...)`` arguments."""
+
+    model: str | None
+    provider: str | None
+
+
+def route_choice(config: Config, raw: str | None) -> RouteChoice:
+    """Read the request's ``model``.
+
+    - ``hint:<name>`` → that route (the router resolves it);
+    - ``family.alias`` naming a configured profile → that profile, with its own model;
+    - ``family.alias/<model>`` → that profile with ``<model>`` (for profiles without a pinned model);
+    - anything else (``gpt-4.1``, which also has a dot) → a plain model for the default profile;
+    - empty → the default profile's own model.
+    """
+    if not raw:
+        return RouteChoice(None, None)
+    if raw.startswith(HINT_PREFIX):
+        return RouteChoice(raw, None)
+    head, slash, rest = raw.partition("/")
+    if "." in head and resolve_profile_ref(config, head) == head:
+        return RouteChoice(rest if slash and rest else None, head)
+    return RouteChoice(raw, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +124,7 @@ class Caller:
         max_call_usd: The most one of its calls may reserve (its worst case), if bounded.
         rpm: The most requests it may start per minute, if bounded.
         tpm: The most tokens (input and output) its calls may use per minute, if bounded.
-        default_route: Whether an empty ``model`` (the default route) is open to it: with the default policy, or
+        default_route: Whether an empty ``model`` (the default route) is open to it: with the default access, or
             when its names reach the default target (the default profile or one of its models; a hint to a
             default pool).
         models_json: Its ``/v1/models`` bodies, OpenAI and Anthropic shapes, encoded once.
@@ -157,7 +185,7 @@ class Routes(Protocol):
         ...
 
 
-class Policy:
+class Access:
     """The gateway's rules over one configuration (see the module docstring).
 
     Args:
@@ -292,7 +320,7 @@ class Policy:
     # --- callers -------------------------------------------------------------------------------
 
     def caller(self, name: str, entry: GatewayKey | None = None) -> Caller:
-        """The caller for a key: the default policy (``entry`` None), or what ``[gateway.keys.<name>]`` allows.
+        """The caller for a key: the default access (``entry`` None), or what ``[gateway.keys.<name>]`` allows.
 
         Raises:
             ConfigError: A listed model or the bound sender names nothing configured.
@@ -377,7 +405,7 @@ class Policy:
         return target in names or self._primary in names
 
     def check(self, routes: Routes | None = None) -> list[ConfigWarning]:
-        """Validate every ``[gateway.keys.<name>]`` policy without resolving any key (``turnout check``).
+        """Validate every ``[gateway.keys.<name>]`` entry without resolving any key (``turnout check``).
 
         Args:
             routes: What routes the keys' names, as the gateway's calls are routed (``turnout check`` builds a
@@ -448,17 +476,17 @@ class Policy:
         return out
 
     def callers(self, plain_keys: Iterable[str], named_keys: Mapping[str, str]) -> list[tuple[str, Caller]]:
-        """``(key, caller)`` for every client key: plain ``api_keys`` with the default policy, then named keys.
+        """``(key, caller)`` for every client key: plain ``api_keys`` with the default access, then named keys.
 
         Raises:
-            ConfigError: A key is configured twice, or a named key's policy is invalid.
+            ConfigError: A key is configured twice, or a named key's access is invalid.
         """
         out: list[tuple[str, Caller]] = []
         seen: dict[str, str] = {}
         default: Caller | None = None
         for key in plain_keys:
             default = default or self.caller(ANONYMOUS)
-            out.append((key, _renamed(default, key_id(key))))
+            out.append((key, replace(default, name=key_id(key))))
             seen.setdefault(key, "gateway.api_keys")
         for name, key in named_keys.items():
             if key in seen:
@@ -579,22 +607,6 @@ class Policy:
             if n.model:
                 out.add((n.provider, n.model))
         return frozenset(out)
-
-
-def _renamed(caller: Caller, name: str) -> Caller:
-    return Caller(
-        name=name,
-        names=caller.names,
-        open_profiles=caller.open_profiles,
-        sender=caller.sender,
-        daily_limit_usd=caller.daily_limit_usd,
-        max_call_usd=caller.max_call_usd,
-        rpm=caller.rpm,
-        tpm=caller.tpm,
-        default_route=caller.default_route,
-        models_json=caller.models_json,
-        patterns=caller.patterns,
-    )
 
 
 def not_available(model: str) -> RequestRejected:

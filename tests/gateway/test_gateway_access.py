@@ -15,8 +15,8 @@ from turnout import Client
 from turnout.config import key_id, load_config_toml
 from turnout.core.errors import ConfigError
 from turnout.gateway import Gateway, GatewayServer
+from turnout.gateway.access import ANONYMOUS, Access, Admitted
 from turnout.gateway.auth import named_keys
-from turnout.gateway.policy import ANONYMOUS, Admitted, Policy
 
 TEAM_KEY = "gw-team-key-2"
 VIP_KEY = "gw-vip-key-3"
@@ -99,7 +99,7 @@ async def test_unlisted_names_are_404_in_each_surface_shape(model: str) -> None:
     assert all(not p.calls for p in fleet.built.values())
 
 
-async def test_models_lists_exactly_what_the_default_policy_serves() -> None:
+async def test_models_lists_exactly_what_the_default_access_serves() -> None:
     """/v1/models lists hints, profiles (not fallback-only ones), the default's models and aliases; each is served."""
     fleet = Fleet()
     async with served(fleet) as server:
@@ -178,10 +178,10 @@ async def test_a_key_lists_and_uses_only_its_models() -> None:
     assert denied == [404, 404, 404, 404]
     assert one.json()["turnout"] == {"kind": "alias", "provider": "openai.open", "model": "gpt-4o"}
     assert hidden.status == 404
-    assert served_by(plain) == ("openai.main", "gpt-4.1")  # the plain api_keys key keeps the default policy
+    assert served_by(plain) == ("openai.main", "gpt-4.1")  # the plain api_keys key keeps the default access
 
 
-async def test_the_responses_and_count_tokens_endpoints_obey_the_same_policy() -> None:
+async def test_the_responses_and_count_tokens_endpoints_obey_the_same_access() -> None:
     """A key limited to its models gets 404 on /v1/responses and /v1/messages/count_tokens for anything else."""
     fleet = Fleet()
     async with served(fleet) as server:
@@ -313,7 +313,7 @@ async def test_a_daily_limit_is_enforced_from_the_ledger(tmp_path: Path) -> None
         ('[gateway.keys.t]\nkey = "${GW_UNSET_KEY}"\n', "gateway.keys.t.key"),
     ],
 )
-def test_a_policy_that_names_nothing_configured_fails_at_start(extra: str, path: str) -> None:
+def test_an_access_rule_that_names_nothing_configured_fails_at_start(extra: str, path: str) -> None:
     """An alias, key model, sender, limit without a ledger or duplicate/missing key fails with its key path."""
     toml = BASE.replace('aliases = { gpt-4o = "openai.open/gpt-4o", quick = "hint:fast" }\n', "") + extra
     client = Client.from_toml(toml, adapter_builder=Fleet(), ledger=False)
@@ -326,13 +326,13 @@ def test_a_policy_that_names_nothing_configured_fails_at_start(extra: str, path:
 def test_a_listed_name_is_admitted_as_its_route_with_the_key_s_sender() -> None:
     """Each listed name of each key is admitted as the route it names, with the key's bound sender (made once)."""
     config = load_config_toml(BASE + KEYS)
-    policy = Policy(config)
-    callers = [c for _, c in policy.callers([GATEWAY_KEY], named_keys(config))] + [policy.caller(ANONYMOUS)]
+    access = Access(config)
+    callers = [c for _, c in access.callers([GATEWAY_KEY], named_keys(config))] + [access.caller(ANONYMOUS)]
     assert {c.sender for c in callers} == {None, "vip"}
     for caller in callers:
         assert caller.names
         for name, public in caller.names.items():
-            assert policy.admit(caller, name) == Admitted(public.choice.model, public.choice.provider, caller.sender)
+            assert access.admit(caller, name) == Admitted(public.choice.model, public.choice.provider, caller.sender)
 
 
 @pytest.mark.parametrize("key", [GATEWAY_KEY, VIP_KEY])
@@ -381,7 +381,7 @@ async def test_a_call_gets_the_same_options_whole_or_streamed(
 @pytest.mark.parametrize("limit", [None, "daily_limit_usd", "max_call_usd", "rpm", "tpm"])
 def test_a_caller_is_limited_by_any_of_its_bounds(limit: str | None) -> None:
     """Any one of the four bounds makes a caller's calls reserve their worst case first; none leaves it unlimited."""
-    from turnout.gateway.policy import Caller
+    from turnout.gateway.access import Caller
 
     bounds: dict[str, Any] = {limit: 1} if limit is not None else {}
     assert Caller(name="k", names={}, open_profiles=frozenset(), **bounds).limited is (limit is not None)
