@@ -353,7 +353,7 @@ async def lookup(rounds: int = 7, calls: int = 2000) -> Lookup:
         def work() -> None:  # what a call of a pinned conversation does: its key, the turn, the order, the answer
             key = conversation_key(request)
             assert key is not None
-            pin = affinity.turn(key)
+            pin = affinity.pin_for(key)
             affinity.arrange(list(MEMBERS), pin, None, pool, None)
             affinity.served(key, MEMBERS[0], 0, pin)
 

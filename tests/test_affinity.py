@@ -167,7 +167,7 @@ def test_a_turn_renews_its_pin_and_a_turn_served_where_it_was_pinned_writes_noth
     affinity = Affinity(store, ttl=60.0, clock=clock)
     affinity.served("k", "openai.a", 1)
     clock.now += 50.0
-    pin = affinity.turn("k")  # a turn begins 50 s on: the pin lives until 110 s from the start
+    pin = affinity.pin_for("k")  # a turn begins 50 s on: the pin lives until 110 s from the start
     assert pin == Pin("openai.a", 1)
     writes: list[str] = []
     original = store.pin
@@ -184,7 +184,7 @@ def test_a_turn_renews_its_pin_and_a_turn_served_where_it_was_pinned_writes_noth
     affinity.served("k", "openai.b", 0, pin)  # the turn went elsewhere: pinned there
     assert writes == ["k"] and affinity.pinned("k") == Pin("openai.b", 0)
     clock.now += 60.0
-    assert affinity.pinned("k") is None and affinity.turn("k") is None
+    assert affinity.pinned("k") is None and affinity.pin_for("k") is None
 
 
 def test_new_conversations_keep_off_a_member_beyond_its_share() -> None:

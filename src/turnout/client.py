@@ -571,4 +571,4 @@ def requested_route(target: Target) -> RouteRef:
     :func:`turnout.walk.pools.leading_members`).
     """
     first = target.reliable.entries[0]
-    return first.route(first.served_model(target.model))
+    return first.route(first.model_for(target.model))

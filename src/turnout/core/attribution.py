@@ -58,7 +58,7 @@ class Attempt:
         try_number: 1-based try on this entry (0 for a cooldown skip).
         stream: Whether the attempt streamed.
         detail: A content-free tag (``timeout:idle``, ``stream_truncated``, ``key_cooldown`` ...).
-        reason: What a person can act on, when known (:func:`turnout.core.report.failure_reason`): a rejected
+        reason: What a person can act on, when known (:func:`turnout.core.describe.failure_reason`): a rejected
             request's own reason from the provider (a 4xx, scrubbed of keys, at most 200 characters) or the
             address a connection failed to reach. Never written to the ledger.
     """

@@ -385,7 +385,7 @@ class Gateway:
         except (RequestRejected, ConfigError):
             return self.error_response(surface, not_available(wanted).failure)
         entry = target.reliable.entries[0]
-        item = model_object(wanted, entry.profile, entry.served_model(target.model), anthropic=anthropic)
+        item = model_object(wanted, entry.profile, entry.model_for(target.model), anthropic=anthropic)
         return web.Response(body=orjson.dumps(item), content_type=JSON)
 
     async def _status(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:

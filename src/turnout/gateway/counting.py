@@ -46,7 +46,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
     except ConfigError as exc:
         return gw.error_response(surface, config_failure(exc))
     entry = target.reliable.entries[0]
-    model = entry.served_model(target.model)
+    model = entry.model_for(target.model)
     key = entry.keys.pick(gw.client.factory.clock())
     provider = entry.providers[key.index] if key is not None else None
     count, source = None, "estimate"

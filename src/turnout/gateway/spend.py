@@ -455,7 +455,7 @@ def _priced(target: Target, usage_of: Callable[[Entry], Usage], embedding: bool)
     worst = 0.0
     unpriced: dict[tuple[str, str], None] = {}
     for entry in reliable.entries:
-        served = entry.served_model(target.model)
+        served = entry.model_for(target.model)
         usage = usage_of(entry)
         if embedding:
             cost = embedding_cost(context.catalogue, entry, served, usage)

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from turnout.call import Call
 from turnout.core.attribution import RouteRef
+from turnout.core.describe import aggregate_message
 from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -40,7 +41,6 @@ from turnout.core.errors import (
     TurnoutError,
 )
 from turnout.core.estimate import delivered_usage
-from turnout.core.report import aggregate_message
 from turnout.core.streams import ResponseBuilder, ThinkSplitter, without_think
 from turnout.core.types import (
     ChatRequest,

@@ -186,7 +186,7 @@ class Affinity:
         """The conversation's pin, while it lives (only read)."""
         return self.store.pinned(key, self.clock())
 
-    def turn(self, key: str) -> Pin | None:
+    def pin_for(self, key: str) -> Pin | None:
         """The conversation's pin, while it lives, renewed for :attr:`ttl`: a call of the conversation begins.
 
         A pin lives ``ttl`` after the last turn that read it, as a provider keeps a prefix after the last request
@@ -239,7 +239,7 @@ class Affinity:
     def served(self, key: str, member: str, key_index: int, pin: Pin | None = None) -> None:
         """``member`` served the conversation ``key`` with its key at ``key_index``: pin it there.
 
-        ``pin``: the conversation's pin when the call began (:meth:`turn`, which renewed it: nothing to do when the
+        ``pin``: the conversation's pin when the call began (:meth:`pin_for`, which renewed it: nothing to do when the
         turn went there).
         """
         if pin is None or pin.member != member or pin.key != key_index:

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from turnout.core.attribution import Attempt, Outcome, new_attempt
+from turnout.core.describe import error_detail, failure_reason
 from turnout.core.errors import ProviderError
 from turnout.core.estimate import billed_usage
-from turnout.core.report import error_detail, failure_reason
 from turnout.core.streams import ResponseBuilder
 from turnout.core.types import ChatRequest, ChatResponse, Usage
 from turnout.ledger.pricing import Catalogue

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.core.attribution import Attempt, DispatchScope, RouteRef, new_attempt
+from turnout.core.describe import aggregate_message
 from turnout.core.embeddings import (
     EmbeddingLimits,
     Embeddings,
@@ -42,7 +43,6 @@ from turnout.core.errors import (
 )
 from turnout.core.estimate import embedding_usage
 from turnout.core.provider import Provider
-from turnout.core.report import aggregate_message
 from turnout.core.types import Usage
 from turnout.ledger.pricing import Catalogue
 from turnout.walk.entry import Candidate, Entry
@@ -83,7 +83,7 @@ def space_entries(
     """
     entries = reliable.entries
     first = entries[0]
-    first_model = first.served_model(model)
+    first_model = first.model_for(model)
     limits = _limits(first, first_model)
     if limits is None:
         raise UnsupportedRequest(f"{first.profile} serves no embeddings")
@@ -95,7 +95,7 @@ def space_entries(
     skipped: list[tuple[int, str]] = []
     caps: list[EmbeddingLimits] = []
     for i, entry in enumerate(entries):
-        sent = entry.served_model(model)
+        sent = entry.model_for(model)
         own = _limits(entry, sent)
         if own is None:
             skipped.append((i, "serves no embeddings"))

@@ -77,7 +77,7 @@ class Entry:
         """Whether the entry forces its model."""
         return self.model is not None
 
-    def served_model(self, requested: str) -> str:
+    def model_for(self, requested: str) -> str:
         """The model this entry sends for a request asking for ``requested``."""
         return self.model if self.model is not None else requested
 

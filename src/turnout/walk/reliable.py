@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from turnout.core.attribution import DispatchScope
+from turnout.core.describe import aggregate_message
 from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -35,7 +36,6 @@ from turnout.core.errors import (
     TurnoutError,
     UnsupportedRequest,
 )
-from turnout.core.report import aggregate_message
 from turnout.core.types import ChatRequest, can_serve, unservable_reason
 from turnout.ledger.pricing import Catalogue, default_catalogue
 from turnout.state import MemoryStore, StateStore
@@ -155,7 +155,7 @@ class ReliableProvider:
         entry = first[member]
         if self.context.cooling_until(entry, now) is not None:
             return False
-        return self.context.store.breaker(entry.health_key(entry.served_model(requested))) is None
+        return self.context.store.breaker(entry.health_key(entry.model_for(requested))) is None
 
     def new_walk(
         self,
@@ -175,7 +175,7 @@ class ReliableProvider:
                 context, log, requested, limits, self.visit_order(None, requested) if self.pooled else self.entry_order
             )
         conversation = conversation_key(request)
-        pin = affinity.turn(conversation) if conversation else None
+        pin = affinity.pin_for(conversation) if conversation else None
         order = self.visit_order(pin, requested, keyed=conversation is not None)
         return Walk(context, log, requested, limits, order, conversation, pin)
 

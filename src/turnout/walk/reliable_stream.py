@@ -18,8 +18,8 @@ from dataclasses import replace
 
 from turnout.core.attribution import Outcome
 from turnout.core.classify import error_class_of
+from turnout.core.describe import outcome_of
 from turnout.core.errors import ResponseTooLarge, StreamingUnsupported
-from turnout.core.report import outcome_of
 from turnout.core.streams import ResponseBuilder
 from turnout.core.types import ChatRequest, Final, StreamEvent, Usage, UsageEvent
 from turnout.walk.entry import Candidate, Resume

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from turnout.core.attribution import Attempt, DispatchScope, Outcome
 from turnout.core.classify import error_class_of, is_dead_key_error
+from turnout.core.describe import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.core.errors import (
     ContextWindowExceeded,
     EmptyCompletion,
@@ -32,7 +33,6 @@ from turnout.core.errors import (
 )
 from turnout.core.estimate import opening_usage, unseen_usage
 from turnout.core.provider import Provider, chat_using_tools
-from turnout.core.report import KEYS_COOLING, NO_LIVE_KEY, PROBE_TAKEN, outcome_of
 from turnout.core.types import ChatRequest, ChatResponse, StreamEvent, can_serve
 from turnout.state.pins import Pin
 from turnout.walk.context import WalkContext
@@ -439,7 +439,7 @@ class Walk:
             entry = context.entries[i]
             until = context.cooling_until(entry, now)
             if until is None and context.breakers is not None:
-                record = store.breaker(entry.health_key(entry.served_model(self.requested)))
+                record = store.breaker(entry.health_key(entry.model_for(self.requested)))
                 if record is not None and record.until > now:
                     until = record.until
             if until is None:
@@ -473,7 +473,7 @@ class Walk:
         limits = self.limits
         order = self.order
         for e in (context.entries[i] for i in order[order.index(failed) + 1 :]):
-            model = e.served_model(self.requested)
+            model = e.model_for(self.requested)
             if limits is None or not limits.too_small(e, model, context.context_window(e, model)):
                 return True
         return False

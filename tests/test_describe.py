@@ -8,17 +8,7 @@ import pytest
 
 from fakes import err
 from turnout.core.attribution import Attempt, Outcome
-from turnout.core.errors import (
-    EmptyCompletion,
-    ErrorClass,
-    ProtocolError,
-    ProviderConnectionError,
-    ProviderError,
-    ProviderTimeout,
-    RefusalError,
-    StreamTruncated,
-)
-from turnout.core.report import (
+from turnout.core.describe import (
     ENDPOINT_NOT_FOUND,
     KEY_REJECTED,
     KEYS_COOLING,
@@ -31,6 +21,16 @@ from turnout.core.report import (
     error_detail,
     failure_reason,
     outcome_of,
+)
+from turnout.core.errors import (
+    EmptyCompletion,
+    ErrorClass,
+    ProtocolError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RefusalError,
+    StreamTruncated,
 )
 
 HEADER = "All model providers/models failed after {n} failure event(s). Events:"
