@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout import Client
+from turnout import Client, Environment
 from turnout.core.classify import ErrorFacts, provider_error
 from turnout.core.errors import ProviderConnectionError, ProviderTimeout, TurnoutError
 from turnout.core.provider import Provider
@@ -189,7 +189,9 @@ async def run(
         return adapters[name]
 
     numbers = iter(range(calls))
-    client = Client.from_dict(config(breakers, retries), ledger=False, adapter_builder=build, clock=clock, sleep=sleep)
+    client = Client.from_dict(
+        config(breakers, retries), ledger=False, adapter_builder=build, env=Environment(clock=clock, sleep=sleep)
+    )
 
     async def one(number: int) -> bool:
         CALL.set(number)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from browser import INSTALL_HINT, Browser, chromium  # noqa: E402
-from turnout import Client  # noqa: E402
+from turnout import Client, Environment  # noqa: E402
 from turnout.cli.demo import demo_config  # noqa: E402
 from turnout.gateway import Gateway, GatewayServer  # noqa: E402
 from turnout.sim import Simulator  # noqa: E402
@@ -67,7 +67,7 @@ async def capture(exe: str) -> bytes | None:
     with tempfile.TemporaryDirectory(prefix="turnout-screenshot-") as tmp:
         async with Simulator(script=SCRIPT, sleep=instant) as sim:
             config = demo_config(sim, Path(tmp) / "ledger.sqlite3", open_secs=30)
-            client = Client.from_toml(config, surface="gateway", sleep=instant)
+            client = Client.from_toml(config, surface="gateway", env=Environment(sleep=instant))
             async with GatewayServer(Gateway(client, keys=[KEY], owns_client=True)) as server:
                 async with aiohttp.ClientSession() as session:
                     statuses = [await send(session, server.url, model) for model in REQUESTS]

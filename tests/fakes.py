@@ -8,6 +8,7 @@ from typing import Any
 
 from turnout.core.attribution import Attempt, RouteRef
 from turnout.core.classify import ErrorFacts, provider_error
+from turnout.core.environment import Environment
 from turnout.core.errors import ErrorClass, ProviderError
 from turnout.core.provider import Provider
 from turnout.core.types import (
@@ -127,6 +128,11 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.now += seconds
 
+    @property
+    def env(self) -> Environment:
+        """This clock and its sleep as a client's or a walk's environment (the jitter stays random)."""
+        return Environment(clock=self, sleep=self.sleep)
+
 
 class NoCatalogue(Catalogue):
     """A catalogue that knows nothing (tests set windows and prices explicitly)."""
@@ -185,9 +191,7 @@ def walk(
         provider_backoff_ms=backoff_ms,
         store=store,
         catalogue=NoCatalogue(),
-        clock=clock,
-        sleep=clock.sleep,
-        jitter=lambda: jitter,
+        env=Environment(clock=clock, sleep=clock.sleep, jitter=lambda: jitter),
         breakers=breakers,
     )
 

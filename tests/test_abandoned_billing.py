@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import err
-from turnout import Client
+from turnout import Client, Environment
 from turnout.cli.main import app
 from turnout.core.errors import StreamInterruptedAfterOutput
 from turnout.core.estimate import unseen_usage
@@ -228,7 +228,9 @@ async def test_a_call_given_up_starts_no_other_try(tmp_path: Path) -> None:
         '[providers.models.openai.main]\napi_key = "sk-up"\nmodel = "gpt-4.1"\n'
         "pricing = { input = 1.0, output = 1.0 }\n"
     )
-    async with Client.from_toml(toml, adapter_builder=lambda *_: upstream, sleep=lambda _: asyncio.sleep(0)) as c:
+    async with Client.from_toml(
+        toml, adapter_builder=lambda *_: upstream, env=Environment(sleep=lambda _: asyncio.sleep(0))
+    ) as c:
         task = asyncio.create_task(c.chat(PROMPT))
         await upstream.started.wait()
         task.cancel()

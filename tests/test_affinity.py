@@ -242,9 +242,7 @@ async def test_a_conversation_sticks_to_its_member_and_moves_once_when_it_fails(
     """Turns go where turn 1 went; when that member fails, the next member serves and keeps every later turn."""
     clock = FakeClock()
     fleet = Fleet()
-    client = Client.from_toml(
-        POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
-    )
+    client = Client.from_toml(POOL, adapter_builder=fleet, env=clock.env, ledger=False, chance=Alternate())
     first = (await client.chat(conversation(1))).served.provider
     served = [(await client.chat(conversation(t))).served.provider for t in range(2, 5)]
     assert served == [first] * 3
@@ -262,9 +260,7 @@ async def test_without_affinity_the_strategy_alone_orders_each_call() -> None:
     """Enabled = false: the same conversation follows least_busy's alternating ties (the old behaviour)."""
     clock = FakeClock()
     text = POOL.replace("provider_retries = 0\n", "provider_retries = 0\naffinity = { enabled = false }\n")
-    client = Client.from_toml(
-        text, adapter_builder=Fleet(), clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
-    )
+    client = Client.from_toml(text, adapter_builder=Fleet(), env=clock.env, ledger=False, chance=Alternate())
     served = {(await client.chat(conversation(t))).served.provider for t in range(1, 7)}
     assert served == {"openai.a", "openai.b"}
 
@@ -324,9 +320,7 @@ async def test_calls_with_one_cache_key_go_to_one_member_whatever_their_prefix(s
     """
     clock = FakeClock()
     fleet = Fleet()
-    client = Client.from_toml(
-        POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, chance=Alternate()
-    )
+    client = Client.from_toml(POOL, adapter_builder=fleet, env=clock.env, ledger=False, chance=Alternate())
     served: list[str] = []
     for n in range(6):
         prompt = [{"role": "user", "content": f"question {n}"}]
@@ -385,7 +379,7 @@ async def test_a_fallback_that_served_a_turn_is_the_new_pin_of_that_conversation
     """
     clock = FakeClock()
     fleet = Fleet()
-    client = Client.from_toml(FALLBACK_POOL, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    client = Client.from_toml(FALLBACK_POOL, adapter_builder=fleet, env=clock.env, ledger=False)
     served = [(await client.chat(talk(topic, 1))).served.provider for topic in ("x", "y", "z")]
     assert served == ["openai.a", "openai.a", "openai.b"]  # a holds its share: z, new, goes to b
     member_a = next(p for (name, _), p in fleet.built.items() if name == "openai.a")

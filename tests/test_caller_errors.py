@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from servers import loopback_app
-from turnout import ChatRequest, Client, InvalidRequest, ResponseFormat, ToolSpec
+from turnout import ChatRequest, Client, Environment, InvalidRequest, ResponseFormat, ToolSpec
 from turnout.providers.openai_chat import OpenAIChatAdapter
 
 ANSWER = {
@@ -66,7 +66,9 @@ async def three_profiles() -> AsyncIterator[tuple[Client, Upstream]]:
             return None
 
         client = Client.from_toml(
-            f'default_provider = "openai.a"\n[ledger]\nenabled = false\n{profiles}', ledger=False, sleep=instant
+            f'default_provider = "openai.a"\n[ledger]\nenabled = false\n{profiles}',
+            ledger=False,
+            env=Environment(sleep=instant),
         )
         async with client:
             yield client, upstream

@@ -17,6 +17,7 @@ from turnout.cli.main import app
 from turnout.cli.terminal import Column, FittedTable, attempts_table, usd
 from turnout.client import Client
 from turnout.core.attribution import Attempt
+from turnout.core.environment import Environment
 from turnout.core.types import Usage
 from turnout.ledger.writer import Ledger
 from turnout.sim import Simulator
@@ -102,7 +103,9 @@ async def test_the_demo_outage_tour_keeps_its_models_and_breaker_states_whole(tm
     async with Simulator(clock=clock, sleep=clock.sleep) as sim:
         sim.set_script({"models": outage_script(TIMING)})
         config = demo_config(sim, tmp_path / "ledger.sqlite3")
-        async with Client.from_toml(config, ledger=False, clock=clock, sleep=clock.sleep, jitter=lambda: 0.0) as c:
+        async with Client.from_toml(
+            config, ledger=False, env=Environment(clock=clock, sleep=clock.sleep, jitter=lambda: 0.0)
+        ) as c:
             assert await outage_tour(console, c, sim, TIMING, clock=clock, sleep=clock.sleep)
     text = console.export_text()
     _assert_whole(text, "claude-sonnet-4-5 503 503 → claude-haiku-4-5 ok", "breaker_skip", "closed", "open, ")

@@ -43,7 +43,7 @@ def client(fleet: Fleet, text: str = BASE, tmp_path: Path | None = None, **kw: A
         text += f'[ledger]\npath = "{tmp_path / "ledger.sqlite3"}"\n'
     else:
         kw.setdefault("ledger", False)
-    return Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, **kw)
+    return Client.from_toml(text, adapter_builder=fleet, env=clock.env, **kw)
 
 
 async def test_direct_answer_has_no_fallback() -> None:

@@ -130,7 +130,7 @@ async def test_the_same_call_seeing_a_key_rejected_twice_does_not_kill_it() -> N
     scope = DispatchScope()
     await r.run(req(), "m", None, scope)
     assert [a.outcome for a in scope.attempts] == ["non_retryable", "non_retryable", "ok"]
-    assert store.dead_keys(r.context.clock()) == []
+    assert store.dead_keys(r.context.env.clock()) == []
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from turnout.cli.demo import (
 from turnout.cli.demo_hedge import HEDGE, hedge_as_told
 from turnout.client import Client
 from turnout.core.attribution import Attempt, RouteRef
+from turnout.core.environment import Environment
 from turnout.reply import Reply
 from turnout.sim import Simulator
 
@@ -38,7 +39,9 @@ async def tour(tmp_path: Path, *, breaker: bool = True) -> tuple[bool, str, list
         if not breaker:
             config += "\n[reliability.breaker]\nenabled = false\n"
         sim.set_script({"models": outage_script(TIMING)})
-        async with Client.from_toml(config, ledger=False, clock=clock, sleep=clock.sleep, jitter=lambda: 0.0) as c:
+        async with Client.from_toml(
+            config, ledger=False, env=Environment(clock=clock, sleep=clock.sleep, jitter=lambda: 0.0)
+        ) as c:
             told = await outage_tour(console, c, sim, TIMING, clock=clock, sleep=clock.sleep)
         hits = sum(1 for e in sim.log if e.model == PRIMARY)
     text = console.export_text()

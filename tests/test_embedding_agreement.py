@@ -18,7 +18,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from turnout import Client
+from turnout import Client, Environment
 from turnout.core.errors import AllProvidersFailed, ProviderError
 from turnout.gateway import Gateway, GatewayServer
 from turnout.providers.embedding import CohereEmbeddings, OpenAIEmbeddings
@@ -95,7 +95,7 @@ def client(up: Upstream, scripts: dict[str, list[Step]], **options: Any) -> Clie
         "ledger": {"enabled": False},
         "gateway": {"api_keys": [GATEWAY_KEY]},
     }
-    return Client.from_dict(config, sleep=instant, **options)
+    return Client.from_dict(config, env=Environment(sleep=instant), **options)
 
 
 async def test_batches_answering_different_lengths_are_a_classified_failure(upstream: Upstream) -> None:

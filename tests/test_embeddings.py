@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from turnout import Client
+from turnout import Client, Environment
 from turnout.cli.demo import Tour, _steps, demo_config
 from turnout.cli.main import app
 from turnout.core.embeddings import batches, embed_request, estimated_tokens, space_of
@@ -57,7 +57,7 @@ def client(profiles: dict[str, dict[str, Any]], **top: Any) -> Client:
         "ledger": {"enabled": False},
         **top,
     }
-    return Client.from_dict(config, sleep=instant)
+    return Client.from_dict(config, env=Environment(sleep=instant))
 
 
 def paths(sim: Simulator) -> list[tuple[str, str]]:
@@ -297,7 +297,7 @@ async def test_the_ledger_records_an_embedding_call(sim: Simulator, tmp_path: Pa
         "providers": {"models": {"openai": {"a": profiles["openai.a"]}}},
         "ledger": {"enabled": True, "path": str(path)},
     }
-    async with Client.from_dict(config, sleep=instant) as c:
+    async with Client.from_dict(config, env=Environment(sleep=instant)) as c:
         reply = await c.embed(["one two three", "four five"])
         await c.chat("hello")
     with sqlite3.connect(path) as db:
@@ -398,7 +398,7 @@ async def test_the_demo_embedding_tour_keeps_to_one_vector_space(tmp_path: Path)
     async with Simulator(sleep=instant) as simulator:
         simulator.set_script({"models": step.script})
         config = demo_config(simulator, tmp_path / "ledger.sqlite3")
-        async with Client.from_toml(config, ledger=False, sleep=instant) as c:
+        async with Client.from_toml(config, ledger=False, env=Environment(sleep=instant)) as c:
             told = await step.play(console, c, simulator)
     assert told
     assert "text-embedding-3-large" not in [e.model for e in simulator.log]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from google_creds import service_account_file
-from turnout import Client
+from turnout import Client, Environment
 from turnout.cli.main import app
 from turnout.core.errors import AllProvidersFailed
 from turnout.sim import Simulator
@@ -54,7 +54,7 @@ def client(profiles: dict[str, dict[str, Any]], retries: int = 1) -> Client:
         "reliability": {"provider_retries": retries},
         "ledger": {"enabled": False},
     }
-    return Client.from_dict(config, sleep=instant)
+    return Client.from_dict(config, env=Environment(sleep=instant))
 
 
 def bedrock(sim: Simulator, model: str, region: str = "us-east-1", **extra: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 from fakes import FakeClock, Scripted
 from turnout.config import load_config_toml
 from turnout.config.schema import Pricing, Profile
+from turnout.core.environment import Environment
 from turnout.core.errors import ConfigError
 from turnout.core.secrets import key_id
 from turnout.factory import Factory, missing_model_error
@@ -67,7 +68,7 @@ class Builder:
 def factory(text: str = CONFIG, **options: Any) -> tuple[Factory, Builder]:
     builder = Builder()
     clock = FakeClock()
-    f = Factory(load_config_toml(text, env={}), adapter_builder=builder, clock=clock, sleep=clock.sleep, **options)
+    f = Factory(load_config_toml(text, env={}), adapter_builder=builder, env=clock.env, **options)
     return f, builder
 
 
@@ -120,15 +121,13 @@ def test_walks_get_the_reliability_settings_and_the_injected_time() -> None:
         load_config_toml(CONFIG, env={}),
         adapter_builder=builder,
         store=store,
-        clock=clock,
-        sleep=clock.sleep,
-        jitter=lambda: 0.25,
+        env=Environment(clock=clock, sleep=clock.sleep, jitter=lambda: 0.25),
     )
     router = f.router()
     for walk, name in ((router.default, "anthropic.prod"), (router.resolve("hint:side").reliable, "side")):
         context = walk.context
         assert (context.tries, context.base_backoff, walk.name) == (2, 0.2, name)
-        assert context.clock is clock and context.sleep == clock.sleep and context.jitter() == 0.25
+        assert context.env.clock is clock and context.env.sleep == clock.sleep and context.env.jitter() == 0.25
         assert context.store is store and context.catalogue is f.catalogue
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 from servers import free_port, loopback_app
-from turnout import AllProvidersFailed, Client
+from turnout import AllProvidersFailed, Client, Environment
 from turnout.providers.http import connect_failure
 
 UNSUPPORTED = {
@@ -38,7 +38,7 @@ def _client(*uris: str, retries: int = 2) -> Client:
         for i, (name, uri) in enumerate(zip(names, uris, strict=True))
     )
     toml = f'default_provider = "openai.p0"\n[ledger]\nenabled = false\n[reliability]\nprovider_retries = {retries}\n'
-    return Client.from_toml(toml + profiles, ledger=False, sleep=_instant)
+    return Client.from_toml(toml + profiles, ledger=False, env=Environment(sleep=_instant))
 
 
 @asynccontextmanager

@@ -111,7 +111,7 @@ async def test_no_hedge_to_an_entry_whose_breaker_is_open_or_that_cools_down() -
         store = MemoryStore()
         slow, other = Slow("slow", delay=0.05), Scripted("never")
         r, hedging = hedged(E("openai.a", "m", [slow]), E("anthropic.b", "m", [other]), store=store)
-        now = r.context.clock()
+        now = r.context.env.clock()
         if prepare == "breaker":
             await store.open_breaker("anthropic.b/m", BreakerRecord(opened_at=now, until=now + 60, interval=5))
         else:

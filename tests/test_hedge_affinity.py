@@ -51,9 +51,7 @@ def pinned_client(first: Scripted, other: Scripted) -> Client:
     """The pool duo (a first for a new conversation), hedging after 20 ms; a has answered in 500 ms 30 times."""
     fleet = {"openai.a": first, "openai.b": other}
     clock = FakeClock()
-    client = Client.from_toml(
-        POOL, adapter_builder=lambda name, *_: fleet[name], ledger=False, clock=clock, sleep=clock.sleep
-    )
+    client = Client.from_toml(POOL, adapter_builder=lambda name, *_: fleet[name], ledger=False, env=clock.env)
     stats = client.factory.stats
     assert stats is not None
     for _ in range(30):

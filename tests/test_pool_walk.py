@@ -52,7 +52,7 @@ class Chance:
 def make(text: str, fleet: Fleet, **options: Any) -> tuple[Client, FakeClock]:
     clock = FakeClock()
     options.setdefault("chance", Chance(0.5))
-    client = Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False, **options)
+    client = Client.from_toml(text, adapter_builder=fleet, env=clock.env, ledger=False, **options)
     return client, clock
 
 

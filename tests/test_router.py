@@ -44,7 +44,7 @@ model = "ignored-too"
 def factory(text: str = CONFIG, fleet: Fleet | None = None) -> tuple[Factory, Fleet]:
     fleet = fleet or Fleet()
     clock = FakeClock()
-    return Factory(load_config_toml(text, env={}), adapter_builder=fleet, clock=clock, sleep=clock.sleep), fleet
+    return Factory(load_config_toml(text, env={}), adapter_builder=fleet, env=clock.env), fleet
 
 
 async def chat(router: Router, request: ChatRequest, model: str) -> ChatResponse:

@@ -60,7 +60,7 @@ provider_retries = 1
 
 def client(fleet: Fleet, text: str = TWO) -> Client:
     clock = FakeClock()
-    return Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    return Client.from_toml(text, adapter_builder=fleet, env=clock.env, ledger=False)
 
 
 def text(t: str) -> TextDelta:
@@ -124,7 +124,7 @@ async def test_stream_open_failure_is_retried_on_the_same_entry_like_chat() -> N
     """A 5xx at stream open gets chat's retries and backoff on the same entry: the primary still answers."""
     clock = FakeClock()
     fleet = Fleet(openai__primary=[err(500), "streamed"], anthropic__backup=["never"])
-    async with Client.from_toml(TWO, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False) as c:
+    async with Client.from_toml(TWO, adapter_builder=fleet, env=clock.env, ledger=False) as c:
         stream = c.stream("hi")
         events = [e async for e in stream]
     reply = stream.response
@@ -139,7 +139,7 @@ async def test_stream_open_rate_limit_on_a_single_entry_waits_the_retry_hint() -
     """A 429 with Retry-After at stream open on the only entry waits the hint and retries the stream."""
     clock = FakeClock()
     fleet = Fleet(openai__primary=[err(429, headers={"Retry-After": "3"}), "streamed"])
-    async with Client.from_toml(ONE, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False) as c:
+    async with Client.from_toml(ONE, adapter_builder=fleet, env=clock.env, ledger=False) as c:
         reply = await c.turn("hi", events=Sinks().event)
     assert reply.text == "streamed" and [a.outcome for a in reply.attempts] == ["rate_limited", "ok"]
     assert clock.sleeps == [3.0]
@@ -313,7 +313,7 @@ class OneRead(Scripted):
 def one_read(*steps: Any) -> Client:
     clock = FakeClock()
     provider = OneRead(*steps)
-    return Client.from_toml(ONE, adapter_builder=lambda *_: provider, clock=clock, sleep=clock.sleep, ledger=False)
+    return Client.from_toml(ONE, adapter_builder=lambda *_: provider, env=clock.env, ledger=False)
 
 
 async def test_a_batch_shows_exactly_what_was_yielded() -> None:

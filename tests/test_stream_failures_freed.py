@@ -45,7 +45,7 @@ def _client(primary: Failing) -> Client:
         return primary if name == "openai.primary" else fleet(name, profile, key)
 
     clock = FakeClock()
-    return Client.from_toml(TWO, adapter_builder=build, clock=clock, sleep=clock.sleep, ledger=False)
+    return Client.from_toml(TWO, adapter_builder=build, env=clock.env, ledger=False)
 
 
 async def _consume(client: Client, shown: list[str]) -> None:

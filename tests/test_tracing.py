@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from fakes import Fleet, err
-from turnout import Client, Message, ToolCall
+from turnout import Client, Environment, Message, ToolCall
 from turnout.config import key_id
 from turnout.core.errors import AllProvidersFailed
 from turnout.core.types import ChatResponse, Final, TextDelta, Usage, UsageEvent
@@ -48,7 +48,7 @@ async def instant(seconds: float) -> None:
 
 
 def client(fleet: Fleet, provider: TracerProvider, text: str = CONFIG) -> Client:
-    return Client.from_toml(text, adapter_builder=fleet, sleep=instant, tracer_provider=provider)
+    return Client.from_toml(text, adapter_builder=fleet, env=Environment(sleep=instant), tracer_provider=provider)
 
 
 def tree(exporter: InMemorySpanExporter) -> tuple[ReadableSpan, list[ReadableSpan]]:

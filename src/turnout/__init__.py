@@ -10,6 +10,7 @@ from turnout.client import Client
 from turnout.config import Config, ConfigWarning, load_config_dict, load_config_file, load_config_toml
 from turnout.core.attribution import Attempt, FallbackNotice, RouteRef
 from turnout.core.embeddings import EmbeddingLimits, Embeddings, EmbedReply, EmbedRequest
+from turnout.core.environment import Environment
 from turnout.core.errors import (
     AllProvidersFailed,
     ConfigError,
@@ -77,6 +78,7 @@ __all__ = [
     "EmbeddingLimits",
     "Embeddings",
     "EmptyCompletion",
+    "Environment",
     "ErrorClass",
     "FallbackNotice",
     "Final",

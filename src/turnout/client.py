@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from turnout.config import Config, load_config_dict, load_config_file, load_conf
 from turnout.core.arguments import request_of
 from turnout.core.attribution import RouteRef
 from turnout.core.embeddings import EmbedReply, embed_request
+from turnout.core.environment import Environment
 from turnout.core.errors import ConfigError
 from turnout.core.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
@@ -96,7 +96,8 @@ class Client:
         http: A shared HTTP client (default: a new one).
         catalogue: Prices and context windows (default: the ``genai-prices`` catalogue).
         adapter_builder: Replaces HTTP adapters (for tests).
-        clock / sleep / jitter: Time and randomness of the walk (for tests).
+        env: The clock, sleep and jitter of every walk, an :class:`~turnout.core.environment.Environment`
+            (default: the real ones; tests inject fakes).
         chance: Randomness of the pools' choices (for tests).
         surface: How calls are labelled in the ledger (``library``, ``gateway``, ``cli``).
         tracer_provider: An OpenTelemetry tracer provider for the spans of every call (turns tracing on;
@@ -134,9 +135,7 @@ class Client:
         http: HttpClient | None = None,
         catalogue: Catalogue | None = None,
         adapter_builder: AdapterBuilder | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        jitter: Callable[[], float] = random.random,
+        env: Environment | None = None,
         chance: Callable[[], float] = random.random,
         surface: str = "library",
         tracer_provider: TracerProvider | None = None,
@@ -151,9 +150,7 @@ class Client:
             store=store if store is not None else _state_store(config),
             catalogue=catalogue,
             adapter_builder=adapter_builder,
-            clock=clock,
-            sleep=sleep,
-            jitter=jitter,
+            env=env,
             chance=chance,
         )
         self.router = self.factory.router()
@@ -550,7 +547,7 @@ class Client:
         have, the hedges sent and who answered first, and the budget left (see
         :meth:`turnout.walk.hedge.Hedging.describe`).
         """
-        now = self.factory.clock()
+        now = self.factory.env.clock()
         store = self.factory.store
         specs = self.factory.pool_specs.values()
         return {

@@ -8,13 +8,12 @@ active profile and model. Everything here happens once, at construction, never p
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from turnout.config.graph import EntrySpec, Plan, Route, build_plan, pool_specs, profile_credentials
 from turnout.config.schema import Config, Profile
+from turnout.core.environment import REAL, Environment
 from turnout.core.errors import ConfigError
 from turnout.core.provider import Provider
 from turnout.core.secrets import Secret
@@ -47,7 +46,8 @@ class Factory:
         store: Cooldown and key state (in memory when not given).
         catalogue: Prices and context windows.
         adapter_builder: Replaces the HTTP adapters (tests).
-        clock / sleep / jitter: Passed to every walk (tests inject fakes).
+        env: The clock, sleep and jitter of every walk (default: the real ones; tests inject fakes); its clock also
+            times the key pools and the conversation pins.
         chance: A uniform random number in [0, 1) for the pools' choices (tests inject a fixed sequence).
     """
 
@@ -59,9 +59,7 @@ class Factory:
         store: StateStore | None = None,
         catalogue: Catalogue | None = None,
         adapter_builder: AdapterBuilder | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        jitter: Callable[[], float] = random.random,
+        env: Environment | None = None,
         chance: Callable[[], float] = random.random,
     ) -> None:
         self.config = config
@@ -69,9 +67,8 @@ class Factory:
         self.store = store if store is not None else MemoryStore()
         self.catalogue = catalogue if catalogue is not None else default_catalogue()
         self._build = adapter_builder or (lambda name, profile, key: build_adapter(name, profile, self.http, key))
-        self.clock = clock
-        self.sleep = sleep
-        self.jitter = jitter
+        #: Time and randomness, handed to every walk.
+        self.env = env if env is not None else REAL
         self.breakers = breaker_registry(config, self.store)
         self.chance = chance
         self.hedging = hedging_of(config)
@@ -79,7 +76,9 @@ class Factory:
         pinning = config.reliability.affinity
         #: Conversations' pins to pool members, shared by every walk (only with pools).
         self.affinity = (
-            Affinity(self.store, ttl=pinning.ttl_secs, max_conversations=pinning.max_conversations, clock=clock)
+            Affinity(
+                self.store, ttl=pinning.ttl_secs, max_conversations=pinning.max_conversations, clock=self.env.clock
+            )
             if self.pool_specs and pinning.enabled
             else None
         )
@@ -110,7 +109,7 @@ class Factory:
             book = self.books.get(profile)
             if book is None:
                 book = self.books[profile] = HeadroomBook(profile, max_cooldown=MAX_COOLDOWN_S)
-            pool = KeyPool(profile, keys, self.store, self.clock, book=book)
+            pool = KeyPool(profile, keys, self.store, self.env.clock, book=book)
             self._pools[cache_key] = pool
         return pool
 
@@ -207,9 +206,7 @@ class Factory:
                 provider_backoff_ms=rel.provider_backoff_ms,
                 store=self.store,
                 catalogue=self.catalogue,
-                clock=self.clock,
-                sleep=self.sleep,
-                jitter=self.jitter,
+                env=self.env,
                 name=route.hint or route.profile,
                 breakers=self.breakers if self.breakers.active else None,
                 stats=self.stats,

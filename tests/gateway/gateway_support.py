@@ -14,7 +14,7 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from fakes import FakeClock, Fleet
-from turnout import Client
+from turnout import Client, Environment
 from turnout.core.attribution import Attempt
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
@@ -112,7 +112,7 @@ def config(default: str, *profiles: str, keys: bool = True, extra: str = "") -> 
 @asynccontextmanager
 async def gateway(toml: str, **client_options: Any) -> AsyncIterator[GatewayServer]:
     """A gateway on a free loopback port over a client built from ``toml`` (instant backoff sleeps)."""
-    client_options.setdefault("sleep", instant)
+    client_options.setdefault("env", Environment(sleep=instant))
     client = Client.from_toml(toml, surface="gateway", ledger=False, **client_options)
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
@@ -125,9 +125,7 @@ async def fake_gateway(
     """A gateway over fake adapters (``fleet``) and a fake clock whose sleeps take no time (ledger off by default)."""
     clock = FakeClock()
     client_options.setdefault("ledger", False)
-    client = Client.from_toml(
-        toml, adapter_builder=fleet, clock=clock, sleep=clock.sleep, surface="gateway", **client_options
-    )
+    client = Client.from_toml(toml, adapter_builder=fleet, env=clock.env, surface="gateway", **client_options)
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server, clock
 

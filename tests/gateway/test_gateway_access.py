@@ -16,7 +16,7 @@ from turnout.config import key_id, load_config_toml
 from turnout.core.errors import ConfigError
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.access import ANONYMOUS, Access, Admitted
-from turnout.gateway.auth import named_keys
+from turnout.gateway.auth import default_keys, named_keys
 
 TEAM_KEY = "gw-team-key-2"
 VIP_KEY = "gw-vip-key-3"
@@ -327,7 +327,7 @@ def test_a_listed_name_is_admitted_as_its_route_with_the_key_s_sender() -> None:
     """Each listed name of each key is admitted as the route it names, with the key's bound sender (made once)."""
     config = load_config_toml(BASE + KEYS)
     access = Access(config)
-    callers = [c for _, c in access.callers([GATEWAY_KEY], named_keys(config))] + [access.caller(ANONYMOUS)]
+    callers = [c for _, c in access.callers(default_keys(config), named_keys(config))] + [access.caller(ANONYMOUS)]
     assert {c.sender for c in callers} == {None, "vip"}
     for caller in callers:
         assert caller.names

@@ -10,7 +10,7 @@ from gateway_support import decode_header
 from turnout.config import key_id, load_config_toml
 from turnout.core.errors import ConfigError
 from turnout.gateway.access import ANONYMOUS, Caller, RouteChoice, route_choice
-from turnout.gateway.auth import Authenticator, gateway_keys
+from turnout.gateway.auth import Authenticator, gateway_keys, key_digest
 from turnout.gateway.bounds import header_value
 
 CONFIG = """
@@ -29,7 +29,7 @@ model = "gpt-4.1-mini"
 def authenticator(*keys: str) -> Authenticator:
     """An authenticator whose callers are named by their keys' ids."""
     return Authenticator(
-        [(k, Caller(name=key_id(k), names={}, open_profiles=frozenset())) for k in keys],
+        [(key_digest(k), Caller(name=key_id(k), names={}, open_profiles=frozenset())) for k in keys],
         Caller(name=ANONYMOUS, names={}, open_profiles=frozenset()),
     )
 

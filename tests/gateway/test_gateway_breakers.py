@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from fakes import FakeClock, Fleet, err
 from turnout.cli.main import app
+from turnout.core.environment import Environment
 from turnout.sim import Simulator
 
 BASE = f"""
@@ -139,7 +140,7 @@ async def test_the_gateway_skips_an_open_primary_probes_it_once_per_interval_and
             profile(sim, "openai.backup", BACKUP),
         )
         start, served, hits = clock.now, [], []
-        async with gateway(toml, clock=clock) as server:
+        async with gateway(toml, env=Environment(clock=clock, sleep=instant)) as server:
             while clock.now - start <= 45:
                 before = sum(1 for e in sim.log if e.model == PRIMARY)
                 answer = await post(server, "/v1/chat/completions", {**CHAT, "stream": stream})

@@ -17,7 +17,7 @@ import pytest
 from gateway_support import GATEWAY_KEY, MESSAGES, instant
 
 from browser import INSTALL_HINT, Browser, chromium
-from turnout import Client
+from turnout import Client, Environment
 from turnout.gateway import Gateway, GatewayServer
 from turnout.sim import Simulator
 
@@ -47,7 +47,7 @@ uri = "{sim.base_url("anthropic")}"
 api_key = "sk-up-anthropic"
 model = "claude-sonnet-4-5"
 """
-        client = Client.from_toml(toml, surface="gateway", sleep=instant)
+        client = Client.from_toml(toml, surface="gateway", env=Environment(sleep=instant))
         async with GatewayServer(Gateway(client, owns_client=True)) as server:
             yield server, sim
 

@@ -77,9 +77,7 @@ def config(ledger: Path, *, limit: float = 0.01, extra: str = "", key: str = "")
 @asynccontextmanager
 async def served(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
     clock = FakeClock()
-    client = Client.from_toml(
-        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
-    )
+    client = Client.from_toml(text, adapter_builder=lambda *_: upstream, env=clock.env, surface="gateway")
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
 

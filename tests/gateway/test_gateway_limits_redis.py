@@ -43,9 +43,7 @@ def config(ledger: Path, redis_url: str, *, limit: float = 0.05, key: str = "", 
 async def host(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
     """A gateway with its own ledger file (a host of its own) over ``upstream``."""
     clock = FakeClock()
-    client = Client.from_toml(
-        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
-    )
+    client = Client.from_toml(text, adapter_builder=lambda *_: upstream, env=clock.env, surface="gateway")
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
 

@@ -23,7 +23,7 @@ CHAT = {"model": "", "messages": [{"role": "user", "content": PROMPT}]}
 @asynccontextmanager
 async def served(fleet: Fleet, text: str = BASE) -> AsyncIterator[tuple[GatewayServer, FakeClock]]:
     clock = FakeClock()
-    client = Client.from_toml(text, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    client = Client.from_toml(text, adapter_builder=fleet, env=clock.env, ledger=False)
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server, clock
 

@@ -40,7 +40,7 @@ CHAT = {"model": "", "messages": [{"role": "user", "content": "hello"}]}
 @asynccontextmanager
 async def worker(directory: Path, name: str, clock: FakeClock, fleet: Fleet) -> AsyncIterator[GatewayServer]:
     """A gateway publishing to ``directory`` as worker ``name``, over fake adapters and a shared fake clock."""
-    client = Client.from_toml(BASE, adapter_builder=fleet, clock=clock, sleep=clock.sleep, ledger=False)
+    client = Client.from_toml(BASE, adapter_builder=fleet, env=clock.env, ledger=False)
     peers = Peers(directory, worker=name, clock=clock)
     async with GatewayServer(Gateway(client, owns_client=True, peers=peers)) as server:
         yield server

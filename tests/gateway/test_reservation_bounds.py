@@ -73,9 +73,7 @@ def config(ledger: Path, key: str = "daily_limit_usd = 1.0\n", profile: str = ""
 @asynccontextmanager
 async def served(text: str, upstream: Upstream) -> AsyncIterator[GatewayServer]:
     clock = FakeClock()
-    client = Client.from_toml(
-        text, adapter_builder=lambda *_: upstream, clock=clock, sleep=clock.sleep, surface="gateway"
-    )
+    client = Client.from_toml(text, adapter_builder=lambda *_: upstream, env=clock.env, surface="gateway")
     async with GatewayServer(Gateway(client, owns_client=True)) as server:
         yield server
 

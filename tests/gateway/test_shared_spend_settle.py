@@ -60,8 +60,7 @@ async def host(text: str, upstream: Upstream, ledger: Ledger | None = None) -> A
     client = Client.from_toml(
         text,
         adapter_builder=lambda *_: upstream,
-        clock=clock,
-        sleep=clock.sleep,
+        env=clock.env,
         surface="gateway",
         ledger=ledger if ledger is not None else True,
     )

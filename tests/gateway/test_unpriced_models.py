@@ -88,8 +88,7 @@ async def served(text: str, upstream: Upstream, catalogue: Catalogue | None = No
     client = Client.from_toml(
         text,
         adapter_builder=lambda *_: upstream,
-        clock=clock,
-        sleep=clock.sleep,
+        env=clock.env,
         surface="gateway",
         catalogue=catalogue,
     )

@@ -19,7 +19,7 @@ import pytest
 from it_support import FAMILIES, config, profile
 
 from fakes import FakeClock
-from turnout import Client
+from turnout import Client, Environment
 from turnout.sim import Simulator
 from turnout.state.redis import RedisStore
 
@@ -102,7 +102,9 @@ async def test_a_503_outage_is_skipped_probed_and_forgotten(family: str) -> None
     clock = FakeClock()
     async with Simulator(clock=clock, sleep=instant) as sim:
         sim.set_script(outage_script("status"))
-        async with Client.from_dict(outage_config(sim, family), ledger=False, clock=clock, sleep=instant) as c:
+        async with Client.from_dict(
+            outage_config(sim, family), ledger=False, env=Environment(clock=clock, sleep=instant)
+        ) as c:
 
             async def chat() -> tuple[list[str], str]:
                 reply = await c.chat("hello there")
@@ -123,7 +125,9 @@ async def test_streams_skip_an_open_primary_and_come_back_to_it(family: str, mod
     clock = FakeClock()
     async with Simulator(clock=clock, sleep=instant) as sim:
         sim.set_script(outage_script(mode))
-        async with Client.from_dict(outage_config(sim, family), ledger=False, clock=clock, sleep=instant) as c:
+        async with Client.from_dict(
+            outage_config(sim, family), ledger=False, env=Environment(clock=clock, sleep=instant)
+        ) as c:
 
             async def stream() -> tuple[list[str], str]:
                 s = c.stream("hello there")
@@ -142,7 +146,9 @@ async def test_a_silent_outage_costs_one_timeout_per_call_until_the_breaker_open
     clock = FakeClock()
     async with Simulator(clock=clock, sleep=instant) as sim:
         sim.set_script(outage_script("silence"))
-        async with Client.from_dict(outage_config(sim, "openai"), ledger=False, clock=clock, sleep=instant) as c:
+        async with Client.from_dict(
+            outage_config(sim, "openai"), ledger=False, env=Environment(clock=clock, sleep=instant)
+        ) as c:
 
             async def chat() -> tuple[list[str], str]:
                 reply = await c.chat("hello there")
@@ -173,7 +179,7 @@ async def test_two_clients_sharing_redis_agree_on_an_open_breaker_and_send_one_p
             backoff_ms=0,
             state={"backend": "redis", "url": redis_url, "key_prefix": prefix},
         )
-        options: dict[str, Any] = {"ledger": False, "clock": clock, "sleep": instant}
+        options: dict[str, Any] = {"ledger": False, "env": Environment(clock=clock, sleep=instant)}
         async with Client.from_dict(cfg, **options) as one, Client.from_dict(cfg, **options) as two:
             for _ in range(3):
                 first = await one.chat("hello")

@@ -66,7 +66,7 @@ async def test_a_used_up_key_is_cooled_before_its_429_and_the_other_key_takes_ov
     sim_clock, clock = SimClock(), FakeClock()
     async with Simulator(budget("hr", 3), clock=sim_clock) as sim:
         await spend(sim, family, KEY_A, 2)  # A has one request left
-        async with client(pool_and_backup(sim, family), clock=clock, sleep=clock.sleep) as c:
+        async with client(pool_and_backup(sim, family), env=clock.env) as c:
             replies = [await c.chat("hello there") for _ in range(4)]
             cooling = c.status()["cooldowns"]
             assert set(cooling) == {f"{family}.main#{A}", f"{family}.main#{B}"}

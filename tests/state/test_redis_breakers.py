@@ -29,16 +29,15 @@ async def test_an_open_breaker_is_seen_by_another_process_on_its_first_call(redi
         await a.start()
         primary_a, backup_a = Scripted(err(503)), Scripted("ok")
         walk_a = walk(E("openai.a", "m", [primary_a]), E("anthropic.b", "m", [backup_a]), store=a, breakers=Breakers(a))
-        walk_a.context = replace(
-            walk_a.context, clock=time.time
-        )  # the record's deadlines are wall-clock, shared with B
+        # the record's deadlines are wall-clock, shared with B
+        walk_a.context = replace(walk_a.context, env=replace(walk_a.context.env, clock=time.time))
         for _ in range(3):  # one signal per call: the third failed call opens it
             await walk_a.run(req(), "m", None, DispatchScope())
         assert a.breaker("openai.a/m") is not None
         await b.start()  # a new process: the first synchronisation brings the open breaker
         primary_b, backup_b = Scripted("never"), Scripted("ok")
         walk_b = walk(E("openai.a", "m", [primary_b]), E("anthropic.b", "m", [backup_b]), store=b, breakers=Breakers(b))
-        walk_b.context = replace(walk_b.context, clock=time.time)
+        walk_b.context = replace(walk_b.context, env=replace(walk_b.context.env, clock=time.time))
         scope = DispatchScope()
         await walk_b.run(req(), "m", None, scope)
         assert [(x.provider, x.outcome) for x in scope.attempts] == [

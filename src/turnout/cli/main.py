@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from turnout.cli.keys import key_app
 from turnout.cli.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
 from turnout.config import (
     Config,
@@ -802,6 +803,9 @@ def demo(
     except ConfigError as exc:
         raise _fail(exc, False) from None
     raise typer.Exit(code)
+
+
+app.add_typer(key_app)
 
 
 def main() -> None:

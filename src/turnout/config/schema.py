@@ -321,10 +321,28 @@ class Ledger(_Section):
     path: str = "turnout-ledger.sqlite3"
 
 
-class GatewayKey(_Section):
-    """``[gateway.keys.<name>]``: one client key and what it may use."""
+#: A SHA-256 digest as 64 hex digits (upper case is accepted and read as lower case).
+_SHA256_HEX = re.compile(r"[0-9A-Fa-f]{64}")
 
-    key: SecretValue
+
+def _sha256_hex(value: str) -> str:
+    # the value may be a key pasted by mistake: the message never shows it (the keys are listed in CREDENTIALS)
+    if not _SHA256_HEX.fullmatch(value):
+        raise ValueError("must be a SHA-256 digest: 64 hex digits (turnout key hash prints a key's)")
+    return value.lower()
+
+
+#: The SHA-256 of a client key, in hex (``key_sha256``, ``api_key_hashes``): stored instead of the key itself.
+Sha256Hex = Annotated[str, AfterValidator(_sha256_hex)]
+
+
+class GatewayKey(_Section):
+    """``[gateway.keys.<name>]``: one client key (the key itself, or its SHA-256) and what it may use."""
+
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset({"key_sha256"})
+
+    key: SecretValue | None = None
+    key_sha256: Sha256Hex | None = None
     models: list[str] | None = None
     sender: str | None = None
     daily_limit_usd: Usd | None = None
@@ -332,12 +350,24 @@ class GatewayKey(_Section):
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)
 
+    @model_validator(mode="after")
+    def _one_key(self) -> GatewayKey:
+        # the error names the table (gateway.keys.<name>), never a value
+        if self.key is not None and self.key_sha256 is not None:
+            raise ValueError("set key or key_sha256 (the key's SHA-256), not both")
+        if self.key is None and self.key_sha256 is None:
+            raise ValueError("a client key needs key (the key) or key_sha256 (its SHA-256)")
+        return self
+
 
 class Gateway(_Section):
     """``[gateway]``: the HTTP gateway's clients, what they may use, and its connection limits."""
 
+    CREDENTIALS: ClassVar[frozenset[str]] = frozenset({"api_key_hashes"})
+
     api_keys: list[SecretValue] = Field(default_factory=list)
     api_keys_env: str | None = None
+    api_key_hashes: list[Sha256Hex] = Field(default_factory=list)
     keys: dict[str, GatewayKey] = Field(default_factory=dict)
     aliases: dict[str, str] = Field(default_factory=dict)
     model_aliases: dict[str, str] = Field(default_factory=dict)

@@ -15,7 +15,12 @@ _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 def key_id(value: str) -> str:
     """The first 8 hex digits of the SHA-256 of a key: how logs, the ledger and metrics name it."""
-    return hashlib.sha256(value.encode()).hexdigest()[:8]
+    return digest_key_id(hashlib.sha256(value.encode()).digest())
+
+
+def digest_key_id(digest: bytes) -> str:
+    """The :func:`key_id` of a key known only by its SHA-256 ``digest`` (a gateway's ``key_sha256``): the same id."""
+    return digest.hex()[:8]
 
 
 class Secret:
@@ -85,31 +90,22 @@ class Secret:
         return hash(self._value)
 
 
-def scrub(text: str, secrets: list[str] | tuple[str, ...], lowered: str | None = None) -> str:
+def scrub(text: str, secrets: list[str] | tuple[str, ...]) -> str:
     """Replace every occurrence of each secret (and common key shapes) in ``text`` with ``[REDACTED]``.
 
     Args:
         text: The text to scrub.
         secrets: The configured secrets (shorter than 4 characters: ignored).
-        lowered: ``text.lower()``, or the lowercased text that ``text`` was cut from, when the caller has it
-            already (the classifier does): it is only scanned for where a key shape could start, and
-            replacing a secret by ``[REDACTED]`` never makes a new such place.
     """
     for s in secrets:
         if s and len(s) >= 4 and s in text:
             text = text.replace(s, "[REDACTED]")
-    low = text.lower() if lowered is None else lowered
-    # Most messages hold no key shape: a few substring scans, a third of one regex search, written out rather than
-    # looped over (one per failed try). Each shape of ``_KEY_SHAPES`` starts with one of these texts (``xoxb-`` and
-    # ``xoxp-`` with ``xox``; ``ghp_``, ``gho_`` and ``ghu_`` with ``gh``).
-    if "sk-" in low or "xox" in low or "gh" in low or "github_pat_" in low or "aiza" in low or "bearer " in low:
-        return _KEY_SHAPES.sub("[REDACTED]", text)
-    return text
+    return _KEY_SHAPES.sub("[REDACTED]", text)
 
 
-#: The key shapes :func:`scrub` redacts.
+#: The key shapes :func:`scrub` redacts (``tk-``: a gateway client key that ``turnout key new`` made).
 _KEY_SHAPES = re.compile(
-    r"(?:sk-[A-Za-z0-9_\-*.]{6,}|xox[bp]-[A-Za-z0-9\-]{6,}|gh[pou]_[A-Za-z0-9]{6,}|github_pat_[A-Za-z0-9_]{6,}"
-    r"|AIza[A-Za-z0-9_\-]{10,}|(?<=Bearer )[A-Za-z0-9_\-.=]{8,})",
+    r"(?:sk-[A-Za-z0-9_\-*.]{6,}|tk-[A-Za-z0-9_\-]{16,}|xox[bp]-[A-Za-z0-9\-]{6,}|gh[pou]_[A-Za-z0-9]{6,}"
+    r"|github_pat_[A-Za-z0-9_]{6,}|AIza[A-Za-z0-9_\-]{10,}|(?<=Bearer )[A-Za-z0-9_\-.=]{8,})",
     re.IGNORECASE,
 )

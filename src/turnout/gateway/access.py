@@ -43,13 +43,13 @@ from turnout.config import (
     Profile,
     default_profile,
     default_target,
-    key_id,
     materialize,
     resolve_profile_ref,
 )
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.core.errors import ConfigError
+from turnout.core.secrets import digest_key_id
 from turnout.gateway.bounds import MAX_MODEL_CHARS
 from turnout.gateway.failures import Failure, RequestRejected, invalid
 from turnout.gateway.shared_spend import SharedBusy, SharedUnavailable
@@ -109,6 +109,19 @@ class PublicName:
     choice: RouteChoice
     provider: str
     model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientKey:
+    """A configured client key as the gateway keeps it: never the key, only its SHA-256.
+
+    Attributes:
+        path: Where it is configured (``gateway.api_keys[0]``, ``gateway.keys.<name>.key_sha256``), for errors.
+        digest: The SHA-256 digest of the key (32 bytes).
+    """
+
+    path: str
+    digest: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -475,26 +488,30 @@ class Access:
                 )
         return out
 
-    def callers(self, plain_keys: Iterable[str], named_keys: Mapping[str, str]) -> list[tuple[str, Caller]]:
-        """``(key, caller)`` for every client key: plain ``api_keys`` with the default access, then named keys.
+    def callers(
+        self, default_keys: Iterable[ClientKey], named_keys: Mapping[str, ClientKey]
+    ) -> list[tuple[bytes, Caller]]:
+        """``(digest, caller)`` for every client key: those with the default access, then the named keys.
+
+        A key with the default access is named by its key id, read from its digest: a key and its
+        ``api_key_hashes`` entry get the same id. A named key is named by its name.
 
         Raises:
-            ConfigError: A key is configured twice, or a named key's access is invalid.
+            ConfigError: A key is configured twice (also once as a key and once as its hash), or a named key's
+                access is invalid.
         """
-        out: list[tuple[str, Caller]] = []
-        seen: dict[str, str] = {}
+        out: list[tuple[bytes, Caller]] = []
+        seen: dict[bytes, str] = {}
         default: Caller | None = None
-        for key in plain_keys:
+        for key in default_keys:
             default = default or self.caller(ANONYMOUS)
-            out.append((key, replace(default, name=key_id(key))))
-            seen.setdefault(key, "gateway.api_keys")
+            out.append((key.digest, replace(default, name=digest_key_id(key.digest))))
+            seen.setdefault(key.digest, key.path)
         for name, key in named_keys.items():
-            if key in seen:
-                raise ConfigError(
-                    f"this key is also {seen[key]}", path=f"gateway.keys.{name}.key", code="duplicate_key"
-                )
-            seen[key] = f"gateway.keys.{name}"
-            out.append((key, self.caller(name, self.config.gateway.keys[name])))
+            if key.digest in seen:
+                raise ConfigError(f"this key is also {seen[key.digest]}", path=key.path, code="duplicate_key")
+            seen[key.digest] = f"gateway.keys.{name}"
+            out.append((key.digest, self.caller(name, self.config.gateway.keys[name])))
         return out
 
     # --- admission -----------------------------------------------------------------------------

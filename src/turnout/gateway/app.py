@@ -41,7 +41,7 @@ from turnout.gateway.access import (
 )
 from turnout.gateway.accesslog import access_log, logged_path, start_writer, stop_writer
 from turnout.gateway.anthropic_surface import AnthropicSurface
-from turnout.gateway.auth import Authenticator, gateway_keys, named_keys
+from turnout.gateway.auth import Authenticator, default_keys, named_keys
 from turnout.gateway.bounds import MAX_FIELD_CHARS, MAX_MODEL_CHARS, header_value
 from turnout.gateway.chat import JSON, serve_chat
 from turnout.gateway.conversations import Conversations
@@ -97,7 +97,8 @@ class Gateway:
     Args:
         client: The client that serves every request (its ledger label should be ``gateway``).
         keys: Plain client keys with the default access (default: ``[gateway] api_keys`` and
-            ``api_keys_env``); ``[gateway.keys.<name>]`` keys are added. No key at all: no auth.
+            ``api_keys_env``); ``[gateway] api_key_hashes`` and ``[gateway.keys.<name>]`` keys are added. No key
+            at all: no auth.
         owns_client: Close the client when the application is cleaned up.
         peers: The workers of the server this gateway is one of (``turnout serve --workers N``): it publishes
             its totals to them, and ``/metrics``, ``/status`` and the status page merge every worker's. None: this
@@ -131,15 +132,14 @@ class Gateway:
         self.max_body_bytes = config.gateway.max_body_bytes
         self.spend = _spend_book(client)
         self.access = Access(config, self.spend)
-        plain = keys if keys is not None else gateway_keys(config)
-        callers = self.access.callers(plain, named_keys(config))
+        callers = self.access.callers(default_keys(config, plain=keys), named_keys(config))
         if self.spend is None:  # limits are enforced from the ledger
             _refuse_limits(callers)
         self.auth = Authenticator(callers, self.access.caller(ANONYMOUS))
         self.metrics = Metrics(
             labelled=self.access.served_models(),
             breakers=client.factory.breakers,
-            clock=client.factory.clock,
+            clock=client.factory.env.clock,
             rates=profile_rates(config, client.factory.catalogue).rates,
         )
         self.recent = RecentAttempts()
@@ -397,7 +397,7 @@ class Gateway:
             self.recent,
             draining=self.draining,
             started=self.started,
-            now=self.client.factory.clock(),
+            now=self.client.factory.env.clock(),
             money=self.money(),
         )
         return web.Response(body=body, content_type=JSON)
@@ -429,7 +429,7 @@ class Gateway:
     def totals(self) -> Totals:
         """This process's totals now: its metrics, recent attempts, requests in flight and upstream state."""
         factory = self.client.factory
-        now = factory.clock()
+        now = factory.env.clock()
         store = factory.store
         self._fold()
         ledger = self.client.ledger
@@ -458,9 +458,9 @@ class Gateway:
         """What the whole server counted and knows: this process's totals, merged with the other workers'."""
         own = self.totals()
         if self.peers is None:
-            return merge(own, [], self.client.factory.clock())
+            return merge(own, [], self.client.factory.env.clock())
         peers = await self.peers.read_peers()
-        return replace(merge(own, peers, self.client.factory.clock()), restarts=self.peers.restarts)
+        return replace(merge(own, peers, self.client.factory.env.clock()), restarts=self.peers.restarts)
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         if self.draining:
@@ -485,7 +485,7 @@ class Gateway:
 
     def failure_response(self, surface: Surface, exc: BaseException, ex: Exchange) -> web.Response:
         """The answer to a call that failed before any output: the surface's error, with its attempts counted."""
-        clock = self.client.factory.clock
+        clock = self.client.factory.env.clock
         now = clock()
         failure = failure_for(exc, self.client.factory.store.cooldowns(now), now)
         if isinstance(exc, UnsupportedRequest) and ex.route is not None:
@@ -612,7 +612,7 @@ def _spend_book(client: Client) -> SpendBook | None:
     return spend
 
 
-def _refuse_limits(callers: Sequence[tuple[str, Caller]]) -> None:
+def _refuse_limits(callers: Sequence[tuple[bytes, Caller]]) -> None:
     """Refuse keys with a limit on a gateway without a ledger: limits are enforced from the ledger.
 
     Raises:

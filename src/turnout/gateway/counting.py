@@ -47,7 +47,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
         return gw.error_response(surface, config_failure(exc))
     entry = target.reliable.entries[0]
     model = entry.model_for(target.model)
-    key = entry.keys.pick(gw.client.factory.clock())
+    key = entry.keys.pick(gw.client.factory.env.clock())
     provider = entry.providers[key.index] if key is not None else None
     count, source = None, "estimate"
     if isinstance(provider, HTTPAdapter) and provider.counts_tokens:

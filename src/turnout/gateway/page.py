@@ -100,7 +100,7 @@ class StatusPage:
         self._count_login = count_login
         self._view = view
         self._recent = recent
-        self._day = LedgerDay(client.ledger, client.factory.clock) if client.ledger is not None else None
+        self._day = LedgerDay(client.ledger, client.factory.env.clock) if client.ledger is not None else None
         self._started = time.time() if started is None else started
 
     def _signed_in(self, request: web.Request) -> Caller | None:
@@ -175,7 +175,7 @@ class StatusPage:
     async def gather(self, *, signed_in: bool = False) -> PageData:
         """What the page shows now."""
         totals = await self._view()
-        now = self.client.factory.clock()
+        now = self.client.factory.env.clock()
         return PageData(
             now=now,
             uptime=time.time() - self._started,

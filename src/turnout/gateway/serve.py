@@ -44,7 +44,7 @@ from turnout.core.errors import ConfigError, cannot_listen
 from turnout.gateway.access import Access
 from turnout.gateway.accesslog import use_queue
 from turnout.gateway.app import Gateway
-from turnout.gateway.auth import gateway_keys, named_keys
+from turnout.gateway.auth import default_keys, named_keys
 from turnout.gateway.connections import ConnectionGuard, GuardedSite, Limits
 from turnout.gateway.signin import new_secret
 from turnout.gateway.workers import Peers, RestartBudget, publish_restarts
@@ -173,7 +173,7 @@ def run(config_path: str | None, host: str | None, port: int | None, workers: in
     path = str(find_config_path(config_path))
     config = load_config_file(path)
     # a client key that resolves to nothing, or an access rule naming nothing configured, fails here (not open)
-    Access(config).callers(gateway_keys(config), named_keys(config))
+    Access(config).callers(default_keys(config), named_keys(config))
     Client(config, ledger=False, store=MemoryStore())  # every route builds (nothing opened yet)
     host = host or config.gateway.host
     port = config.gateway.port if port is None else port

@@ -1,4 +1,4 @@
-"""What every walk of one route reaches: its entries, state, breakers, clock, backoff, prices and hedging.
+"""What every walk of one route reaches: its entries, state, breakers, environment, backoff, prices and hedging.
 
 A :class:`WalkContext` is made once per :class:`~turnout.walk.reliable.ReliableProvider` and handed to each
 :class:`~turnout.walk.walk.Walk` it starts. It holds the route's settings and shared objects, and answers the
@@ -10,11 +10,12 @@ cooling down (:mod:`turnout.state`), a backoff's length and a cooldown's write, 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from turnout.core.attribution import Attempt, Outcome, new_attempt
 from turnout.core.describe import error_detail, failure_reason
+from turnout.core.environment import Environment
 from turnout.core.errors import ProviderError
 from turnout.core.estimate import billed_usage
 from turnout.core.streams import ResponseBuilder
@@ -50,9 +51,7 @@ class WalkContext:
         base_backoff: The first backoff in seconds (it doubles after each sleep).
         store: Cooldown, key and breaker state.
         catalogue: Prices and context windows when a profile does not set them.
-        clock: Wall clock in seconds (cooldown deadlines, attempt start times).
-        sleep: The sleep function (tests inject a fake that advances a fake clock).
-        jitter: A uniform random number in [0, 1) (each backoff keeps at least half its length).
+        env: The clock (cooldown deadlines, attempt start times), the sleep and the backoff's jitter.
         breakers: The entries' circuit breakers (None: none).
         stats: Calls in flight and times to first token per entry (None: not kept).
         hedging: Hedged requests (None: no hedging).
@@ -64,9 +63,7 @@ class WalkContext:
     base_backoff: float
     store: StateStore
     catalogue: Catalogue
-    clock: Callable[[], float]
-    sleep: Callable[[float], Awaitable[None]]
-    jitter: Callable[[], float]
+    env: Environment
     breakers: Breakers | None = None
     stats: Stats | None = None
     hedging: Hedging | None = None
@@ -131,7 +128,7 @@ class WalkContext:
 
     def backoff_sleep(self, backoff: float, hint: float | None) -> float:
         """A jittered backoff (at least half of it), raised to the Retry-After hint (capped at 30 s)."""
-        wait = backoff * (0.5 + 0.5 * self.jitter())
+        wait = backoff * (0.5 + 0.5 * self.env.jitter())
         if hint is not None:
             wait = max(wait, min(hint, MAX_RETRY_AFTER_S))
         return wait
@@ -144,7 +141,7 @@ class WalkContext:
         """
         seconds = cooldown_seconds(hint)
         if seconds > 0:
-            return self.store.set_cooldown(key, self.clock() + seconds)
+            return self.store.set_cooldown(key, self.env.clock() + seconds)
         return None
 
     def attempt(

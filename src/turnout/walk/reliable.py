@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import random
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from turnout.core.attribution import DispatchScope
 from turnout.core.describe import aggregate_message
+from turnout.core.environment import REAL, Environment
 from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -64,9 +63,8 @@ class ReliableProvider:
         provider_backoff_ms: The first backoff (floored at 50 ms; doubles per sleep; capped at 10 s).
         store: Cooldown and key state (default: in memory).
         catalogue: Prices and context windows when a profile does not set them.
-        clock: Wall clock in seconds (cooldown deadlines, attempt start times).
-        sleep: The sleep function (tests inject a fake that advances a fake clock).
-        jitter: A uniform random number in [0, 1) (each backoff keeps at least half its length).
+        env: The clock (cooldown deadlines, attempt start times), the sleep between tries and the backoff's jitter
+            (default: the real ones; tests inject fakes).
         name: A label for logs.
         breakers: The entries' circuit breakers (None: none; the factory passes the client's, shared by every
             walk, so an entry's health is learned whichever route reaches it).
@@ -84,9 +82,7 @@ class ReliableProvider:
         provider_backoff_ms: int = 500,
         store: StateStore | None = None,
         catalogue: Catalogue | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        jitter: Callable[[], float] = random.random,
+        env: Environment | None = None,
         name: str = "reliable",
         breakers: Breakers | None = None,
         stats: Stats | None = None,
@@ -109,9 +105,7 @@ class ReliableProvider:
             base_backoff=max(provider_backoff_ms / 1000.0, MIN_BACKOFF_S),
             store=store if store is not None else MemoryStore(),
             catalogue=catalogue if catalogue is not None else default_catalogue(),
-            clock=clock,
-            sleep=sleep,
-            jitter=jitter,
+            env=env if env is not None else REAL,
             breakers=breakers,
             stats=stats,
             hedging=hedging if hedging is not None and hedging.enabled else None,
@@ -144,7 +138,7 @@ class ReliableProvider:
                 healthy: Callable[[str], bool] | None = None  # no pin to check: all healthy
                 if pin is not None:
                     first = {m: self.entries[found[0]] for m, found in by_member.items()}
-                    healthy = functools.partial(self._ready, first, requested, context.clock())
+                    healthy = functools.partial(self._ready, first, requested, context.env.clock())
                 members = affinity.arrange(list(by_member), pin, healthy, pool, context.stats)
             for member in members:
                 out.extend(by_member[member])

@@ -304,7 +304,7 @@ class Walk:
         store = context.store
         if context.single:
             return Admission.TRY
-        now = context.clock()
+        now = context.env.clock()
         until = context.cooling_until(c.entry, now)
         if until is not None:
             self._unavailable(c, "cooldown_skip", now, until, None, stream)
@@ -344,7 +344,7 @@ class Walk:
         ``other_keys``, entry ``i`` itself when its pool has another usable key.
         """
         context = self.context
-        now = context.clock()
+        now = context.env.clock()
         order = self.order
         for j in order[order.index(i) + 1 :]:
             c = self.candidate(j)
@@ -365,7 +365,7 @@ class Walk:
         context = self.context
         assert context.breakers is not None
         key = c.entry.health_key(c.model)
-        now = context.clock()
+        now = context.env.clock()
         if await context.breakers.claim_probe(key, now):
             self._probing = True
             return True
@@ -430,7 +430,7 @@ class Walk:
         """
         context = self.context
         store = context.store
-        now = context.clock()
+        now = context.env.clock()
         considered = {a.entry for a in self.attempts}
         if not considered:
             return None
@@ -460,11 +460,11 @@ class Walk:
         key = c.entry.health_key(c.model)
         if self._probing:
             self._probing = False
-            return breakers.succeeded(key, context.clock(), probing=True)
+            return breakers.succeeded(key, context.env.clock(), probing=True)
         if self.panic and context.store.breaker(key) is not None:
-            return breakers.succeeded(key, context.clock(), probing=False)  # it served
+            return breakers.succeeded(key, context.env.clock(), probing=False)  # it served
         if breakers.streaks:  # an entry without a streak has none to end
-            breakers.streak_ends(key, context.clock())
+            breakers.streak_ends(key, context.env.clock())
         return None
 
     def larger_entry_remains(self, failed: int) -> bool:
@@ -543,7 +543,7 @@ class Walk:
         started try is counted in flight in ``stats``.
         """
         self.try_number = t
-        started = self.context.clock()
+        started = self.context.env.clock()
         if t == 1:
             self.reached = started
         pin = self.pin
@@ -631,7 +631,7 @@ class Walk:
         if step is Step.RETRY:
             context = self.context
             hint = exc.retry_after if isinstance(exc, ProviderError) else None
-            await context.sleep(context.backoff_sleep(backoff, hint))
+            await context.env.sleep(context.backoff_sleep(backoff, hint))
             return min(backoff * 2, MAX_BACKOFF_S)
         if step is Step.STOP:
             try:
@@ -672,7 +672,7 @@ class Walk:
             self.limits.failed(entry, c.model, context.context_window(entry, c.model))
             larger = self.larger_entry_remains(c.index)
         rotates = pool.rotates
-        now = context.clock() if rotates else 0.0  # asked for a pool's other keys only (:meth:`apply` reads its own)
+        now = context.env.clock() if rotates else 0.0  # for a pool's other keys only (:meth:`apply` reads its own)
         auth = is_dead_key_error(exc)
         replay = not isinstance(exc, ResponseTooLarge)  # the next try would fetch the same oversized answer
         return decide(
@@ -695,7 +695,7 @@ class Walk:
     async def apply(self, c: Candidate, kid: str | None, action: Action, hint: float | None) -> None:
         """Apply what :meth:`decide_failure` decided: count the failure towards the breaker, cool down, report a key."""
         context = self.context
-        now = context.clock()
+        now = context.env.clock()
         breakers = context.breakers
         unhealthy = action.health and action.step is Step.NEXT_ENTRY  # the call's one signal: it leaves the entry
         entry = c.entry
@@ -736,7 +736,7 @@ class Walk:
     def _no_key(self, c: Candidate, stream: bool) -> Attempt:
         """The record of ``c`` found without a usable key: every key dead, or every live one cooling down."""
         context = self.context
-        now = context.clock()
+        now = context.env.clock()
         keys = c.entry.keys
         if keys.all_dead():
             return context.attempt(c, "non_retryable", try_number=0, started=now, detail=NO_LIVE_KEY, stream=stream)
