@@ -1,4 +1,4 @@
-"""The family table: which wire protocol, default endpoint and auth style each family uses.
+"""The family table: which wire protocol and default endpoint each family uses, and what it needs to be called.
 
 Data only (no HTTP imports), so configuration validation can consult it cheaply.
 """
@@ -19,8 +19,6 @@ class Family:
         name: The family name as written in ``[providers.models.<family>.<alias>]``.
         protocol: One of :data:`PROTOCOLS`.
         base_url: The default endpoint (the adapter appends its own path).
-        auth: ``"bearer"``, ``"x-api-key"``, ``"x-goog-api-key"``, ``"api-key"`` (Azure), ``"sigv4"`` (AWS: SigV4
-            from the AWS credential chain, or a Bedrock API key as a bearer token) or ``"none"``.
         needs_key: Whether a profile of this family must have a credential.
         vendor: The OpenAI-compatible vendor whose quirks apply, if any.
         extra: The ``turnout[...]`` extra the family's client library comes from, if any.
@@ -30,7 +28,6 @@ class Family:
     name: str
     protocol: str
     base_url: str
-    auth: str = "bearer"
     needs_key: bool = True
     vendor: str | None = None
     extra: str | None = None
@@ -41,18 +38,16 @@ FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family(name="openai", protocol="openai-chat", base_url="https://api.openai.com/v1"),
-        Family(name="anthropic", protocol="anthropic", base_url="https://api.anthropic.com", auth="x-api-key"),
+        Family(name="anthropic", protocol="anthropic", base_url="https://api.anthropic.com"),
         Family(
             name="gemini",
             protocol="gemini",
             base_url="https://generativelanguage.googleapis.com/v1beta",
-            auth="x-goog-api-key",
         ),
         Family(
             name="google",
             protocol="gemini",
             base_url="https://generativelanguage.googleapis.com/v1beta",
-            auth="x-goog-api-key",
         ),
         Family(name="ollama", protocol="ollama", base_url="http://127.0.0.1:11434", needs_key=False),
         Family(
@@ -66,16 +61,15 @@ FAMILIES: dict[str, Family] = {
         Family(name="mistral", protocol="openai-chat", base_url="https://api.mistral.ai/v1", vendor="mistral"),
         Family(name="xai", protocol="openai-chat", base_url="https://api.x.ai/v1", vendor="xai"),
         Family(name="together", protocol="openai-chat", base_url="https://api.together.xyz/v1", vendor="together"),
-        Family(name="azure", protocol="openai-chat", base_url="", auth="api-key", vendor="azure"),
+        Family(name="azure", protocol="openai-chat", base_url="", vendor="azure"),
         # the endpoint follows the profile's region (bedrock-runtime.<region>.amazonaws.com); credentials come
         # from the AWS chain when no Bedrock API key is given
-        Family(name="bedrock", protocol="bedrock", base_url="", auth="sigv4", needs_key=False),
+        Family(name="bedrock", protocol="bedrock", base_url="", needs_key=False),
         # Google Vertex AI: the endpoint comes from the region, the credential from Application Default Credentials
         Family(
             name="vertex",
             protocol="vertex",
             base_url="https://aiplatform.googleapis.com",
-            auth="google",
             needs_key=False,
             extra="gcp",
             extra_module="google.auth",
@@ -116,7 +110,6 @@ def family_for(name: str, kind: str | None) -> Family:
             name=name,
             protocol=protocol,
             base_url=known.base_url,
-            auth="api-key" if kind == "azure" else known.auth,
             needs_key=known.needs_key,
             vendor="azure" if kind == "azure" else known.vendor,
         )
@@ -127,7 +120,6 @@ def family_for(name: str, kind: str | None) -> Family:
         name=name,
         protocol=protocol,
         base_url="",
-        auth="api-key" if kind == "azure" else base.auth,
         needs_key=base.needs_key,
         vendor="azure" if kind == "azure" else None,
     )

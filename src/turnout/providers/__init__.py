@@ -5,44 +5,37 @@
 
 from __future__ import annotations
 
+import importlib
+
 from turnout.config.schema import Profile
 from turnout.core.model_ids import cloud_of, vertex_publisher, wire_model
 from turnout.core.registry import Family, family_for
 from turnout.providers.base import AdapterSettings, HTTPAdapter
 from turnout.providers.http import HttpClient
 
+#: The adapter of each protocol: ``protocol -> (module, class)``, imported when a profile first needs it (a
+#: cloud's adapter pulls in its client library only then).
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "openai-chat": ("turnout.providers.openai_chat", "OpenAIChatAdapter"),
+    "openai-responses": ("turnout.providers.openai_responses", "OpenAIResponsesAdapter"),
+    "anthropic": ("turnout.providers.anthropic", "AnthropicAdapter"),
+    "gemini": ("turnout.providers.gemini", "GeminiAdapter"),
+    "vertex-anthropic": ("turnout.providers.vertex", "VertexAnthropicAdapter"),
+    "vertex-google": ("turnout.providers.vertex", "VertexGeminiAdapter"),
+    "ollama": ("turnout.providers.ollama", "OllamaAdapter"),
+    "bedrock": ("turnout.providers.bedrock", "BedrockAdapter"),
+}
+
 
 def adapter_class(protocol: str) -> type[HTTPAdapter]:
-    """The adapter class implementing ``protocol`` (one of ``registry.PROTOCOLS``)."""
-    if protocol == "openai-chat":
-        from turnout.providers.openai_chat import OpenAIChatAdapter
-
-        return OpenAIChatAdapter
-    if protocol == "openai-responses":
-        from turnout.providers.openai_responses import OpenAIResponsesAdapter
-
-        return OpenAIResponsesAdapter
-    if protocol == "anthropic":
-        from turnout.providers.anthropic import AnthropicAdapter
-
-        return AnthropicAdapter
-    if protocol == "gemini":
-        from turnout.providers.gemini import GeminiAdapter
-
-        return GeminiAdapter
-    if protocol in ("vertex-anthropic", "vertex-google"):
-        from turnout.providers.vertex import VertexAnthropicAdapter, VertexGeminiAdapter
-
-        return VertexAnthropicAdapter if protocol == "vertex-anthropic" else VertexGeminiAdapter
-    if protocol == "ollama":
-        from turnout.providers.ollama import OllamaAdapter
-
-        return OllamaAdapter
-    if protocol == "bedrock":
-        from turnout.providers.bedrock import BedrockAdapter
-
-        return BedrockAdapter
-    raise ValueError(f"unknown protocol {protocol!r}")
+    """The adapter class implementing ``protocol`` (a key of :data:`ADAPTERS`)."""
+    try:
+        module, name = ADAPTERS[protocol]
+    except KeyError:
+        raise ValueError(f"unknown protocol {protocol!r}") from None
+    found = getattr(importlib.import_module(module), name)
+    assert isinstance(found, type) and issubclass(found, HTTPAdapter)
+    return found
 
 
 def _protocol(family: Family, profile: Profile) -> str:
