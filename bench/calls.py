@@ -179,7 +179,7 @@ async def failover(url: str, s: Settings) -> ScenarioResult:
     result = ScenarioResult.of("failover", "Failover after a 429", lanes, seconds)
     result.notes.append(
         f"With `Retry-After: 0` the attempts of a call are {first}; the next call's are {again}: a zero hint "
-        "opens a zero-length cooldown (SPEC 6.5: the cooldown lasts the hint), so every call asks the primary "
+        "opens a zero-length cooldown (the cooldown lasts the hint), so every call asks the primary "
         "again and each timed call is a full failover."
     )
     result.notes.append(

@@ -1,4 +1,4 @@
-"""Attribution (SPEC 8): attempt records, requested vs served routes, fallback notices, the dispatch scope."""
+"""Attribution: attempt records, requested vs served routes, fallback notices, the dispatch scope."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_attempt_defaults_and_hash() -> None:
 
 
 def test_notice_text_names_both_routes_in_the_seed_shape() -> None:
-    """The notice is the seed's sentence with requested and served model and full family.alias."""
+    """The notice is the documented sentence with requested and served model and full family.alias."""
     notice = fallback_notice(SONNET, GPT)
     assert notice.text == (
         "⚡ claude-sonnet-4-5 (anthropic.prod) was unavailable; this reply was served by gpt-4.1 (openai.backup)."

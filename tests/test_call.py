@@ -1,4 +1,4 @@
-"""One logical call (SPEC 8): when an answer is a fallback, the accepted reply, and what the ledger gets."""
+"""One logical call: when an answer is a fallback, the accepted reply, and what the ledger gets."""
 
 from __future__ import annotations
 

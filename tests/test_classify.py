@@ -1,8 +1,7 @@
-"""The classifier: what a failure means (SPEC section 5) and its retry hint (SPEC 6.2).
+"""The classifier: what a failure means and its retry hint.
 
-Scenarios ported from ZeroClaw's ``reliable.rs`` classifier tests (numbers refer to
-``reference/zeroclaw.md`` section i), expressed on typed :class:`ErrorFacts` where ZeroClaw read numbers
-out of message text, plus the SPEC table row by row with the real error bodies of ``protocols.md``.
+Scenarios expressed on typed :class:`ErrorFacts` (where a classifier could read numbers out of message text), plus
+the classification table row by row with real provider error bodies.
 """
 
 from __future__ import annotations
@@ -235,7 +234,7 @@ def test_other_400s_stay_non_retryable(text: str) -> None:
     assert classify(ErrorFacts(status=400, message=text)) is NR
 
 
-# --- SPEC section 5, row by row, with real bodies -------------------------------------------------
+# --- the classification table, row by row, with real bodies -------------------------------------------------
 
 OPENAI_RATE = (
     "Rate limit reached for gpt-4.1 in organization org-abc on tokens per min (TPM): Limit 30000, Used 28039, "
@@ -413,7 +412,7 @@ GEMINI_QUOTA = (
     ],
 )
 def test_spec_table(facts: ErrorFacts, expected: ErrorClass) -> None:
-    """Each SPEC section 5 row, with real provider bodies, gets its class."""
+    """Each row of the classification table, with real provider bodies, gets its class."""
     assert classify(facts) is expected
 
 
@@ -486,7 +485,7 @@ def test_dead_key_needs_an_auth_failure() -> None:
     assert not is_dead_key_error(ValueError("invalid api key"))
 
 
-# --- Retry-After sources, in order (SPEC 6.2) ------------------------------------------------------
+# --- Retry-After sources, in order ------------------------------------------------------
 
 NOW = 1_700_000_000.0
 
@@ -593,7 +592,7 @@ def test_text_hints_come_last(message: str, expected: float | None) -> None:
     ],
 )
 def test_rules_are_asked_in_order(facts: ErrorFacts, expected: ErrorClass) -> None:
-    """Refusal before context window, and each one's phrases only for the statuses SPEC section 5 gives them."""
+    """Refusal before context window, and each one's phrases only for the statuses the table gives them."""
     assert classify(facts) is expected
 
 

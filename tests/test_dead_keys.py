@@ -1,4 +1,4 @@
-"""Dead keys (SPEC 6.8): only an authentication answer counts, another call must confirm it, and it is probed again."""
+"""Dead keys: only an authentication answer counts, another call must confirm it, and it is probed again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failure words (SPEC 6.1): detail tags, reasons, diagnostics, and the bounded aggregate message."""
+"""Failure words: detail tags, reasons, diagnostics, and the bounded aggregate message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The factory (SPEC 3, 4, 6.6): adapters, key pools, walks and routers built once from the configuration."""
+"""The factory: adapters, key pools, walks and routers built once from the configuration."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Headroom in the key pool (SPEC 6.7): a used-up key cools down before its 429, and rotation avoids short keys."""
+"""Headroom in the key pool: a used-up key cools down before its 429, and rotation avoids short keys."""
 
 from __future__ import annotations
 

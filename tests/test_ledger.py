@@ -1,4 +1,4 @@
-"""The SQLite ledger (SPEC 8): writes on a background thread, batching, summaries, bounded close, no content."""
+"""The SQLite ledger: writes on a background thread, batching, summaries, bounded close, no content."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The failure policy (SPEC 5, 6.1-6.6): one table of (error class, position) → action."""
+"""The failure policy: one table of (error class, position) → action."""
 
 from __future__ import annotations
 
@@ -39,26 +39,26 @@ def act(
     return Action(step=step, cool_key=cool_key, cool_profile=cool_profile, report_key=report_key, health=health)
 
 
-# (class, position, auth_failure, expected action), from policy.py's table and SPEC 5 / 6.
+# (class, position, auth_failure, expected action), from policy.py's table.
 TABLE = [
-    # retryable: retry the same entry with backoff; with no try left, next entry (SPEC 6.1).
+    # retryable: retry the same entry with backoff; with no try left, next entry.
     pytest.param(R, MIDDLE, False, act(RETRY, health=True), id="retryable-retries"),
     pytest.param(R, SINGLE, False, act(RETRY, health=True), id="retryable-single-retries"),
     pytest.param(R, MIDDLE_NO_TRIES, False, act(NEXT_ENTRY, health=True), id="retryable-exhausted-moves-on"),
     pytest.param(R, SINGLE_NO_TRIES, False, act(NEXT_ENTRY, health=True), id="retryable-single-exhausted-moves-on"),
     pytest.param(R, POOL_USABLE, False, act(RETRY, health=True), id="retryable-with-pool-keeps-the-key"),
-    # empty: retry with backoff, then move on (SPEC 6.3).
+    # empty: retry with backoff, then move on.
     pytest.param(EMPTY, MIDDLE, False, act(RETRY), id="empty-retries"),
     pytest.param(EMPTY, LAST, False, act(RETRY), id="empty-last-retries"),
     pytest.param(EMPTY, MIDDLE_NO_TRIES, False, act(NEXT_ENTRY), id="empty-exhausted-moves-on"),
-    # rate_limited without a pool: cool the profile down and move on when another entry exists (SPEC 5, 6.5) ...
+    # rate_limited without a pool: cool the profile down and move on when another entry exists ...
     pytest.param(RL, MIDDLE, False, act(NEXT_ENTRY, cool_profile=True), id="rate-limit-moves-on"),
     pytest.param(RL, LAST, False, act(NEXT_ENTRY, cool_profile=True), id="rate-limit-last-of-several-moves-on"),
     pytest.param(RL, MIDDLE_NO_TRIES, False, act(NEXT_ENTRY, cool_profile=True), id="rate-limit-exhausted"),
     # ... and retry with backoff on a single entry, without a cooldown (nothing else could serve meanwhile).
     pytest.param(RL, SINGLE, False, act(RETRY), id="rate-limit-single-retries"),
     pytest.param(RL, SINGLE_NO_TRIES, False, act(NEXT_ENTRY), id="rate-limit-single-exhausted"),
-    # rate_limited with a pool: cool that key down, retry at once with another usable key (SPEC 6.6) ...
+    # rate_limited with a pool: cool that key down, retry at once with another usable key ...
     pytest.param(RL, POOL_USABLE, False, act(NEXT_KEY, cool_key=True), id="rate-limit-next-key"),
     pytest.param(RL, POOL_SINGLE_USABLE, False, act(NEXT_KEY, cool_key=True), id="rate-limit-single-next-key"),
     pytest.param(
@@ -67,15 +67,15 @@ TABLE = [
     # ... and with no usable key left (others cooling or dead) on a walk of several entries: cool the profile.
     pytest.param(RL, POOL_COOLING, False, act(NEXT_ENTRY, cool_key=True, cool_profile=True), id="rate-limit-keys-cool"),
     pytest.param(RL, POOL_DEAD, False, act(NEXT_ENTRY, cool_key=True, cool_profile=True), id="rate-limit-keys-dead"),
-    # rate_limited_non_retryable: move on at once, no retry, no cooldown (SPEC 5).
+    # rate_limited_non_retryable: move on at once, no retry, no cooldown.
     pytest.param(RNR, MIDDLE, False, act(NEXT_ENTRY), id="quota-moves-on"),
     pytest.param(RNR, SINGLE, False, act(NEXT_ENTRY), id="quota-single-moves-on"),
     pytest.param(RNR, POOL_USABLE, False, act(NEXT_ENTRY), id="quota-with-pool-moves-on"),
-    # non_retryable: move on at once (SPEC 5) ...
+    # non_retryable: move on at once ...
     pytest.param(NR, MIDDLE, False, act(NEXT_ENTRY), id="client-error-moves-on"),
     pytest.param(NR, SINGLE, False, act(NEXT_ENTRY), id="client-error-single-moves-on"),
     pytest.param(NR, POOL_USABLE, False, act(NEXT_ENTRY), id="client-error-with-pool-keeps-the-key"),
-    # ... a rejected key is reported, and another live key of the pool is tried first (SPEC 6.6, 6.8).
+    # ... a rejected key is reported, and another live key of the pool is tried first.
     pytest.param(NR, MIDDLE, True, act(NEXT_ENTRY, report_key=True), id="auth-no-pool-reports-and-moves-on"),
     pytest.param(NR, POOL_USABLE, True, act(NEXT_KEY, report_key=True), id="auth-pool-next-live-key"),
     pytest.param(NR, POOL_COOLING, True, act(NEXT_KEY, report_key=True), id="auth-pool-next-live-cooling-key"),
@@ -84,20 +84,20 @@ TABLE = [
         NR, POOL_USABLE_NO_TRIES, True, act(NEXT_ENTRY, report_key=True), id="auth-pool-next-key-without-tries"
     ),
     pytest.param(NR, SINGLE, True, act(NEXT_ENTRY, report_key=True), id="auth-single-reports-and-ends"),
-    # context_window: never retry that model; a larger entry: move on; none: stop (SPEC 6.4).
+    # context_window: never retry that model; a larger entry: move on; none: stop.
     pytest.param(CW, at(larger_entry_remains=True), False, act(NEXT_ENTRY), id="context-larger-remains"),
     pytest.param(CW, MIDDLE, False, act(STOP), id="context-none-larger-stops"),
     pytest.param(CW, SINGLE, False, act(STOP), id="context-single-stops-with-tries-left"),
-    # refusal: stop, never retried nor routed around, unless the profile routes refusals (SPEC 5).
+    # refusal: stop, never retried nor routed around, unless the profile routes refusals.
     pytest.param(REF, MIDDLE, False, act(STOP), id="refusal-stops"),
     pytest.param(REF, SINGLE, False, act(STOP), id="refusal-single-stops"),
     pytest.param(REF, at(refusal_fallback=True), False, act(NEXT_ENTRY), id="refusal-fallback-moves-on"),
     pytest.param(REF, at(refusal_fallback=True, last_entry=True), False, act(NEXT_ENTRY), id="refusal-fallback-last"),
-    # a try that probes a half-open breaker gets no second try, whatever the class (SPEC 6.7).
+    # a try that probes a half-open breaker gets no second try, whatever the class.
     pytest.param(R, at(probing=True), False, act(NEXT_ENTRY, health=True), id="retryable-probe-moves-on"),
     pytest.param(TO, at(last_entry=True, probing=True), False, act(NEXT_ENTRY, health=True), id="timeout-probe"),
     pytest.param(RL, at(single_entry=True, last_entry=True, probing=True), False, act(NEXT_ENTRY), id="rl-probe"),
-    # timeout: move on; retried only on the last entry (SPEC 5).
+    # timeout: move on; retried only on the last entry.
     pytest.param(TO, MIDDLE, False, act(NEXT_ENTRY, health=True), id="timeout-moves-on"),
     pytest.param(TO, POOL_USABLE, False, act(NEXT_ENTRY, health=True), id="timeout-with-pool-moves-on"),
     pytest.param(TO, LAST, False, act(RETRY, health=True), id="timeout-last-of-several-retries"),
@@ -108,7 +108,7 @@ TABLE = [
 
 @pytest.mark.parametrize(("error_class", "position", "auth_failure", "expected"), TABLE)
 def test_decide_table(error_class: ErrorClass, position: Position, auth_failure: bool, expected: Action) -> None:
-    """Each (error class, position) gets exactly the step and state updates of SPEC 5/6 and policy.py."""
+    """Each (error class, position) gets exactly the step and state updates of policy.py's table."""
     assert decide(error_class, position, auth_failure=auth_failure) == expected
 
 
@@ -142,9 +142,9 @@ def test_no_try_left_turns_retry_and_key_switch_into_a_move_keeping_state_update
 
 
 def test_rate_limit_on_a_single_entry_whose_pool_has_no_usable_key_diverges_from_spec() -> None:
-    """Pins today's behaviour, which SPEC 5 and docs/reliability.md contradict (reported for review).
+    """Pins today's behaviour, which the reliability rules describe otherwise (reported for review).
 
-    SPEC 5 says a rate limit on a single entry is retried with backoff, and 6.5 cools the profile down only
+    The rules say a rate limit on a single entry is retried with backoff, and cool the profile down only
     when another entry exists; policy.py moves on (ending the walk) and cools the profile down whenever a
     key pool has no other usable key, also on a single-entry walk.
     """

@@ -1,4 +1,4 @@
-"""Prices and context windows (SPEC 8): profile overrides, tiers, cache pricing, the catalogue and its cache."""
+"""Prices and context windows: profile overrides, tiers, cache pricing, the catalogue and its cache."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reliable walk (SPEC 5-6), with fake providers and a fake clock: no real sleeping."""
+"""The reliable walk, with fake providers and a fake clock: no real sleeping."""
 
 from __future__ import annotations
 
@@ -507,7 +507,7 @@ async def test_rejected_key_is_left_for_the_next_key() -> None:
 
 
 async def test_a_moderation_403_leaves_the_key_alive() -> None:
-    """A 403 moderation block is not an auth failure: the walk moves on and reports no key (SPEC 6.8)."""
+    """A 403 moderation block is not an auth failure: the walk moves on and reports no key."""
     moderated, other = Scripted(err(403, "Your input was flagged by moderation")), Scripted("ok")
     store = MemoryStore()
     r = walk(

@@ -36,3 +36,20 @@ def test_no_code_reads_outside_the_checkout() -> None:
             if _OUTSIDE.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+# A section number of a specification the repository does not hold: ``SPEC 6.7``, ``SPEC section 5``.
+_SPEC_CITATION = re.compile(r"\bSPEC (?:section )?\d")
+
+
+def test_no_file_cites_a_specification_the_repository_does_not_hold() -> None:
+    """Code, tests and docs stand alone: none cites a specification's section numbers (bench/results.md is a record)."""
+    offenders = []
+    for path in _tracked("src", "tests", "bench", "scripts", "docs", "examples", "README.md"):
+        if path.suffix not in (".py", ".md") or not path.is_file() or path.name in (Path(__file__).name, "results.md"):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if _SPEC_CITATION.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}")
+    assert offenders == []
+    assert _SPEC_CITATION.search("the panic rule (SPEC 6.7)") and _SPEC_CITATION.search("SPEC section 5 says")

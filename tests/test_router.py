@@ -1,4 +1,4 @@
-"""Hint routing (SPEC 4): target selection, pinning, dedup, credentials, unknown hints."""
+"""Hint routing: target selection, pinning, dedup, credentials, unknown hints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The streaming runtime's replay boundary (SPEC 7.3), with fake streaming providers."""
+"""The streaming runtime's replay boundary, with fake streaming providers."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The client opens a :class:`Call` for every request, with the :class:`CallPlan` it keeps for the route; the
 call is the dispatch scope in which the walk records its attempts, and the walk returns the route that
 answered. Only when the caller accepts that answer does :meth:`Call.accept` commit the served route, decide
-the fallback notice (SPEC 8, the one place that rule lives) and write the ledger record; a failure is
+the fallback notice (the one place that rule lives) and write the ledger record; a failure is
 recorded by :meth:`Call.fail` with the outcome names the ledger uses. With tracing on, both also hand the
 finished call to its :class:`CallTracer`, which makes its spans from the records after the fact, so nothing
 is traced while the call is in flight.
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
-from turnout.core.attribution import DispatchScope, FallbackNotice, RouteRef, fallback_notice
+from turnout.core.attribution import Attempt, DispatchScope, FallbackNotice, RouteRef, fallback_notice
 from turnout.core.errors import (
     AllProvidersFailed,
     ContextWindowExceeded,
@@ -175,23 +175,7 @@ class Call(DispatchScope):
         requested = plan.requested
         notice = self.fallback(served, entry)
         attempts = tuple(self.attempts)
-        if plan.ledger is not None:
-            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
-            plan.ledger.record(
-                CallRecord(
-                    call_id=self.call_id,
-                    ts=self.started,
-                    surface=plan.surface,
-                    stream=plan.stream,
-                    requested=requested,
-                    served=served,
-                    fallback=notice is not None,
-                    outcome="ok",
-                    attempts=attempts,
-                    accepted_index=accepted,
-                    caller=self.caller,
-                )
-            )
+        self._record(attempts, "ok", served, notice)
         if "<think>" in response.text:
             response = without_think(response)
         if plan.tracer is not None:
@@ -215,27 +199,8 @@ class Call(DispatchScope):
 
         The ledger records the call as ``embed``; the fallback rule is :meth:`fallback`'s, as for a chat.
         """
-        plan = self.plan
         notice = self.fallback(served, entry)
-        if plan.ledger is not None:
-            attempts = tuple(self.attempts)
-            accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None)
-            plan.ledger.record(
-                CallRecord(
-                    call_id=self.call_id,
-                    ts=self.started,
-                    surface=plan.surface,
-                    stream=False,
-                    requested=plan.requested,
-                    served=served,
-                    fallback=notice is not None,
-                    outcome="ok",
-                    attempts=attempts,
-                    accepted_index=accepted,
-                    caller=self.caller,
-                    operation="embed",
-                )
-            )
+        self._record(tuple(self.attempts), "ok", served, notice)
         return notice
 
     def fail(self, exc: BaseException) -> None:
@@ -243,20 +208,30 @@ class Call(DispatchScope):
         plan = self.plan
         if plan.tracer is not None and plan.operation != "embed":  # embedding calls are not traced (yet)
             plan.tracer.failed(self, exc)
+        self._record(tuple(self.attempts), call_outcome(exc), None, None)
+
+    def _record(
+        self, attempts: tuple[Attempt, ...], outcome: str, served: RouteRef | None, notice: FallbackNotice | None
+    ) -> None:
+        """Write the call's one ledger record: its outcome, who served it (None: nobody) and its attempts."""
+        plan = self.plan
         if plan.ledger is None:
             return
+        embed = plan.operation == "embed"
+        accepted = max((i for i, a in enumerate(attempts) if a.outcome == "ok"), default=None) if served else None
         plan.ledger.record(
             CallRecord(
                 call_id=self.call_id,
                 ts=self.started,
                 surface=plan.surface,
-                stream=plan.stream,
+                stream=False if embed else plan.stream,
                 requested=plan.requested,
-                served=None,
-                fallback=False,
-                outcome=call_outcome(exc),
-                attempts=tuple(self.attempts),
+                served=served,
+                fallback=notice is not None,
+                outcome=outcome,
+                attempts=attempts,
+                accepted_index=accepted,
                 caller=self.caller,
-                operation="embed" if plan.operation == "embed" else None,
+                operation="embed" if embed else None,
             )
         )

@@ -67,7 +67,7 @@ async def test_context_window_is_400_in_both_shapes() -> None:
 async def test_all_rate_limited_is_429_with_retry_after_rounded_up() -> None:
     """Every attempt rate limited: 429 with Retry-After = the soonest hint rounded up.
 
-    On the second call both profiles cool down; the walk still tries them all, in order (the panic rule, SPEC 6.7).
+    On the second call both profiles cool down; the walk still tries them all, in order (the panic rule).
     """
     fleet = Fleet(
         anthropic__prod=[err(429, "upstream detail", headers={"retry-after": "2.5"})],

@@ -205,7 +205,7 @@ async def test_every_upstream_rate_limited_is_429_with_retry_after(sim: Simulato
     async with gateway(toml) as server, sdk(server) as client:
         with pytest.raises(openai.RateLimitError) as first:
             await client.chat.completions.create(model="", messages=MESSAGES)
-        # both profiles now cool down: both are skipped, then both tried in order (the panic rule, SPEC 6.7)
+        # both profiles now cool down: both are skipped, then both tried in order (the panic rule)
         with pytest.raises(openai.RateLimitError) as second:
             await client.chat.completions.create(model="", messages=MESSAGES)
     assert first.value.response.headers["retry-after"] == "3"

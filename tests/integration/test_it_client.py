@@ -222,7 +222,7 @@ def routes_config(sim: Simulator) -> dict[str, Any]:
 
 
 async def test_hint_routes_select_a_target_and_keep_its_reliability(sim: Simulator) -> None:
-    """``hint:<name>`` picks the route's target; pins follow SPEC 4; the target's walk still retries."""
+    """``hint:<name>`` picks the route's target; a pinned profile sends its model; the walk still retries."""
     async with client(routes_config(sim)) as c:
         fast = await c.chat("hi", model="hint:fast")
         reasoning = await c.chat("hi", model="hint:reasoning")

@@ -1,4 +1,4 @@
-"""Rate-limit headroom through real HTTP (SPEC 6.7): the simulator's budgets count down, and the client cools a
+"""Rate-limit headroom through real HTTP: the simulator's budgets count down, and the client cools a
 used-up key or profile before it earns a 429 (the simulator enforces its budgets, so a late client would get one).
 """
 

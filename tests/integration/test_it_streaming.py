@@ -190,7 +190,7 @@ async def test_malformed_chunk_after_output_interrupts(sim: Simulator, family: s
     assert await upstream(sim, 1) == [("sim-malformed-a3-t10", "malformed")]
 
 
-#: The ``missing_done`` stream per protocol (SPEC 7.2): OpenAI's finish_reason chunk then a clean end is
+#: The ``missing_done`` stream per protocol: OpenAI's finish_reason chunk then a clean end is
 #: complete without ``[DONE]``; Anthropic without ``message_stop`` is truncated; Gemini and Ollama have no
 #: separate terminator, so the stream is whole.
 COMPLETE_WITHOUT_TERMINATOR = {"openai": True, "anthropic": False, "gemini": True, "ollama": True}

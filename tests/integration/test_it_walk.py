@@ -54,7 +54,7 @@ async def test_retry_after_ms_hint_sets_the_sleep_before_the_retry(sim: Simulato
 @each_family
 async def test_persistent_429_cools_down_skips_and_fails_with_retry_after(sim: Simulator, family: str) -> None:
     """A persistent 429 cools the profile down (its fallback model is skipped); the next call skips every cooling
-    entry, then tries them all in order as if closed (the panic rule, SPEC 6.7): the fallback model serves it.
+    entry, then tries them all in order as if closed (the panic rule): the fallback model serves it.
     """
     main, spare = f"{family}.main", f"{family}.spare"
     cfg = config(
@@ -240,7 +240,7 @@ async def test_content_policy_error_is_routed_when_the_profile_opts_in(sim: Simu
     assert await upstream(sim, 2) == [("sim-policy", "status:400"), ("sim-ok-t2", "ok")]
 
 
-#: What each protocol's "quota exhausted" error means (SPEC 5): OpenAI ``insufficient_quota`` is
+#: What each protocol's "quota exhausted" error means: OpenAI ``insufficient_quota`` is
 #: billing-level; Anthropic's "credit balance is too low" is a plain 400; Gemini's per-day QuotaFailure id
 #: and Ollama's bare 429 ("usage limit", no quota word) are rate limits, so the profile cools down.
 QUOTA = {

@@ -232,7 +232,7 @@ def test_truncation_anywhere_before_message_stop_raises(case: str) -> None:
 
 
 def test_message_delta_with_stop_reason_then_eof_is_truncated() -> None:
-    """A stop_reason without message_stop is not a completion (SPEC 7.2)."""
+    """A stop_reason without message_stop is not a completion."""
     body = (
         message_start()
         + text_block(0, "Hi")
@@ -710,7 +710,7 @@ async def test_400_prompt_too_long_is_context_window(server: RecordingServer, ht
 
 
 async def test_credit_balance_too_low_is_never_retried(server: RecordingServer, http: HttpClient) -> None:
-    """The 400 billing message moves on at once (SPEC 5 lists it as non_retryable)."""
+    """The 400 billing message moves on at once (it is non_retryable)."""
     message = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing."
     server.reply(Reply(status=400, pieces=[_error_body("invalid_request_error", message)]))
     with pytest.raises(ProviderError) as info:

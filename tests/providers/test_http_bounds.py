@@ -1,4 +1,4 @@
-"""Each time bound of an attempt ends it when it passes, and is named: posts and streams alike (SPEC 7.3)."""
+"""Each time bound of an attempt ends it when it passes, and is named: posts and streams alike."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def _decoded(protocol: str, body: bytes) -> list[Any]:
 
 
 def _complete(protocol: str, items: list[Any]) -> bool:
-    """Whether the stream carries its protocol's completion signal (SPEC 7.2)."""
+    """Whether the stream carries its protocol's completion signal."""
     last = items[-1] if items else None
     if protocol in ("openai", "azure"):
         return last == b"[DONE]"
@@ -112,7 +112,7 @@ async def test_malformed_chunk_then_the_rest(wire: Any, protocol: str) -> None:
 @pytest.mark.parametrize(
     ("protocol", "complete"),
     [
-        ("openai", False),  # finish_reason is there, [DONE] is not (complete by SPEC 7.2's second rule)
+        ("openai", False),  # finish_reason is there, [DONE] is not (complete: a finish reason ends an OpenAI stream)
         ("azure", False),
         ("anthropic", False),  # message_delta without message_stop is NOT complete
         ("responses", True),  # no separate terminator to leave out

@@ -121,7 +121,7 @@ async def test_error_statuses_are_classified(sim: Simulator, http: HttpClient, p
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_quota_exhaustion_is_never_a_plain_retry(sim: Simulator, http: HttpClient, protocol: str) -> None:
-    """Billing-level exhaustion is not retried; Gemini's per-day quota id stays a rate limit (SPEC 5)."""
+    """Billing-level exhaustion is not retried; Gemini's per-day quota id stays a rate limit."""
     expected = {
         "openai": ErrorClass.RATE_LIMITED_NON_RETRYABLE,  # code insufficient_quota
         "responses": ErrorClass.RATE_LIMITED_NON_RETRYABLE,

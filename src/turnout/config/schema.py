@@ -1,6 +1,6 @@
 """The ``turnout.toml`` schema (pydantic v2).
 
-Names follow the seed (``model_routes``, ``model_provider``, ``fallback_models``, ``fallback``,
+Names follow ZeroClaw's (``model_routes``, ``model_provider``, ``fallback_models``, ``fallback``,
 ``provider_retries``, ``provider_backoff_ms``, ``uri``, ``extra_headers``, ``timeout_secs``) so a
 ZeroClaw provider section loads as is. Keys ZeroClaw knows but Turnout does not act on are listed in
 ``UNSUPPORTED`` of each model: they load with a warning. Any other unknown key is an error.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from turnout.core.errors import ErrorClass, ProviderError, RefusalError
 from turnout.core.secrets import scrub
 
-# --- the seed's phrase lists (ZeroClaw reliable.rs), lowercased ------------------------------------
+# --- phrase lists (as ZeroClaw's reliable.rs has them), lowercased ------------------------------------
 
 AUTH_HINTS = (
     "invalid api key",
@@ -220,7 +220,7 @@ def _timed_quota(facts: ErrorFacts) -> bool:
 
 
 def _key_rejected(facts: ErrorFacts) -> bool:
-    """The rule of :func:`is_dead_key_error` (SPEC 6.8), on the facts of one failure."""
+    """The rule of :func:`is_dead_key_error`, on the facts of one failure."""
     status = facts.status
     code, etype, reason, text = _lowered(facts)
     if status == 401:
@@ -232,9 +232,9 @@ def _key_rejected(facts: ErrorFacts) -> bool:
 
 
 def classify(facts: ErrorFacts) -> ErrorClass:
-    """The error class of a failure described by ``facts`` (SPEC section 5).
+    """The error class of a failure described by ``facts``.
 
-    The rules are asked in the order SPEC section 5 gives them: refusal, context window, 402, rate limits
+    The rules are asked in this order: refusal, context window, 402, rate limits
     (business limits first), billing codes, the status, the type or code of an error without a status, and
     last the message's phrases.
     """
@@ -275,7 +275,7 @@ def classify(facts: ErrorFacts) -> ErrorClass:
 
 
 def classify_text(text: str) -> ErrorClass:
-    """Last resort: classify a bare message by the seed's phrase lists (never by numbers in it)."""
+    """Last resort: classify a bare message by the phrase lists (never by numbers in it)."""
     return _classify_lowered(text.lower())
 
 
@@ -302,9 +302,6 @@ _TEXT_HINTS = (
     re.compile(r"try again in (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)\b", re.IGNORECASE),
     re.compile(r"retry after (\d+(?:\.\d+)?) seconds?", re.IGNORECASE),
 )
-#: Every pattern of ``_TEXT_HINTS`` needs this in the lowercased message (even with IGNORECASE, only
-#: ``t``/``T``, ``r``/``R`` and ``y``/``Y`` match these letters), so a message without it skips the searches.
-_TEXT_HINT_NEEDS = "try"
 #: ``(x-ratelimit-reset-*, x-ratelimit-remaining-*)`` for tokens, then requests.
 _RATELIMIT_HEADERS = tuple(
     (f"x-ratelimit-reset-{kind}", f"x-ratelimit-remaining-{kind}") for kind in ("tokens", "requests")
@@ -377,7 +374,7 @@ def retry_after_seconds(facts: ErrorFacts, now: Callable[[], float] = time.time)
         resets.append(v)
     if resets and facts.status == 429:
         return min(resets)
-    if facts.message and _TEXT_HINT_NEEDS in facts.message.lower():
+    if facts.message:
         for pattern in _TEXT_HINTS:
             m = pattern.search(facts.message)
             if m:
@@ -443,7 +440,7 @@ def error_class_of(exc: BaseException) -> ErrorClass:
 
 
 def is_dead_key_error(failure: BaseException | ErrorFacts) -> bool:
-    """The provider rejected the credential itself (SPEC 6.8): the one rule that may kill a key.
+    """The provider rejected the credential itself: the one rule that may kill a key.
 
     401; a 403 that is not a moderation block; or an error whose type, code or Gemini reason says the key
     is invalid (``invalid_api_key``, ``authentication_error``, ``UNAUTHENTICATED``, ``API_KEY_INVALID``).

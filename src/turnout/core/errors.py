@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 
 class ErrorClass(StrEnum):
-    """What a failure means for the reliable walk (SPEC section 5)."""
+    """What a failure means for the reliable walk."""
 
     RETRYABLE = "retryable"
     RATE_LIMITED = "rate_limited"
@@ -219,7 +219,7 @@ class ResponseTooLarge(ProtocolError):
     """A response body, a stream or one of its events is larger than its bound (counted after decompression).
 
     A health failure like any protocol error, but the walk does not try the same entry again for the call: the next
-    try would fetch the same answer (SPEC 6.7 and docs/reliability.md).
+    try would fetch the same answer (see docs/reliability.md).
     """
 
 

@@ -1,7 +1,7 @@
 """The provider contract every adapter implements; the reliable walk calls it on each entry's adapters.
 
 A provider needs one method, :meth:`Provider.chat`. Streaming providers also override
-:meth:`Provider.stream` and declare it in :meth:`Provider.capabilities`. The seed's convenience
+:meth:`Provider.stream` and declare it in :meth:`Provider.capabilities`. The convenience
 methods (``chat_with_system``, ``chat_with_history``, ``chat_with_tools``) are written once here.
 """
 
@@ -111,7 +111,7 @@ class Provider(ABC):
     ) -> None:
         await self.aclose()
 
-    # --- the seed's convenience methods, implemented once ---------------------------------
+    # --- convenience methods, implemented once ---------------------------------
 
     async def chat_with_system(
         self, system: str | None, message: str, model: str, temperature: float | None = None

@@ -1,6 +1,6 @@
 """Who may use what through the gateway: client keys, public model names, bound senders and daily spend.
 
-The operator decides (SPEC 10). A request's ``model`` must be a name its key may use:
+The operator decides. A request's ``model`` must be a name its key may use:
 
 - by default, what ``GET /v1/models`` lists: every ``hint:<name>``, every alias of ``[gateway.aliases]`` and
   ``[gateway.model_aliases]``, every profile that is not only another profile's fallback or a pool's member, and

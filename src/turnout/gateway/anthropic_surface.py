@@ -264,13 +264,16 @@ class AnthropicSurface:
     name = "anthropic"
 
     def parse(self, body: bytes, headers: Mapping[str, str] | None = None) -> ChatCall:
-        """Validate the body and translate it into a :class:`ChatCall`.
+        """Validate the body and translate it into a :class:`ChatCall` (see :meth:`parse_object`)."""
+        return self.parse_object(parse_json(body), headers)
+
+    def parse_object(self, raw: dict[str, Any], headers: Mapping[str, str] | None = None) -> ChatCall:
+        """Validate a parsed body and translate it into a :class:`ChatCall`.
 
         What has no translation (Anthropic-defined and server tools, ``mcp_servers``) is kept for an Anthropic
         upstream (see :mod:`turnout.gateway.passthrough`); ``document`` blocks for an Anthropic upstream or a
         Bedrock one, which translates them.
         """
-        raw = parse_json(body)
         modelled, only, documents = split_anthropic(raw)
         try:
             req = MessagesRequest.model_validate(modelled)

@@ -267,7 +267,8 @@ class Gateway:
             t0 = time.perf_counter()
             ex = Exchange(name, new_call_id())
             shape = surface if surface is not None else self._surface_for(request)
-            response: web.StreamResponse | None = self._turned_away(request, shape, json_body)
+            refused = self.edges.refusal(request, json_body=json_body)
+            response: web.StreamResponse | None = self._turned_away(shape, refused)
             if response is None:
                 headers = request.headers
                 ex.caller = self.auth.caller(headers.get("Authorization"), headers.get("x-api-key"))
@@ -312,12 +313,12 @@ class Gateway:
 
         return endpoint
 
-    def _turned_away(self, request: web.Request, shape: Surface, json_body: bool) -> web.Response | None:
-        """The answer to a request refused before it is read: what a browser must not send, or 503 while draining.
+    def _turned_away(self, shape: Surface, refused: Failure | None) -> web.Response | None:
+        """The answer to a request refused before it is read: ``refused``, or 503 while draining.
 
-        None: the request goes on. A refused request's body is never read, so its connection is not kept alive.
+        ``refused``: what a browser must not send (:mod:`~turnout.gateway.edges`). None: the request goes on. A
+        refused request's body is never read, so its connection is not kept alive.
         """
-        refused = self.edges.refusal(request, json_body=json_body)
         if refused is None and not self.draining:
             return None
         response = self.error_response(shape, refused if refused is not None else SHUTTING_DOWN)
@@ -330,15 +331,9 @@ class Gateway:
         async def endpoint(request: web.Request) -> web.StreamResponse:
             t0 = time.perf_counter()
             ex = Exchange("page", new_call_id())
-            response: web.StreamResponse
             refused = self.edges.refusal(request) if request.method == "POST" else self.edges.host_refusal(request)
-            if refused is not None:
-                response = self.error_response(self.openai, refused)
-                response.force_close()
-            elif self.draining:
-                response = self.error_response(self.openai, SHUTTING_DOWN)
-                response.force_close()
-            else:
+            response: web.StreamResponse | None = self._turned_away(self.openai, refused)
+            if response is None:
                 try:
                     response, ex.caller = await handler(request)
                 except ConnectionError:
@@ -363,7 +358,7 @@ class Gateway:
         return serve_embeddings(self, surface, request, ex)
 
     async def _count(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
-        return await serve_count_tokens(self, surface, request, ex)
+        return await serve_count_tokens(self, self.anthropic, request, ex)  # the route is Anthropic's only
 
     async def _list_models(self, request: web.Request, ex: Exchange, surface: Surface) -> web.StreamResponse:
         assert ex.caller is not None  # the guard admitted the request

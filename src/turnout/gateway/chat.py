@@ -4,7 +4,7 @@ Non-streaming: ``client.chat``; every failure is answered in the surface's error
 :func:`turnout.gateway.failures.failure_for` gives it, and a refusal is a normal answer in the surface's
 refusal form.
 
-Streaming (SPEC 7.3 on the wire): nothing is sent until the first event is ready, because until then the
+Streaming (on the wire): nothing is sent until the first event is ready, because until then the
 client recovers failures through the non-streaming walk; so the headers name the entry that actually
 produced the output, and a failure before it still gets a proper error status. After output, an
 interruption ends the stream with the surface's in-band error event and never with its completion

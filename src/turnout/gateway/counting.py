@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import logging
 
-import orjson
 from aiohttp import web
 
 from turnout.core.errors import ConfigError, InvalidRequest, ProviderError
 from turnout.core.estimate import estimate_tokens
 from turnout.core.types import ChatRequest
+from turnout.gateway.anthropic_surface import AnthropicSurface
 from turnout.gateway.bounds import header_value, parse_json, read_body
 from turnout.gateway.exchange import Exchange, Host
 from turnout.gateway.failures import RequestRejected, config_failure, invalid_request
-from turnout.gateway.surface import Surface
 from turnout.providers.base import HTTPAdapter
 
 log = logging.getLogger("turnout.gateway")
 
 
-async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, ex: Exchange) -> web.StreamResponse:
+async def serve_count_tokens(
+    gw: Host, surface: AnthropicSurface, request: web.Request, ex: Exchange
+) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: the served upstream's own count, else the estimate.
 
     The body is a Messages request without ``max_tokens``. When the entry that would serve it is an
@@ -37,7 +38,7 @@ async def serve_count_tokens(gw: Host, surface: Surface, request: web.Request, e
     try:
         raw = parse_json(await read_body(request, gw.max_body_bytes))
         raw.setdefault("max_tokens", 1)
-        call = surface.parse(orjson.dumps(raw), request.headers)
+        call = surface.parse_object(raw, request.headers)
         assert ex.caller is not None  # the guard authenticated the request
         admitted = gw.access.admit(ex.caller, call.model)  # the same names, and the same routes, as chat
         target = gw.client.route(model=admitted.model, provider=admitted.provider, sender=admitted.sender)

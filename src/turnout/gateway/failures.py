@@ -264,7 +264,7 @@ def too_large(limit: int) -> Failure:
 
 
 def interrupted(exc: StreamInterruptedAfterOutput) -> Failure:
-    """The in-band error that ends a stream cut after output (SPEC 7.3): never a clean end."""
+    """The in-band error that ends a stream cut after output: never a clean end."""
     return Failure(
         status=200,
         kind="upstream_interrupted",

@@ -7,7 +7,7 @@ item's ``reasoning_summary_part.added`` and ``reasoning_summary_text.delta``; a 
 ``function_call_arguments.delta`` and ``.done``), and finally ``response.completed`` (``response.incomplete``
 for an answer cut by the token limit) carrying the whole response with its usage. Every event has a
 ``sequence_number``. A stream cut after output ends with an ``error`` event and ``response.failed``, never
-with ``response.completed`` (SPEC 7.3 on the wire).
+with ``response.completed`` (on the wire).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The wire shape (``protocols.md`` section 4): ``x-api-key`` and ``anthropic-versi
 prompt is a top-level string; ``messages`` alternate ``user``/``assistant`` with content blocks (tool calls
 are ``tool_use`` blocks, tool results ``tool_result`` blocks inside a user message). A stream is a sequence
 of named events and is complete only at ``message_stop``: a ``message_delta`` carrying a stop reason and
-then end of body is a truncated stream (SPEC 7.2).
+then end of body is a truncated stream.
 """
 
 from __future__ import annotations

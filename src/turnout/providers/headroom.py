@@ -8,7 +8,7 @@ as an RFC 3339 time. :func:`read_headroom` reads either into one :class:`Headroo
 
 What the answers say is kept per profile and key in this process (:class:`HeadroomBook`, one per profile): the
 key pool (:mod:`turnout.walk.keys`) uses it to cool a key down *before* it earns a 429 and to prefer keys with
-headroom (SPEC 6.7), and ``/status`` shows it. An adapter reads its answers through a :class:`HeadroomWatch`,
+headroom, and ``/status`` shows it. An adapter reads its answers through a :class:`HeadroomWatch`,
 which the factory attaches; an answer that announces no headroom costs the watch four header lookups.
 """
 

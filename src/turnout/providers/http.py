@@ -1,6 +1,6 @@
 """The HTTP transport every adapter shares: one aiohttp session, time bounds, size bounds, typed errors.
 
-Time bounds per attempt (SPEC 7.3): ``connect`` (opening the connection), ``first_token`` (from sending
+Time bounds per attempt: ``connect`` (opening the connection), ``first_token`` (from sending
 the request to the response headers and, for a stream, its first body byte), ``idle`` (silence between
 body bytes) and ``total`` (the whole attempt). aiohttp keeps three of them for each request: ``connect`` is
 its ``sock_connect``; ``total`` is its ``total``, which ends with the body's last byte (a consumer slower

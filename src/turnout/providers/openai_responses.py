@@ -4,7 +4,7 @@ The wire shape (``protocols.md`` sections 2 and 3): the system prompt travels as
 conversation as ``input`` items (messages with typed content parts, ``function_call`` and
 ``function_call_output`` items), tools are flat (``{"type": "function", "name", ...}``). A stream is a
 sequence of typed events with no ``[DONE]``: it is complete only at ``response.completed`` or
-``response.incomplete``; ``response.failed`` and ``error`` events are in-band errors (SPEC 7.2).
+``response.incomplete``; ``response.failed`` and ``error`` events are in-band errors.
 """
 
 from __future__ import annotations

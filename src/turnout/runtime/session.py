@@ -78,7 +78,7 @@ class Session:
         self.history: list[Message] = [Message.system(system)] if system else []
 
     def switch_model(self, model: str | None = None, provider: str | None = None) -> None:
-        """Change the active model and/or profile for the following turns (the seed's in-turn switch)."""
+        """Change the active model and/or profile for the following turns (an in-turn switch)."""
         if provider is not None:
             self.provider = provider
         if model is not None:

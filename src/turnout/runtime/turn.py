@@ -1,4 +1,4 @@
-"""One streamed turn and its replay boundary (SPEC 7.3).
+"""One streamed turn and its replay boundary.
 
 A :class:`Turn` opens the route's reliable stream and forwards what it produces to two kinds of sink: the
 *draft* (mutable: the whole current text, replaceable) and the *events* (immutable: once sent, the user has

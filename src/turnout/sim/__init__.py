@@ -1,4 +1,4 @@
-"""A fault-injecting LLM provider simulator on loopback (SPEC section 11).
+"""A fault-injecting LLM provider simulator on loopback.
 
 One aiohttp server speaks OpenAI Chat Completions (and every OpenAI-compatible vendor), OpenAI
 Responses, Anthropic Messages, Google Gemini, Ollama and Azure OpenAI, and misbehaves on command:

@@ -1,4 +1,4 @@
-"""When a rejected credential is dead, and when it is tried again (SPEC 6.8).
+"""When a rejected credential is dead, and when it is tried again.
 
 The one owner of that policy; the stores only keep (and, with Redis, share) the records it returns.
 

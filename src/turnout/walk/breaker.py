@@ -1,6 +1,6 @@
 """Circuit breakers: an entry that keeps failing is skipped by every call until one probe finds it healthy.
 
-Each entry (profile and model) has a breaker (SPEC 6.7). Its inputs are *calls*, not tries: a call that reached the
+Each entry (profile and model) has a breaker. Its inputs are *calls*, not tries: a call that reached the
 entry gives one signal, whatever its retries there. The call was *served* (a retry that succeeded counts as a
 served call: the entry answered it), or it *failed*: the walk left the entry on a health failure, an error class
 ``retryable`` (5xx, 529, resets, refused connections), ``timeout`` (connect, first token, idle) or a stream cut after

@@ -136,7 +136,7 @@ class WalkContext:
     def cool_down(self, key: str, hint: float | None) -> Awaitable[None] | None:
         """Cool ``key`` down for the hint (capped at 60 s), else 10 s: the store's write to await.
 
-        A zero hint asks for a cooldown that is over as it starts (SPEC 6.5): nothing is written (None), so a shared
+        A zero hint asks for a cooldown that is over as it starts: nothing is written (None), so a shared
         store is not asked to keep a deadline that has already passed, and no coroutine is made for it.
         """
         seconds = cooldown_seconds(hint)

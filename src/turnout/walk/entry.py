@@ -158,7 +158,7 @@ class ContextLimits:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
-    """Where a non-streaming recovery of a failed stream continues (SPEC 7.3).
+    """Where a non-streaming recovery of a failed stream continues.
 
     Attributes:
         entry: The entry whose stream failed.

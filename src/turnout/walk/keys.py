@@ -8,7 +8,7 @@ is left. Keys are never stored in the state store or logs: only their ids (SHA-2
 A key is dead only when another call confirms its rejection, and rests before one request probes it again
 (:mod:`turnout.state.dead_keys` decides; the pool reports rejections, hands out the probe and logs both).
 
-Rate-limit headroom (SPEC 6.7): the pool hears what each key's answers say is left (:meth:`KeyPool.observe`,
+Rate-limit headroom: the pool hears what each key's answers say is left (:meth:`KeyPool.observe`,
 through the :class:`~turnout.providers.headroom.HeadroomWatch` of the key's adapter). A key with no requests or tokens
 left is cooled down until its budget refills, before it earns a 429: its own cooldown in a pool of two or
 more, else the profile's. Rotation passes over keys short of headroom while another usable key is not.

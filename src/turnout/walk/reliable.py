@@ -4,11 +4,11 @@
 :class:`~turnout.core.provider.Provider`. Its callers (the client, the streaming runtime) pass it each call's
 :class:`~turnout.core.attribution.DispatchScope` explicitly. It answers in two ways:
 
-- :meth:`ReliableProvider.run` walks the entries for one complete answer (SPEC 6) and returns it with the
+- :meth:`ReliableProvider.run` walks the entries for one complete answer and returns it with the
   entry that produced it (:class:`Served`);
 - :meth:`ReliableProvider.open_stream` picks the first entry that can stream the request and returns a
   :class:`ReliableStream`: its batches come from that entry only, and a failure before the first batch
-  is retried on that entry like a non-streaming try (SPEC 6.7, 7.1). Whether a failed stream is recovered
+  is retried on that entry like a non-streaming try. Whether a failed stream is recovered
   is the streaming runtime's decision (:mod:`turnout.runtime`); :meth:`ReliableStream.resume_after`
   says where such a recovery continues, and :meth:`run` takes it as ``resume``.
 
@@ -235,7 +235,7 @@ class ReliableProvider:
             answer = await self._complete(walk, c, 1 if walk.probing else tries, request, temperature)
             if answer is not None:
                 return answer
-        for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed (SPEC 6.7)
+        for i in walk.panic_order():  # every entry was open or cooling down: try them all as if closed
             tries = resume.tries if resume is not None and resume.entry == i else context.tries
             answer = await self._complete(walk, walk.candidate(i), tries, request, temperature)
             if answer is not None:
@@ -320,7 +320,7 @@ class ReliableProvider:
     async def open_stream(
         self, request: ChatRequest, model: str, temperature: float | None = None, log: DispatchScope | None = None
     ) -> ReliableStream:
-        """The stream of the first entry that can stream this request now (SPEC 7.1).
+        """The stream of the first entry that can stream this request now.
 
         Entries cooling down or behind an open circuit breaker are skipped (and recorded as skipped in ``log``);
         when every entry that can stream is, the first of them is opened as if closed, with its normal tries (the

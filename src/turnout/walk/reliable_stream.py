@@ -2,7 +2,7 @@
 
 :meth:`ReliableProvider.open_stream <turnout.walk.reliable.ReliableProvider.open_stream>` picks the entry and makes
 a :class:`ReliableStream`. Iterating its batches opens the stream: until the first batch arrives, a failure is
-a failed try like a non-streaming one (SPEC 6.7, 7.1). With hedging, a stream without visible output after the
+a failed try like a non-streaming one. With hedging, a stream without visible output after the
 hedge delay is raced by the same request on the next eligible entry; nothing reaches the caller before one side
 is chosen. Once batches flow, the stream never switches; its attempt is recorded when it ends, and
 :meth:`ReliableStream.resume_after` says where a recovery continues when it gave no answer.
@@ -366,7 +366,7 @@ class ReliableStream:
         ``failed``: the stream failed (False: it completed semantically empty). A failure the policy
         stopped on (a refusal the profile does not route, a request too large for every entry) is not
         recovered. Otherwise the recovery skips this entry, unless it is the walk's only one (one recovery
-        attempt on it, SPEC 7.3); a semantically empty stream gets one recovery attempt on this entry when
+        attempt on it); a semantically empty stream gets one recovery attempt on this entry when
         retries are allowed. A stream that failed on its size bound (:class:`~turnout.core.errors.ResponseTooLarge`) is
         evidence about its entry: the recovery never asks that entry again (the same oversized answer would be
         fetched), so with no other entry there is no recovery.

@@ -61,7 +61,7 @@ def answer_of(
 
 
 def refuse_empty(response: ChatResponse) -> None:
-    """An empty answer is a failed try (SPEC 6.3)."""
+    """An empty answer is a failed try."""
     if response.is_semantically_empty:
         raise EmptyCompletion(usage=response.usage)
 
@@ -405,8 +405,8 @@ class Walk:
 
         Empty when some entry was tried, or none was skipped for being unavailable. Otherwise every entry skipped
         for a cooldown or an open breaker, in the walk's order, each to be tried with its normal tries: the
-        breakers' learning never costs a call the chain could serve, and a walk never fails without trying
-        (SPEC 6.7). A breaker's entry that serves such a call is closed (:meth:`healthy`).
+        breakers' learning never costs a call the chain could serve, and a walk never fails without trying. A
+        breaker's entry that serves such a call is closed (:meth:`healthy`).
         """
         if self.tried or not self.unavailable:
             return []
