@@ -63,8 +63,25 @@ ConfigOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("turnout")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown"
+        _out().print(f"turnout {number}", markup=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """One reliable front over many LLM providers."""
 
 
@@ -435,6 +452,8 @@ def ledger(
     from turnout.ledger.writer import summarize
 
     path, rates = _ledger_source(config, path, as_json)
+    if not os.path.isfile(path):  # reading it would create an empty ledger and report 0 calls
+        raise _fail(ConfigError(f"no ledger file at {shown(path).plain}", code="no_ledger"), as_json)
     summary = summarize(path, since=_since(since))
     caching = cache_summary(path, rates.rates, since=_since(since))
     if as_json:
@@ -725,7 +744,7 @@ async def _status(cfg: Config) -> dict[str, Any]:
 @app.command()
 def sim(
     host: Annotated[str, typer.Option(metavar="HOST", help="Listen address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(metavar="PORT", help="Listen port (0: a free one).")] = 8900,
+    port: Annotated[int, typer.Option(min=0, max=65535, metavar="PORT", help="Listen port (0: a free one).")] = 8900,
     script: Annotated[
         str | None, typer.Option(metavar="PATH", help="A TOML/JSON script mapping models to behaviours.")
     ] = None,
@@ -746,7 +765,9 @@ def sim(
 def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(metavar="HOST", help="Listen address (default: [gateway] host).")] = None,
-    port: Annotated[int | None, typer.Option(metavar="PORT", help="Listen port (default: [gateway] port).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, metavar="PORT", help="Listen port (default: [gateway] port).")
+    ] = None,
     workers: Annotated[
         int, typer.Option(min=1, metavar="N", help="Worker processes sharing the port (SO_REUSEPORT).")
     ] = 1,
