@@ -14,10 +14,11 @@ from fakes import FakeClock, call_record
 from servers import threaded_simulator
 from turnout.cli.demo import TIMING, _print_summary, demo_config, outage_script, outage_tour
 from turnout.cli.main import app
-from turnout.cli.terminal import Column, FittedTable, attempts_table, usd
+from turnout.cli.terminal import Column, FittedTable, attempts_table
 from turnout.client import Client
 from turnout.core.attribution import Attempt
 from turnout.core.environment import Environment
+from turnout.core.money import usd
 from turnout.core.types import Usage
 from turnout.ledger.writer import Ledger
 from turnout.sim import Simulator

@@ -385,3 +385,17 @@ def test_a_caller_is_limited_by_any_of_its_bounds(limit: str | None) -> None:
 
     bounds: dict[str, Any] = {limit: 1} if limit is not None else {}
     assert Caller(name="k", names={}, open_profiles=frozenset(), **bounds).limited is (limit is not None)
+
+
+def test_a_small_limit_reads_as_its_amount_not_as_zero() -> None:
+    """A $0.001 limit and $0.0012 spent are written as such (two decimals read "$0.00 ... ($0.00 spent today)")."""
+    from turnout.gateway.access import Caller, daily_limit, max_call
+
+    caller = Caller(name="k", names={}, open_profiles=frozenset(), daily_limit_usd=0.001, max_call_usd=0.0005)
+    refusal = daily_limit(caller, 0.0012, held=0.00003)
+    assert "limit of $0.001000" in refusal.message and "($0.001200 spent today" in refusal.message
+    assert "$0.000030 held by calls in flight" in refusal.message and "$0.00 " not in refusal.message
+    assert (
+        "up to $0.000700" in max_call(caller, 0.0007).message
+        and "the $0.000500 one call" in max_call(caller, 0.0007).message
+    )

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from turnout.cli.demo_clouds import clouds_config, clouds_tour
 from turnout.cli.demo_hedge import HEDGE, HEDGE_BURST, hedge_script, hedge_tour
-from turnout.cli.terminal import Column, FittedTable, attempts_table, compact_attempts, shown, shown_lines, usd
+from turnout.cli.terminal import Column, FittedTable, attempts_table, compact_attempts, shown, shown_lines
 from turnout.client import Client
 from turnout.core.errors import (
     ContextWindowExceeded,
@@ -40,6 +40,7 @@ from turnout.core.errors import (
     TurnoutError,
     cannot_listen,
 )
+from turnout.core.money import usd
 from turnout.gateway import Gateway, GatewayServer
 from turnout.gateway.serve import can_listen
 from turnout.ledger.pricing import profile_rates

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from turnout.cli.keys import key_app
-from turnout.cli.terminal import Column, FittedTable, attempts_table, shown, shown_lines, usd
+from turnout.cli.terminal import Column, FittedTable, attempts_table, shown, shown_lines
 from turnout.config import (
     Config,
     ConfigWarning,
@@ -34,6 +34,7 @@ from turnout.config import (
 )
 from turnout.core.attribution import Attempt
 from turnout.core.errors import ConfigError, TurnoutError
+from turnout.core.money import usd
 from turnout.core.types import Usage
 
 if TYPE_CHECKING:

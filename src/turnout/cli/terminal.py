@@ -11,7 +11,6 @@ to an ellipsis; a table too wide for the terminal prints stacked, one block per 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnout.core.attribution import SKIPS, Attempt
+from turnout.core.money import usd
 
 #: How much of one untrusted value a table shows.
 MAX_SHOWN_CHARS = 400
@@ -54,15 +54,6 @@ def shown_lines(text: str, limit: int = MAX_SHOWN_CHARS) -> Text:
     if len(text) > limit:
         out.append("…")
     return out
-
-
-def usd(value: float | None, unknown: str = "-") -> str:
-    """A cost in USD with six decimals, more for a cost below a millionth, so that no cost reads as zero."""
-    if value is None or not math.isfinite(value):
-        return unknown
-    if value == 0 or abs(value) >= 1e-6:
-        return f"${value:.6f}"
-    return f"${value:.{1 - math.floor(math.log10(abs(value)))}f}"  # two significant digits
 
 
 Cell = str | Text

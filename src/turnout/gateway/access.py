@@ -49,6 +49,7 @@ from turnout.config import (
 from turnout.config.loader import did_you_mean
 from turnout.config.schema import GatewayKey
 from turnout.core.errors import ConfigError
+from turnout.core.money import usd
 from turnout.core.secrets import digest_key_id
 from turnout.gateway.bounds import MAX_MODEL_CHARS
 from turnout.gateway.failures import Failure, RequestRejected, invalid
@@ -669,12 +670,12 @@ SPEND_BUSY = Failure(
 def daily_limit(caller: Caller, spent: float, held: float = 0.0) -> Failure:
     """The 429 for a key whose daily limit is spent, or held by its calls in flight (it resets at 00:00 UTC)."""
     limit = caller.daily_limit_usd or 0.0
-    holding = f", ${held:.4f} held by calls in flight" if held else ""
+    holding = f", {usd(held)} held by calls in flight" if held else ""
     return Failure(
         status=429,
         kind="rate_limited",
         message=(
-            f"the daily spend limit of ${limit:.2f} for key {caller.name!r} is reached (${spent:.2f} spent today"
+            f"the daily spend limit of {usd(limit)} for key {caller.name!r} is reached ({usd(spent)} spent today"
             f"{holding}); it resets at 00:00 UTC"
         ),
         code="daily_limit_exceeded",
@@ -698,7 +699,7 @@ def max_call(caller: Caller, amount: float, choices: int = 1) -> Failure:
         status=400,
         kind="invalid_request",
         message=(
-            f"this call may cost up to ${amount:.4f} ({what}), above the ${bound:.4f} one call of key "
+            f"this call may cost up to {usd(amount)} ({what}), above the {usd(bound)} one call of key "
             f"{caller.name!r} may cost; {advice}"
         ),
         param=param,
