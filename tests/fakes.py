@@ -23,7 +23,7 @@ from turnout.core.types import (
     UsageEvent,
 )
 from turnout.ledger.pricing import Catalogue, Rates, _Rate
-from turnout.ledger.writer import CallRecord
+from turnout.ledger.rows import CallRecord
 from turnout.state import MemoryStore, StateStore
 from turnout.walk.breakers import Breakers
 from turnout.walk.keys import KeyPool

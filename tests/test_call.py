@@ -19,7 +19,8 @@ from turnout.core.errors import (
     UnsupportedRequest,
 )
 from turnout.core.types import ChatResponse, ToolCall, Usage
-from turnout.ledger.writer import CallRecord, Ledger
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger
 
 SONNET = RouteRef(provider="anthropic.prod", model="claude-sonnet-4-5")
 HAIKU = RouteRef(provider="anthropic.prod", model="claude-haiku-4-5")

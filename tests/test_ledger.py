@@ -17,7 +17,8 @@ from turnout.core.attribution import Attempt, Outcome, RouteRef
 from turnout.core.errors import AllProvidersFailed, ConfigError
 from turnout.core.secrets import key_id
 from turnout.core.types import ChatResponse, ToolCall, Usage
-from turnout.ledger.writer import CallRecord, Ledger, summarize
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger, summarize
 
 BOUND = 10.0  # seconds any flush or close may take in these tests (they take milliseconds)
 
@@ -237,14 +238,14 @@ def gated(monkeypatch: pytest.MonkeyPatch) -> GatedTime:
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every batch the writer commits."""
     sizes: list[int] = []
-    real = ledger_module._write
+    real = ledger_module.write_rows
 
     def spy(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
         if calls:
             sizes.append(len(calls))
         real(db, calls)
 
-    monkeypatch.setattr(ledger_module, "_write", spy)
+    monkeypatch.setattr(ledger_module, "write_rows", spy)
     return sizes
 
 

@@ -17,7 +17,8 @@ import turnout
 import turnout.ledger.reservations as reservations
 from turnout.core.attribution import Attempt, RouteRef
 from turnout.ledger.reservations import owner_alive, process_identity
-from turnout.ledger.writer import CallRecord, Ledger, summarize
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger, summarize
 
 BOUND = 10.0  # seconds any flush, close or child's start may take in these tests
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
@@ -27,7 +28,8 @@ ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
 CHILD = """
 import asyncio, sys, time
 from turnout.core.attribution import Attempt, RouteRef
-from turnout.ledger.writer import CallRecord, Ledger
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger
 
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
 

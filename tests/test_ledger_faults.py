@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-import turnout.ledger.writer as ledger_module
+import turnout.ledger.rows as rows_module
 from turnout.core.attribution import Attempt, RouteRef
 from turnout.core.types import Usage
-from turnout.ledger.writer import CallRecord, Ledger, LedgerUnavailable
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger, LedgerUnavailable
 
 BOUND = 10.0  # seconds any flush or close may take in these tests
 ROUTE = RouteRef(provider="openai.main", model="gpt-4.1")
@@ -67,14 +68,14 @@ class Disk:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
         self.message = "database or disk is full"
-        real = ledger_module._insert
+        real = rows_module._insert
 
         def insert(db: sqlite3.Connection, *rows: Any) -> None:
             if self.full:
                 raise sqlite3.OperationalError(self.message)
             real(db, *rows)
 
-        monkeypatch.setattr(ledger_module, "_insert", insert)
+        monkeypatch.setattr(rows_module, "_insert", insert)
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ async def test_flush_and_close_return_in_bounded_time_when_the_writer_is_stuck(
         entered.set()
         release.wait(BOUND)
 
-    monkeypatch.setattr(ledger_module, "_insert", stuck)
+    monkeypatch.setattr(rows_module, "_insert", stuck)
     led = Ledger(path, batch_delay=0, flush_timeout=0.05)
     led.record(call("c"))
     await asyncio.to_thread(entered.wait, BOUND)

@@ -28,7 +28,8 @@ from turnout.core.errors import (
 )
 from turnout.core.streams import without_think
 from turnout.core.types import ChatRequest, ChatResponse
-from turnout.ledger.writer import CallRecord, Ledger
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger
 from turnout.reply import Reply
 
 #: What kind of call it is: ``Client.chat``, ``Client.stream``, ``Client.turn`` or ``Client.embed``.

@@ -27,7 +27,8 @@ from turnout.core.errors import ConfigError
 from turnout.core.types import ChatRequest, Message, NativeRequest, ResponseFormat, ToolSpec
 from turnout.factory import AdapterBuilder, Factory, missing_model_error
 from turnout.ledger.pricing import Catalogue
-from turnout.ledger.writer import CallRecord, Ledger
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger
 from turnout.providers.http import HttpClient
 from turnout.reply import Reply
 from turnout.runtime import ReplyStream, Session, Sink, Turn, drive

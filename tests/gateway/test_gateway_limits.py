@@ -15,7 +15,7 @@ import pytest
 from gateway_support import GATEWAY_KEY, get, post, sample
 from typer.testing import CliRunner
 
-import turnout.ledger.writer as ledger_module
+import turnout.ledger.rows as rows_module
 from fakes import FakeClock
 from turnout import Client
 from turnout.cli.main import app
@@ -150,14 +150,14 @@ class Disk:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
-        real = ledger_module._insert
+        real = rows_module._insert
 
         def insert(db: sqlite3.Connection, *rows: Any) -> None:
             if self.full:
                 raise sqlite3.OperationalError("database or disk is full")
             real(db, *rows)
 
-        monkeypatch.setattr(ledger_module, "_insert", insert)
+        monkeypatch.setattr(rows_module, "_insert", insert)
 
 
 @pytest.mark.parametrize("rule", ["closed", "open"])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from fakes import call_record
 from turnout.gateway.spend import SpendBook, day_start, seconds_to_midnight
-from turnout.ledger.writer import SCHEMA, CallRecord, Ledger, spend_by_caller
+from turnout.ledger.rows import SCHEMA, CallRecord
+from turnout.ledger.writer import Ledger, spend_by_caller
 
 DAY = 86400.0
 

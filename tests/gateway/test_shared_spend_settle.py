@@ -23,7 +23,8 @@ from turnout.core.types import ChatRequest, StreamEvent, Usage
 from turnout.gateway import Gateway, GatewayServer, shared_spend
 from turnout.gateway.shared_spend import SharedBusy, SharedSpend, SharedUnavailable
 from turnout.gateway.spend import Hold, SpendBook
-from turnout.ledger.writer import CallRecord, Ledger
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger
 
 pytestmark = pytest.mark.redis
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from turnout.core.estimate import estimate_embedding_tokens, estimate_tokens, output_bound
 from turnout.core.types import ChatRequest, Message, ToolSpec, Usage
 from turnout.gateway.shared_spend import SharedSpend, SharedUnavailable
-from turnout.ledger.writer import CallRecord, Ledger, LedgerUnavailable
+from turnout.ledger.rows import CallRecord
+from turnout.ledger.writer import Ledger, LedgerUnavailable
 from turnout.walk.embed import embedding_cost
 from turnout.walk.entry import Entry
 from turnout.walk.router import Target

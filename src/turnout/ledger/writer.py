@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from turnout.core.attribution import Attempt, RouteRef, total_cost
+from turnout.core.attribution import total_cost
 from turnout.core.errors import ConfigError
-from turnout.core.types import Usage
 from turnout.ledger.reservations import RENEW_S, Connections, admit, recover, renew
 from turnout.ledger.reservations import RESERVATION_TTL_S as RESERVATION_TTL_S
+from turnout.ledger.rows import MAX_TEXT, SCHEMA, CallRecord, migrate, write_rows, write_sanitised
 from turnout.ledger.summary import DaySummary as DaySummary
 from turnout.ledger.summary import LedgerSummary as LedgerSummary
 from turnout.ledger.summary import ProfileDay as ProfileDay
@@ -41,100 +41,6 @@ from turnout.ledger.summary import summarize as summarize
 
 log = logging.getLogger("turnout.ledger")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS calls (
-    call_id TEXT PRIMARY KEY,
-    ts REAL NOT NULL,
-    surface TEXT NOT NULL,
-    stream INTEGER NOT NULL,
-    requested_provider TEXT,
-    requested_model TEXT,
-    served_provider TEXT,
-    served_model TEXT,
-    fallback INTEGER NOT NULL,
-    outcome TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    cost_usd REAL,
-    caller TEXT,
-    operation TEXT
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    call_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    ts REAL NOT NULL,
-    provider TEXT NOT NULL,
-    model TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    status INTEGER,
-    key_id TEXT,
-    input_tokens INTEGER,
-    output_tokens INTEGER,
-    cached_input_tokens INTEGER,
-    cache_write_tokens INTEGER,
-    cost_usd REAL,
-    duration_ms REAL,
-    ttft_ms REAL,
-    retry_after REAL,
-    entry INTEGER,
-    try_number INTEGER,
-    stream INTEGER NOT NULL,
-    detail TEXT,
-    accepted INTEGER NOT NULL,
-    usage_note TEXT
-);
-CREATE TABLE IF NOT EXISTS reservations (
-    call_id TEXT PRIMARY KEY,
-    caller TEXT NOT NULL,
-    amount REAL NOT NULL,
-    pid INTEGER NOT NULL,
-    expires REAL NOT NULL,
-    owner TEXT,
-    ts REAL,
-    lease REAL
-);
-CREATE INDEX IF NOT EXISTS attempts_ts ON attempts (ts);
-CREATE INDEX IF NOT EXISTS calls_ts ON calls (ts);
-"""
-#: Columns added after the first release, created in an older ledger file when it is opened.
-_ADDED_COLUMNS = (
-    ("calls", "caller", "TEXT"),
-    ("attempts", "usage_note", "TEXT"),
-    ("calls", "operation", "TEXT"),
-    ("reservations", "owner", "TEXT"),
-    ("reservations", "ts", "REAL"),
-    ("reservations", "lease", "REAL"),
-)
-_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS calls_caller_ts ON calls (caller, ts);"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallRecord:
-    """One logical call (a chat, a stream, a turn) and its attempts, ready to persist.
-
-    Attributes:
-        call_id: A unique id.
-        outcome: ``ok``, or the error's kind (``all_failed``, ``refusal``, ``context_window``, ...).
-        accepted_index: Index in ``attempts`` of the attempt whose answer was accepted.
-        caller: Who made the call, when known (the gateway records its client key's name; never a key).
-        operation: ``embed`` for an embedding call; None (an empty column) for a chat, a stream or a turn, which
-            ``stream`` tells apart.
-    """
-
-    call_id: str
-    ts: float
-    surface: str
-    stream: bool
-    requested: RouteRef | None
-    served: RouteRef | None
-    fallback: bool
-    outcome: str
-    attempts: tuple[Attempt, ...]
-    accepted_index: int | None = None
-    caller: str | None = None
-    operation: str | None = None
-
-
 _STOP = object()
 
 #: How long :meth:`Ledger.flush` and :meth:`Ledger.aclose` wait for the writer at most (seconds).
@@ -143,10 +49,6 @@ FLUSH_TIMEOUT_S = 10.0
 RETRY_S = 1.0
 #: The most calls kept in memory for a later write while the file refuses them (beyond: dropped and counted).
 MAX_PENDING = 10_000
-#: The largest integer SQLite stores (a signed 64-bit integer).
-_SQLITE_MAX = 2**63 - 1
-#: The longest text a sanitised row keeps in a column.
-_MAX_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,7 +194,7 @@ class Ledger:
         db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=not autocommit)
         try:
             db.executescript(SCHEMA)
-            _migrate(db)
+            migrate(db)
             db.execute("PRAGMA journal_mode=WAL")
             # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last batches,
             # never corrupt the file. The ledger is accounting, not a transaction log.
@@ -452,7 +354,7 @@ class Ledger:
         try:
             admitted = await asyncio.to_thread(self._reserve, call_id, caller, amount, limit, since)
         except (OSError, sqlite3.Error) as exc:
-            raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}") from exc
+            raise LedgerUnavailable(f"{type(exc).__name__}: {str(exc)[:MAX_TEXT]}") from exc
         if admitted:
             self._ensure_thread()  # it renews the reservation's lease while the call runs
         return admitted
@@ -541,7 +443,7 @@ class Ledger:
     def _write_all(self, db: sqlite3.Connection, calls: list[CallRecord]) -> None:
         """Write ``calls``: in one transaction, else row by row, sanitising a row SQLite refuses."""
         try:
-            _write(db, calls)
+            write_rows(db, calls)
         except Exception as exc:
             self.errors += 1
             if _file_trouble(exc):  # the file takes nothing now: keep the calls for later
@@ -556,7 +458,7 @@ class Ledger:
     def _row_by_row(self, db: sqlite3.Connection, calls: list[CallRecord]) -> None:
         for n, c in enumerate(calls):
             try:
-                _write(db, [c])
+                write_rows(db, [c])
                 self._wrote([c])
                 continue
             except Exception as exc:
@@ -566,7 +468,7 @@ class Ledger:
                     self._keep(calls[n:])
                     return
             try:
-                kept_cost = _write_sanitised(db, c)
+                kept_cost = write_sanitised(db, c)
             except Exception as exc:  # not even the sanitised row: the call is lost, loudly
                 self.errors += 1
                 self._trouble(exc)
@@ -598,7 +500,7 @@ class Ledger:
 
     def _trouble(self, exc: BaseException | None) -> None:
         """Note the writer's state; log once when it changes (never a value of a record)."""
-        problem = None if exc is None else f"{type(exc).__name__}: {str(exc)[:_MAX_TEXT]}"
+        problem = None if exc is None else f"{type(exc).__name__}: {str(exc)[:MAX_TEXT]}"
         was = self._problem
         if (problem is None) == (was is None):
             if problem is not None:
@@ -683,129 +585,3 @@ def _spend_rows(db: sqlite3.Connection, since: float) -> dict[str, float]:
         "SELECT caller, SUM(cost_usd) FROM calls WHERE caller IS NOT NULL AND ts >= ? GROUP BY caller", (since,)
     ).fetchall()
     return {caller: cost or 0.0 for caller, cost in rows}
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Add the columns a ledger file written by an older version lacks."""
-    for table, column, kind in _ADDED_COLUMNS:
-        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-    db.executescript(_ADDED_INDEXES)
-
-
-def _rows(calls: Sequence[CallRecord]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """The ``calls`` and ``attempts`` rows of ``calls``."""
-    call_rows = []
-    attempt_rows = []
-    for c in calls:
-        cost = total_cost(c.attempts)
-        call_rows.append(
-            (
-                c.call_id,
-                c.ts,
-                c.surface,
-                int(c.stream),
-                c.requested.provider if c.requested else None,
-                c.requested.model if c.requested else None,
-                c.served.provider if c.served else None,
-                c.served.model if c.served else None,
-                int(c.fallback),
-                c.outcome,
-                len(c.attempts),
-                cost,
-                c.caller,
-                c.operation,
-            )
-        )
-        for seq, a in enumerate(c.attempts):
-            u = a.usage
-            attempt_rows.append(
-                (
-                    c.call_id,
-                    seq,
-                    a.started_at,
-                    a.provider,
-                    a.model,
-                    a.outcome,
-                    a.status,
-                    a.key_id,
-                    u.input_tokens if u else None,
-                    u.output_tokens if u else None,
-                    u.cached_input_tokens if u else None,
-                    u.cache_write_tokens if u else None,
-                    a.cost_usd,
-                    a.duration_ms,
-                    a.ttft_ms,
-                    a.retry_after,
-                    a.entry,
-                    a.try_number,
-                    int(a.stream),
-                    a.detail,
-                    int(seq == c.accepted_index),
-                    usage_note(u),
-                )
-            )
-    return call_rows, attempt_rows
-
-
-def usage_note(usage: Usage | None) -> str | None:
-    """What the ledger notes about a usage: ``estimated`` (Turnout's estimate), ``clamped`` (bounded), or None."""
-    if usage is None:
-        return None
-    if usage.estimated:
-        return "estimated"
-    return "clamped" if usage.clamped else None
-
-
-#: Columns that may not be NULL, by position, in a ``calls`` row and an ``attempts`` row.
-_CALL_REQUIRED = frozenset((0, 1, 2, 3, 8, 9, 10))
-_ATTEMPT_REQUIRED = frozenset((0, 1, 2, 3, 4, 5, 18, 20))
-
-
-def _clean(value: Any, required: bool) -> Any:
-    """A value SQLite stores: integers within 64 bits, finite floats, bounded text; else NULL (or a placeholder)."""
-    if value is None or value.__class__ is bool:
-        out: Any = None if value is None else int(value)
-    elif isinstance(value, int):
-        out = int(value) if -_SQLITE_MAX <= value <= _SQLITE_MAX else None
-    elif isinstance(value, float):
-        out = value if math.isfinite(value) else None
-    elif isinstance(value, str):
-        out = value[:_MAX_TEXT].encode("utf-8", "replace").decode("utf-8")
-    else:
-        out = None
-    if out is None and required:
-        return "invalid" if not isinstance(value, int | float) or isinstance(value, bool) else 0
-    return out
-
-
-def _insert(db: sqlite3.Connection, call_rows: list[tuple[Any, ...]], attempt_rows: list[tuple[Any, ...]]) -> None:
-    with db:
-        db.executemany(
-            "INSERT OR REPLACE INTO calls (call_id, ts, surface, stream, requested_provider, requested_model, "
-            "served_provider, served_model, fallback, outcome, attempts, cost_usd, caller, operation) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            call_rows,
-        )
-        db.executemany(
-            "INSERT INTO attempts (call_id, seq, ts, provider, model, outcome, status, key_id, input_tokens, "
-            "output_tokens, cached_input_tokens, cache_write_tokens, cost_usd, duration_ms, ttft_ms, retry_after, "
-            "entry, try_number, stream, detail, accepted, usage_note) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            attempt_rows,
-        )
-
-
-def _write(db: sqlite3.Connection, calls: Sequence[CallRecord]) -> None:
-    if calls:
-        _insert(db, *_rows(calls))
-
-
-def _write_sanitised(db: sqlite3.Connection, call: CallRecord) -> bool:
-    """Write ``call`` with every value SQLite cannot store replaced; whether its cost was kept as it was."""
-    (call_row,), attempt_rows = _rows([call])
-    clean_call = tuple(_clean(v, n in _CALL_REQUIRED) for n, v in enumerate(call_row))
-    clean_attempts = [tuple(_clean(v, n in _ATTEMPT_REQUIRED) for n, v in enumerate(r)) for r in attempt_rows]
-    clean_attempts = [(*r[:-1], r[-1] or "sanitised") for r in clean_attempts]
-    _insert(db, [clean_call], clean_attempts)
-    return bool(clean_call[11] == call_row[11])
